@@ -1,0 +1,74 @@
+#pragma once
+// Dispatch formats: what a dispatcher hands to the expert kernel, and what the kernel hands back
+// to the combine. Formats are tags; DispatchOutput<F> / CombineInput<F> are non-owning views whose
+// buffers belong to the dispatcher (or an adapter), so running a pipeline allocates nothing itself.
+//
+//   standard  tokens [N, H] with local expert ids [N, k] (-1: not computed here) and weights [N, k];
+//             the kernel writes the weighted, fp32-summed expert outputs [N, H].
+//   ragged    DeepEP "normal": as standard (the rows this rank received), plus per-local-expert counts.
+//   masked    DeepEP "low-latency": per-local-expert padded rows [E_local·capacity, H] and masked_m,
+//             the number of valid rows of each expert; the kernel writes each valid row's own
+//             (unweighted) expert output; padding rows are left as they are.
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include <polymoe/core/activation.hpp>
+#include <polymoe/core/types.hpp>
+
+namespace polymoe {
+
+namespace format {
+struct standard { static constexpr std::string_view name = "standard"; };
+struct ragged { static constexpr std::string_view name = "ragged"; };
+struct masked { static constexpr std::string_view name = "masked"; };
+}  // namespace format
+
+template <class F>
+inline constexpr bool is_dispatch_format_v =
+    std::is_same_v<F, format::standard> || std::is_same_v<F, format::ragged> || std::is_same_v<F, format::masked>;
+
+template <class F>
+struct DispatchOutput;
+template <class F>
+struct CombineInput;
+
+template <>
+struct DispatchOutput<format::standard> {
+  MatrixCRef hidden;    ///< [N, H]
+  IdMatrixCRef ids;     ///< [N, k] local expert ids in [0, num_experts) or -1
+  MatrixCRef weights;   ///< [N, k] fp32 routing weights (already scaled)
+  index_t num_experts;  ///< local experts
+};
+
+template <>
+struct DispatchOutput<format::ragged> : DispatchOutput<format::standard> {
+  std::span<const index_t> counts;  ///< [num_experts] rows routed to each local expert
+};
+
+template <>
+struct DispatchOutput<format::masked> {
+  MatrixCRef hidden;                  ///< [num_experts·capacity, H]
+  std::span<const index_t> masked_m;  ///< [num_experts] valid rows per expert
+  index_t capacity;
+  index_t num_experts;
+};
+
+template <>
+struct CombineInput<format::standard> {
+  MatrixRef out;  ///< [N, H]: sum over k of weight · expert(x)
+};
+template <>
+struct CombineInput<format::ragged> : CombineInput<format::standard> {};
+template <>
+struct CombineInput<format::masked> {
+  MatrixRef out;  ///< [num_experts·capacity, H]: expert(x) of each valid row, unweighted
+};
+
+/// What every expert of a layer computes besides its weights.
+struct ExpertMlp {
+  ActivationParams activation;
+  bool weight_on_input = false;  ///< multiply x by the routing weight instead of the output (top_k == 1)
+};
+
+}  // namespace polymoe

@@ -1,0 +1,276 @@
+#pragma once
+// MoeLayer<A2A, Quant, Kernel>: one Mixture-of-Experts layer composed from three policies.
+//
+//   hidden [T,H], router_logits [T,E]
+//     -> route                          topk ids [T,k] (global), weights [T,k] (fp32, scaled once)
+//     -> A2A::dispatch                  DispatchOutput<A2A::format>
+//     -> Kernel::run (native, through an adapter, or fused; chosen at compile time)
+//     -> A2A::combine                   out [T,H]
+//     (+ shared expert)
+//
+// Whether a triple is valid, and which path it takes, is computed from the pairing table
+// (policies/polymoe/pairing_table.hpp). An invalid triple is one compile error naming the axis at
+// fault; a valid one has no virtual call and no run-time look-up anywhere in forward.
+//
+//   using Layer = polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tbb_grouped>;
+//   Layer layer(cfg, weights);                      // quantizes and prepacks once
+//   polymoe::Matrix out = layer.forward(hidden, router_logits);
+//
+// A layer keeps scratch buffers between calls: call forward on one layer from one thread at a time
+// (it parallelises internally).
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include <polymoe/core/error.hpp>
+#include <polymoe/core/pairing.hpp>
+#include <polymoe/core/routing.hpp>
+#include <polymoe/kernels/permute.hpp>
+
+namespace polymoe {
+
+namespace detail {
+
+template <class A2A>
+void configure_dispatcher(A2A& a2a, const MoeConfig& cfg) {
+  if constexpr (requires { a2a.configure(cfg); }) a2a.configure(cfg);
+}
+
+/// Runs the kernel on a dispatch output of format F along `Path`, writing into the combine input.
+template <class Path, class F>
+struct runner;
+template <class F>
+struct runner<path::native, F> {
+  template <class Q, class K, class P>
+  void operator()(const K& k, const DispatchOutput<F>& d, const P& p, const ExpertMlp& mlp, CombineInput<F>& c) {
+    k.template run<Q>(d, p, mlp, c);
+  }
+};
+template <class To, class F>
+struct runner<path::adapted<To>, F> {
+  kernels::adapter<F, To> adapter;
+  template <class Q, class K, class P>
+  void operator()(const K& k, const DispatchOutput<F>& d, const P& p, const ExpertMlp& mlp, CombineInput<F>& c) {
+    DispatchOutput<To> d2 = adapter.pre(d, mlp);
+    CombineInput<To> c2 = adapter.output(c, d2);
+    k.template run<Q>(d2, p, mlp, c2);
+    adapter.post(d, mlp, c2, c);
+  }
+};
+
+/// The path a kernel takes for the standard format (shared experts run locally, in that format).
+template <class K>
+using standard_path = std::conditional_t<
+    boost::mp11::mp_contains<pairing::kernel_formats<K>, format::standard>::value, path::native,
+    path::adapted<typename pairing::adapter_target<K, format::standard>::type>>;
+
+/// The primary template exists only to fail: it is instantiated for invalid triples, reports the
+/// diagnostic once, and accepts any use so no second error follows.
+template <class A2A, class Quant, class Kernel, class Resolution>
+class moe_layer_impl {
+  static constexpr std::size_t report = sizeof(typename Resolution::diagnostic);
+
+ public:
+  template <class... Args>
+  explicit moe_layer_impl(Args&&...) {}
+  template <class... Args>
+  Matrix forward(Args&&...) {
+    return {};
+  }
+  template <class... Args>
+  Matrix forward_routed(Args&&...) {
+    return {};
+  }
+};
+
+template <class A2A, class Quant, class Kernel, class Path>
+class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
+  static_assert(dispatcher<A2A>, "polymoe: the A2A policy is listed in the pairing table but does not model "
+                                 "polymoe::dispatcher (dispatch / combine_input / combine)");
+  static_assert(quant_scheme<Quant>, "polymoe: the Quant policy is listed in the pairing table but does not model "
+                                     "polymoe::quant_scheme (weights / quantize / dequantize / quantize_activation)");
+
+ public:
+  using a2a_type = A2A;
+  using quant_type = Quant;
+  using kernel_type = Kernel;
+  using path_type = Path;
+  using format_type = typename A2A::format;
+  using quant_weights = typename Quant::weights;
+  using prepared_type = typename Kernel::template prepared<Quant>;
+
+  /// From fp32 weights: quantizes with Quant, then lets Kernel re-lay them.
+  moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a = {}, Kernel kernel = {})
+      : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+    check_common(w, [](const ExpertWeights& e) { return e.shape; });
+    w.experts.validate("MoeWeights.experts");
+    if (w.shared) w.shared->validate("MoeWeights.shared");
+    prepared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(w.experts)));
+    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(*w.shared)));
+    finish(w);
+  }
+
+  /// From weights already in Quant's stored form (a pre-quantized checkpoint): no requantization.
+  moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a = {}, Kernel kernel = {})
+    requires(!std::is_same_v<quant_weights, ExpertWeights>)
+      : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+    check_common(w, [](const quant_weights& e) { return e.shape(); });
+    prepared_.emplace(Kernel::template prepare<Quant>(std::move(w.experts)));
+    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(std::move(*w.shared)));
+    finish(w);
+  }
+
+  /// Routes with the layer's RouterConfig, then runs the experts.
+  Matrix forward(const MatrixCRef& hidden, const MatrixCRef& router_logits) {
+    require(router_logits.rows() == hidden.rows(), "forward: router_logits has ", router_logits.rows(),
+            " rows, hidden has ", hidden.rows());
+    route_into(cfg_.router, cfg_.num_experts, router_logits, routing_);
+    return run(hidden, routing_.ids, routing_.weights);
+  }
+
+  /// Computes the router logits from the layer's router weight (and bias), then as above.
+  Matrix forward(const MatrixCRef& hidden) {
+    require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
+    check_hidden(hidden);
+    logits_.noalias() = hidden * router_weight_.transpose();
+    if (router_bias_.size()) logits_.rowwise() += router_bias_.transpose();
+    return forward(hidden, logits_);
+  }
+
+  /// Caller-supplied routing ("bypassed" top-k): global expert ids [T,k] and their final weights
+  /// [T,k] (the routed scaling factor is NOT applied again here).
+  Matrix forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights) {
+    check_routing(hidden, topk_ids, topk_weights);
+    return run(hidden, topk_ids, topk_weights);
+  }
+
+  [[nodiscard]] const MoeConfig& config() const noexcept { return cfg_; }
+  [[nodiscard]] const Routing& last_routing() const noexcept { return routing_; }
+  [[nodiscard]] const Kernel& kernel() const noexcept { return kernel_; }
+  [[nodiscard]] const prepared_type& prepared() const noexcept { return *prepared_; }
+  [[nodiscard]] const ExpertMlp& mlp() const noexcept { return mlp_; }
+  [[nodiscard]] A2A& dispatcher() noexcept { return a2a_; }
+
+ private:
+  static MoeConfig checked(MoeConfig cfg) {
+    cfg.validate();
+    return cfg;
+  }
+
+  template <class W, class ShapeOf>
+  void check_common(const BasicMoeWeights<W>& w, ShapeOf shape_of) {
+    const ExpertShape want{cfg_.local_experts(), cfg_.hidden, cfg_.intermediate, is_gated(cfg_.activation),
+                           cfg_.expert_bias};
+    require(shape_of(w.experts) == want, "MoeWeights.experts has shape ", shape_of(w.experts), ", MoeConfig wants ",
+            want);
+    if (cfg_.shared_intermediate > 0) {
+      require(w.shared.has_value(), "MoeConfig.shared_intermediate=", cfg_.shared_intermediate,
+              " but MoeWeights.shared is empty");
+      const ExpertShape sw = shape_of(*w.shared);
+      require(sw.experts == 1 && sw.hidden == cfg_.hidden && sw.intermediate == cfg_.shared_intermediate &&
+                  sw.gated == is_gated(cfg_.activation),
+              "MoeWeights.shared has shape ", sw, ", MoeConfig wants one expert with hidden=", cfg_.hidden,
+              ", intermediate=", cfg_.shared_intermediate);
+    } else {
+      require(!w.shared.has_value(), "MoeWeights.shared is set but MoeConfig.shared_intermediate is 0");
+    }
+    if (cfg_.shared_expert_gate)
+      require(w.shared_gate.rows() == 1 && w.shared_gate.cols() == cfg_.hidden, "MoeWeights.shared_gate is [",
+              w.shared_gate.rows(), ", ", w.shared_gate.cols(), "], expected [1, ", cfg_.hidden, "]");
+    if (w.router_weight.size()) {
+      require(w.router_weight.rows() == cfg_.num_experts && w.router_weight.cols() == cfg_.hidden,
+              "MoeWeights.router_weight is [", w.router_weight.rows(), ", ", w.router_weight.cols(), "], expected [",
+              cfg_.num_experts, ", ", cfg_.hidden, "]");
+      require(w.router_bias.size() == 0 || w.router_bias.size() == cfg_.num_experts, "MoeWeights.router_bias has ",
+              w.router_bias.size(), " entries, expected ", cfg_.num_experts);
+    }
+  }
+
+  template <class W>
+  void finish(const BasicMoeWeights<W>& w) {
+    detail::configure_dispatcher(a2a_, cfg_);
+    mlp_ = ExpertMlp{ActivationParams{cfg_.activation, cfg_.swiglu_alpha, cfg_.swiglu_limit},
+                     cfg_.router_weight_on_input};
+    shared_gate_ = w.shared_gate;
+    router_weight_ = w.router_weight;
+    router_bias_ = w.router_bias;
+  }
+
+  void check_hidden(const MatrixCRef& hidden) const {
+    require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+  }
+
+  void check_routing(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& w) const {
+    check_hidden(hidden);
+    const index_t T = hidden.rows(), k = ids.cols(), E = cfg_.num_experts;
+    require(ids.rows() == T && w.rows() == T, "topk_ids has ", ids.rows(), " rows and topk_weights ", w.rows(),
+            ", hidden has ", T);
+    require(w.cols() == k, "topk_ids has ", k, " columns but topk_weights has ", w.cols());
+    require(T == 0 || (k >= 1 && k <= E), "top-k width ", k, " must be in [1, num_experts=", E, "]");
+    require(!cfg_.router_weight_on_input || k == 1, "router_weight_on_input needs top_k == 1, got ", k);
+    for (index_t t = 0; t < T; ++t)
+      for (index_t j = 0; j < k; ++j) {
+        const auto id = ids(t, j);
+        require(id >= 0 && id < E, "topk_ids[", t, ", ", j, "] = ", id, " is outside [0, num_experts=", E, ")");
+        require(std::isfinite(w(t, j)), "topk_weights[", t, ", ", j, "] is not finite (", w(t, j), ")");
+        for (index_t i = 0; i < j; ++i)
+          require(ids(t, i) != id, "topk_ids[", t, "] lists expert ", id, " twice");
+      }
+  }
+
+  Matrix run(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights) {
+    const index_t T = hidden.rows();
+    Matrix out(T, cfg_.hidden);
+    if (T == 0) return out;
+    auto d = a2a_.dispatch(hidden, ids, weights, cfg_);
+    auto c = a2a_.combine_input(d, out);
+    runner_.template operator()<Quant>(kernel_, d, *prepared_, mlp_, c);
+    a2a_.combine(c, out);
+    if (shared_) add_shared(hidden, out);
+    return out;
+  }
+
+  void add_shared(const MatrixCRef& hidden, Matrix& out) {
+    const index_t T = hidden.rows();
+    shared_ids_.setZero(T, 1);
+    if (cfg_.shared_expert_gate) {
+      shared_w_.noalias() = hidden * shared_gate_.transpose();
+      shared_w_ = shared_w_.unaryExpr([](float z) { return 1.0f / (1.0f + std::exp(-z)); });
+    } else {
+      shared_w_.setOnes(T, 1);
+    }
+    shared_out_.resize(T, cfg_.hidden);
+    DispatchOutput<format::standard> d{hidden, shared_ids_, shared_w_, 1};
+    CombineInput<format::standard> c{shared_out_};
+    shared_runner_.template operator()<Quant>(kernel_, d, *shared_, ExpertMlp{mlp_.activation, false}, c);
+    out += shared_out_;
+  }
+
+  MoeConfig cfg_;
+  A2A a2a_;
+  Kernel kernel_;
+  ExpertMlp mlp_{};
+  std::optional<prepared_type> prepared_;
+  std::optional<prepared_type> shared_;
+  runner<Path, format_type> runner_;
+  runner<standard_path<Kernel>, format::standard> shared_runner_;
+  Matrix shared_gate_, router_weight_;
+  Vector router_bias_;
+  Routing routing_;
+  Matrix logits_, shared_w_, shared_out_;
+  IdMatrix shared_ids_;
+};
+
+}  // namespace detail
+
+/// A Mixture-of-Experts layer: A2A dispatches tokens, Quant stores the weights, Kernel runs the
+/// experts. See the top of this header and docs/architecture.md.
+template <class A2A, class Quant, class Kernel>
+class MoeLayer : public detail::moe_layer_impl<A2A, Quant, Kernel, pairing::resolve<A2A, Quant, Kernel>> {
+  using base = detail::moe_layer_impl<A2A, Quant, Kernel, pairing::resolve<A2A, Quant, Kernel>>;
+
+ public:
+  using base::base;
+};
+
+}  // namespace polymoe

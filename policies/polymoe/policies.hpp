@@ -1,0 +1,15 @@
+#pragma once
+// Every policy listed in the pairing table.
+#include <polymoe/a2a/local.hpp>
+#include <polymoe/kernel/reference.hpp>
+#include <polymoe/kernel/tbb_grouped.hpp>
+#include <polymoe/quant/bf16.hpp>
+#include <polymoe/quant/fp32.hpp>
+
+#include <polymoe/core/pairing.hpp>
+
+namespace polymoe {
+/// Every valid (A2A, Quant, Kernel) triple, each an mp_list<A2A, Quant, Kernel>; tests, benchmarks
+/// and the command-line tool iterate it with boost::mp11::mp_for_each.
+using valid_triples = pairing::valid_triples_of<>;
+}  // namespace polymoe

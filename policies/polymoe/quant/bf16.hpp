@@ -1,0 +1,48 @@
+#pragma once
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <polymoe/core/roles.hpp>
+#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/quant/store.hpp>
+
+namespace polymoe::quant {
+
+/// bf16 weights, bf16 activations (each GEMM input row rounded to bf16, round-to-nearest-even),
+/// fp32 accumulation and fp32 top-k sum: what a bf16 inference engine computes.
+struct bf16 {
+  using quant_concept = quant_tag;
+  static constexpr std::string_view name = "bf16";
+
+  struct weights : ExpertStore {
+    std::vector<std::uint16_t> w13;  ///< [E·rows13, H] bf16 bits, row-major
+    std::vector<std::uint16_t> w2;   ///< [E·H, I]
+  };
+
+  static std::vector<std::uint16_t> encode(const Matrix& m) {
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(m.size()));
+    const float* src = m.data();
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = codecs::float_to_bf16(src[i]);
+    return out;
+  }
+  static void decode(const std::uint16_t* src, MatrixRef dst) {
+    for (index_t r = 0; r < dst.rows(); ++r)
+      for (index_t c = 0; c < dst.cols(); ++c) dst(r, c) = codecs::bf16_to_float(src[r * dst.cols() + c]);
+  }
+
+  static weights quantize(const ExpertWeights& f) {
+    f.validate("quant::bf16::quantize");
+    return weights{ExpertStore::from(f), encode(f.w13), encode(f.w2)};
+  }
+  static void dequantize(const weights& w, index_t e, MatrixRef w13, MatrixRef w2) {
+    const auto& s = w.shape_;
+    decode(w.w13.data() + e * s.rows13() * s.hidden, w13);
+    decode(w.w2.data() + e * s.hidden * s.intermediate, w2);
+  }
+  static void quantize_activation(std::span<float> row) noexcept {
+    for (float& v : row) v = codecs::bf16_to_float(codecs::float_to_bf16(v));
+  }
+};
+
+}  // namespace polymoe::quant
