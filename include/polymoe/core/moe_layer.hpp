@@ -68,7 +68,8 @@ using standard_path = std::conditional_t<
 /// diagnostic once, and accepts any use so no second error follows.
 template <class A2A, class Quant, class Kernel, class Resolution>
 class moe_layer_impl {
-  static constexpr std::size_t report = sizeof(typename Resolution::diagnostic);
+  // Completing the diagnostic type fires its static_assert: the one error of an invalid triple.
+  static_assert(sizeof(typename Resolution::diagnostic) > 0);
 
  public:
   template <class... Args>

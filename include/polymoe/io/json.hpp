@@ -1,16 +1,17 @@
 #pragma once
 // polymoe::io::json — a small, strict JSON (RFC 8259) value, parser and writer.
 //
-// Enough for config.json files and safetensors headers, and strict about it: no comments, no trailing
-// commas, no leading zeros, no unescaped control characters, no lone surrogates, no invalid UTF-8,
-// no duplicate keys, nothing after the value, and a nesting limit. Every failure is a polymoe::error
-// that names the source, the offset, line and column, and what was expected:
+// Enough for config.json files and safetensors headers, and strict about it: no comments, no
+// trailing commas, no leading zeros, no unescaped control characters, no lone surrogates, no
+// invalid UTF-8, no duplicate keys, nothing after the value, and a nesting limit. Every failure is
+// a polymoe::error that names the source, the offset, line and column, and what was expected:
 //
-//   polymoe: config.json: invalid JSON at offset 17 (line 2, column 5): expected ':' after an object key
+//   polymoe: config.json: invalid JSON at offset 17 (line 2, column 5): expected ':' after an
+//   object key
 //
-// Numbers: an integer literal that fits int64 is an integer, anything else (fraction, exponent, or an
-// integer out of range) is a double. Objects keep their members sorted by key (so lookup is a binary
-// search and output is deterministic).
+// Numbers: an integer literal that fits int64 is an integer, anything else (fraction, exponent, or
+// an integer out of range) is a double. Objects keep their members sorted by key (so lookup is a
+// binary search and output is deterministic).
 //
 //   const auto cfg = polymoe::io::parse_json(text, "config.json");
 //   const std::int64_t e = cfg.at("num_local_experts").as_int();
@@ -22,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <polymoe/core/error.hpp>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -29,8 +31,6 @@
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <polymoe/core/error.hpp>
 
 namespace polymoe::io {
 
@@ -44,17 +44,17 @@ class json {
   using object_t = std::vector<member_t>;
 
   json() noexcept = default;
-  json(std::nullptr_t) noexcept {}  // NOLINT(google-explicit-constructor): JSON literals read naturally
+  json(std::nullptr_t) noexcept {
+  }  // NOLINT(google-explicit-constructor): JSON literals read naturally
   json(bool b) noexcept : v_(b) {}  // NOLINT
   template <std::integral I>
-    requires(!std::same_as<I, bool>)
-  json(I i) : v_(to_int64(i)) {}         // NOLINT
-  json(double d) noexcept : v_(d) {}     // NOLINT
-  json(float f) noexcept : v_(static_cast<double>(f)) {}  // NOLINT
-  json(std::string s) noexcept : v_(std::move(s)) {}      // NOLINT
-  json(std::string_view s) : v_(std::string(s)) {}        // NOLINT
-  json(const char* s) : v_(std::string(s)) {}             // NOLINT
-  json(array_t a) noexcept : v_(std::move(a)) {}          // NOLINT
+  requires(!std::same_as<I, bool>) json(I i) : v_(to_int64(i)) {}  // NOLINT
+  json(double d) noexcept : v_(d) {}                               // NOLINT
+  json(float f) noexcept : v_(static_cast<double>(f)) {}           // NOLINT
+  json(std::string s) noexcept : v_(std::move(s)) {}               // NOLINT
+  json(std::string_view s) : v_(std::string(s)) {}                 // NOLINT
+  json(const char* s) : v_(std::string(s)) {}                      // NOLINT
+  json(array_t a) noexcept : v_(std::move(a)) {}                   // NOLINT
 
   /// An object from members in any order; throws polymoe::error on a duplicate key.
   [[nodiscard]] static json object(object_t members = {}) {
@@ -72,8 +72,8 @@ class json {
   [[nodiscard]] kind type() const noexcept { return static_cast<kind>(v_.index()); }
   [[nodiscard]] const char* type_name() const noexcept { return kind_name(type()); }
   [[nodiscard]] static constexpr const char* kind_name(kind k) noexcept {
-    constexpr const char* names[] = {"null", "a boolean", "an integer", "a number",
-                                     "a string", "an array", "an object"};
+    constexpr const char* names[] = {"null",     "a boolean", "an integer", "a number",
+                                     "a string", "an array",  "an object"};
     return names[static_cast<std::size_t>(k)];
   }
 
@@ -179,8 +179,9 @@ class json {
   }
   template <class Obj>
   static auto lower(Obj& o, std::string_view key) -> decltype(o.begin()) {
-    return std::lower_bound(o.begin(), o.end(), key,
-                            [](const member_t& m, std::string_view k) { return m.first < k; });
+    return std::lower_bound(o.begin(), o.end(), key, [](const member_t& m, std::string_view k) {
+      return std::string_view(m.first) < k;
+    });
   }
 
   std::variant<std::nullptr_t, bool, std::int64_t, double, std::string, array_t, object_t> v_;
@@ -293,8 +294,8 @@ class json_parser {
         ++col;
       }
     }
-    throw error(::polymoe::detail::concat(source_, ": invalid JSON at offset ", at, " (line ", line, ", column ",
-                               col, "): ", std::forward<Parts>(parts)...));
+    throw error(::polymoe::detail::concat(source_, ": invalid JSON at offset ", at, " (line ", line,
+                                          ", column ", col, "): ", std::forward<Parts>(parts)...));
   }
   std::string describe_here() const {
     if (pos_ >= text_.size()) return "end of input";
@@ -379,7 +380,8 @@ class json_parser {
     } else {
       for (;;) {
         skip_ws();
-        if (peek() != '"' || at_end()) fail("expected a string key in an object, found ", describe_here());
+        if (peek() != '"' || at_end())
+          fail("expected a string key in an object, found ", describe_here());
         key_pos.push_back(pos_);
         std::string key = parse_string();
         skip_ws();
@@ -401,8 +403,9 @@ class json_parser {
     // sort (keeping document order among equals) and reject duplicates at the later occurrence
     std::vector<std::size_t> order(members.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return members[a].first < members[b].first; });
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return members[a].first < members[b].first;
+    });
     json::object_t sorted;
     sorted.reserve(members.size());
     for (std::size_t i = 0; i < order.size(); ++i) {

@@ -1,16 +1,17 @@
 #pragma once
 // polymoe::io — safetensors reader and writer.
 //
-// File format (https://github.com/huggingface/safetensors): an 8-byte little-endian header length N,
-// N bytes of UTF-8 JSON — {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...,
+// File format (https://github.com/huggingface/safetensors): an 8-byte little-endian header length
+// N, N bytes of UTF-8 JSON — {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]},
+// ...,
 // "__metadata__": {"key": "value"}} — then the data region; offsets are relative to its start.
 //
-// safetensors_file::open memory-maps the file read-only (falling back to reading it when mmap is not
-// possible) and validates the whole header before anything is exposed: the header length, the JSON,
-// every entry's dtype / shape / data_offsets, that offsets lie inside the data region with begin <= end,
-// that (end - begin) == product(shape) * dtype_size (computed without overflow), that no two tensors
-// overlap, and that __metadata__ is an object of strings. Each failure is a polymoe::error naming the
-// file and the tensor or field:
+// safetensors_file::open memory-maps the file read-only (falling back to reading it when mmap is
+// not possible) and validates the whole header before anything is exposed: the header length, the
+// JSON, every entry's dtype / shape / data_offsets, that offsets lie inside the data region with
+// begin <= end, that (end - begin) == product(shape) * dtype_size (computed without overflow), that
+// no two tensors overlap, and that __metadata__ is an object of strings. Each failure is a
+// polymoe::error naming the file and the tensor or field:
 //
 //   polymoe: safetensors file 'model.safetensors': tensor 'w1': data_offsets [0, 96] hold 96 bytes,
 //   but shape [4, 8] of F32 needs 128 bytes
@@ -18,6 +19,11 @@
 //   auto f = polymoe::io::safetensors_file::open("io.safetensors");
 //   polymoe::Matrix x = f.matrix("hidden_states");          // [T, H], converted to fp32
 //   std::span<const std::byte> raw = f.bytes("w_blocks");   // zero-copy view into the mapping
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -30,6 +36,13 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <polymoe/core/error.hpp>
+#include <polymoe/core/types.hpp>
+#include <polymoe/io/json.hpp>
+#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/kernels/codecs/e4m3.hpp>
+#include <polymoe/kernels/codecs/e5m2.hpp>
+#include <polymoe/kernels/codecs/fp16.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,23 +51,11 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <polymoe/core/error.hpp>
-#include <polymoe/core/types.hpp>
-#include <polymoe/io/json.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/codecs/e5m2.hpp>
-#include <polymoe/kernels/codecs/fp16.hpp>
-
 namespace polymoe::io {
 
-static_assert(std::endian::native == std::endian::little,
-              "polymoe: safetensors data is little-endian; this reader assumes a little-endian host");
+static_assert(
+    std::endian::native == std::endian::little,
+    "polymoe: safetensors data is little-endian; this reader assumes a little-endian host");
 
 /// Element types of a safetensors tensor (the names the format uses).
 enum class dtype : std::uint8_t { F32, F16, BF16, F8_E4M3, F8_E5M2, U8, I8, I16, I32, I64 };
@@ -129,15 +130,23 @@ inline std::string shape_string(std::span<const std::int64_t> shape) {
 /// The dtype whose elements are C++ type T (float, uint8_t, int8_t, int16_t, int32_t, int64_t).
 template <class T>
 inline constexpr dtype dtype_of = [] {
-  if constexpr (std::is_same_v<T, float>) return dtype::F32;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return dtype::U8;
-  else if constexpr (std::is_same_v<T, std::int8_t>) return dtype::I8;
-  else if constexpr (std::is_same_v<T, std::int16_t>) return dtype::I16;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return dtype::I32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return dtype::I64;
-  else static_assert(detail::dependent_false<T>, "polymoe: dtype_of<T>: T has no safetensors dtype (use float, uint8_t, int8_t, int16_t, int32_t or int64_t)");
+  if constexpr (std::is_same_v<T, float>)
+    return dtype::F32;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return dtype::U8;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return dtype::I8;
+  else if constexpr (std::is_same_v<T, std::int16_t>)
+    return dtype::I16;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return dtype::I32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return dtype::I64;
+  else
+    static_assert(detail::dependent_false<T>,
+                  "polymoe: dtype_of<T>: T has no safetensors dtype (use float, uint8_t, int8_t, "
+                  "int16_t, int32_t or int64_t)");
 }();
-
 
 /// One tensor's entry in a safetensors header.
 struct tensor_info {
@@ -154,7 +163,9 @@ struct tensor_info {
     for (const auto d : shape) n *= d;
     return n;
   }
-  [[nodiscard]] std::size_t nbytes() const noexcept { return static_cast<std::size_t>(end - begin); }
+  [[nodiscard]] std::size_t nbytes() const noexcept {
+    return static_cast<std::size_t>(end - begin);
+  }
   [[nodiscard]] std::string shape_string() const { return detail::shape_string(shape); }
 };
 
@@ -202,7 +213,8 @@ class safetensors_file {
   /// The entry of `name`; polymoe::error naming the tensor and file when absent.
   [[nodiscard]] const tensor_info& info(std::string_view name) const {
     const tensor_info* t = lookup(name);
-    if (t == nullptr) fail("no tensor named '", name, "' (the file holds ", tensors_.size(), " tensors)");
+    if (t == nullptr)
+      fail("no tensor named '", name, "' (the file holds ", tensors_.size(), " tensors)");
     return *t;
   }
   /// The __metadata__ strings (empty when the header has none).
@@ -210,7 +222,8 @@ class safetensors_file {
     return metadata_;
   }
 
-  /// The raw little-endian bytes of `name` (a view into the mapping, valid while this object lives).
+  /// The raw little-endian bytes of `name` (a view into the mapping, valid while this object
+  /// lives).
   [[nodiscard]] std::span<const std::byte> bytes(std::string_view name) const {
     return bytes_of(info(name));
   }
@@ -271,7 +284,8 @@ class safetensors_file {
   [[nodiscard]] std::vector<std::uint8_t> fp8_codes(std::string_view name) const {
     const tensor_info& t = info(name);
     if (t.dtype != dtype::F8_E4M3 && t.dtype != dtype::F8_E5M2)
-      fail("tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", expected F8_E4M3 or F8_E5M2");
+      fail("tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
+           ", expected F8_E4M3 or F8_E5M2");
     const auto raw = bytes_of(t);
     std::vector<std::uint8_t> out(raw.size());
     if (!out.empty()) std::memcpy(out.data(), raw.data(), raw.size());
@@ -291,7 +305,8 @@ class safetensors_file {
 
   template <class... Parts>
   [[noreturn]] void fail(Parts&&... parts) const {
-    throw error(::polymoe::detail::concat("safetensors file '", path_, "': ", std::forward<Parts>(parts)...));
+    throw error(::polymoe::detail::concat("safetensors file '", path_,
+                                          "': ", std::forward<Parts>(parts)...));
   }
 
   void swap(safetensors_file& o) noexcept {
@@ -314,8 +329,9 @@ class safetensors_file {
   }
 
   const tensor_info* lookup(std::string_view name) const {
-    const auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
-                                     [](const tensor_info& t, std::string_view n) { return t.name < n; });
+    const auto it = std::lower_bound(
+        tensors_.begin(), tensors_.end(), name,
+        [](const tensor_info& t, std::string_view n) { return std::string_view(t.name) < n; });
     return (it != tensors_.end() && it->name == name) ? &*it : nullptr;
   }
 
@@ -345,9 +361,12 @@ class safetensors_file {
     buffer_.resize(static_cast<std::size_t>(file_size_));
     std::size_t got = 0;
     while (got < buffer_.size()) {
-      const ::ssize_t r = ::pread(fd, buffer_.data() + got, buffer_.size() - got, static_cast<::off_t>(got));
+      const ::ssize_t r =
+          ::pread(fd, buffer_.data() + got, buffer_.size() - got, static_cast<::off_t>(got));
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) fail("cannot read (", got, " of ", buffer_.size(), " bytes): ", r < 0 ? std::strerror(errno) : "unexpected end of file");
+      if (r <= 0)
+        fail("cannot read (", got, " of ", buffer_.size(),
+             " bytes): ", r < 0 ? std::strerror(errno) : "unexpected end of file");
       got += static_cast<std::size_t>(r);
     }
     data_ = buffer_.data();
@@ -359,11 +378,13 @@ class safetensors_file {
     if (n > file_size_ - 8)
       fail("header length ", n, " runs past the end of the file (", file_size_, " bytes; at most ",
            file_size_ - 8, " available) — the file is truncated or not safetensors");
-    if (n > max_header_bytes) fail("header length ", n, " exceeds the limit of ", max_header_bytes, " bytes");
+    if (n > max_header_bytes)
+      fail("header length ", n, " exceeds the limit of ", max_header_bytes, " bytes");
     if (n < 2) fail("header length ", n, " is too small for a JSON object");
     data_offset_ = 8 + n;
     const std::uint64_t data_size = file_size_ - data_offset_;
-    const std::string_view text(reinterpret_cast<const char*>(data_ + 8), static_cast<std::size_t>(n));
+    const std::string_view text(reinterpret_cast<const char*>(data_ + 8),
+                                static_cast<std::size_t>(n));
 
     json header;
     try {
@@ -404,15 +425,16 @@ class safetensors_file {
       const tensor_info& a = *by_offset[i - 1];
       const tensor_info& b = *by_offset[i];
       if (b.begin < a.end)
-        fail("tensors '", a.name, "' [", a.begin, ", ", a.end, ") and '", b.name, "' [", b.begin, ", ",
-             b.end, ") overlap in the data region");
+        fail("tensors '", a.name, "' [", a.begin, ", ", a.end, ") and '", b.name, "' [", b.begin,
+             ", ", b.end, ") overlap in the data region");
     }
   }
 
   tensor_info parse_entry(const std::string& name, const json& v, std::uint64_t data_size) const {
     tensor_info t;
     t.name = name;
-    if (!v.is_object()) fail("tensor '", name, "': entry is ", v.type_name(), ", expected an object");
+    if (!v.is_object())
+      fail("tensor '", name, "': entry is ", v.type_name(), ", expected an object");
     const json* dt = v.find("dtype");
     const json* sh = v.find("shape");
     const json* off = v.find("data_offsets");
@@ -420,14 +442,16 @@ class safetensors_file {
     if (sh == nullptr) fail("tensor '", name, "': entry is missing the field 'shape'");
     if (off == nullptr) fail("tensor '", name, "': entry is missing the field 'data_offsets'");
 
-    if (!dt->is_string()) fail("tensor '", name, "': dtype is ", dt->type_name(), ", expected a string");
+    if (!dt->is_string())
+      fail("tensor '", name, "': dtype is ", dt->type_name(), ", expected a string");
     const auto parsed = try_parse_dtype(dt->as_string());
     if (!parsed)
       fail("tensor '", name, "': unknown dtype \"", dt->as_string(),
            "\" (known: F32, F16, BF16, F8_E4M3, F8_E5M2, U8, I8, I16, I32, I64)");
     t.dtype = *parsed;
 
-    if (!sh->is_array()) fail("tensor '", name, "': shape is ", sh->type_name(), ", expected an array");
+    if (!sh->is_array())
+      fail("tensor '", name, "': shape is ", sh->type_name(), ", expected an array");
     const std::size_t esize = dtype_size(t.dtype);
     // product(shape) * dtype_size without overflow: bound it by the data region
     std::uint64_t bytes = esize;
@@ -491,7 +515,8 @@ class safetensors_file {
         return;
       default:
         fail("tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
-             "; conversion to fp32 covers F32, F16, BF16, F8_E4M3 and F8_E5M2 (use values<T>() or bytes())");
+             "; conversion to fp32 covers F32, F16, BF16, F8_E4M3 and F8_E5M2 (use values<T>() or "
+             "bytes())");
     }
   }
 
@@ -507,7 +532,8 @@ class safetensors_file {
   std::map<std::string, std::string, std::less<>> metadata_;
 };
 
-/// One tensor to write: its bytes must be exactly product(shape) * dtype_size(dtype), little-endian.
+/// One tensor to write: its bytes must be exactly product(shape) * dtype_size(dtype),
+/// little-endian.
 struct tensor_to_write {
   std::string name;
   ::polymoe::io::dtype dtype = ::polymoe::io::dtype::F32;
@@ -522,15 +548,17 @@ template <class T>
   return {std::move(name), dtype_of<T>, std::move(shape), std::as_bytes(values)};
 }
 
-/// Writes a safetensors file: header entries sorted by name (after __metadata__, when given), data in
-/// the same order, the header padded with spaces to a multiple of 8 bytes. Validates names (non-empty,
-/// unique, not "__metadata__"), shapes (non-negative) and byte counts first; writes to a temporary
-/// file beside `path` and renames it into place. polymoe::error on any failure.
-inline void save_safetensors(const std::filesystem::path& path, std::span<const tensor_to_write> tensors,
+/// Writes a safetensors file: header entries sorted by name (after __metadata__, when given), data
+/// in the same order, the header padded with spaces to a multiple of 8 bytes. Validates names
+/// (non-empty, unique, not "__metadata__"), shapes (non-negative) and byte counts first; writes to
+/// a temporary file beside `path` and renames it into place. polymoe::error on any failure.
+inline void save_safetensors(const std::filesystem::path& path,
+                             std::span<const tensor_to_write> tensors,
                              const std::map<std::string, std::string>& metadata = {}) {
   const std::string file = path.string();
   const auto fail = [&](auto&&... parts) {
-    throw error(::polymoe::detail::concat("cannot write safetensors file '", file, "': ", parts...));
+    throw error(
+        ::polymoe::detail::concat("cannot write safetensors file '", file, "': ", parts...));
   };
   std::vector<const tensor_to_write*> order;
   order.reserve(tensors.size());
@@ -560,15 +588,18 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
     }
     if (bytes != t.data.size())
       fail("tensor '", t.name, "': ", t.data.size(), " bytes given, but shape ",
-           detail::shape_string(t.shape), " of ", dtype_name(t.dtype), " needs ", bytes, " (size mismatch)");
+           detail::shape_string(t.shape), " of ", dtype_name(t.dtype), " needs ", bytes,
+           " (size mismatch)");
     if (!first) header += ",";
     first = false;
-    header += json_quote(t.name) + ":{\"dtype\":\"" + std::string(dtype_name(t.dtype)) + "\",\"shape\":[";
+    header +=
+        json_quote(t.name) + ":{\"dtype\":\"" + std::string(dtype_name(t.dtype)) + "\",\"shape\":[";
     for (std::size_t k = 0; k < t.shape.size(); ++k) {
       if (k) header += ",";
       header += std::to_string(t.shape[k]);
     }
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + bytes) + "]}";
     offset += bytes;
   }
   header += "}";
@@ -588,7 +619,8 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     for (const auto* t : order)
       if (!t->data.empty())
-        out.write(reinterpret_cast<const char*>(t->data.data()), static_cast<std::streamsize>(t->data.size()));
+        out.write(reinterpret_cast<const char*>(t->data.data()),
+                  static_cast<std::streamsize>(t->data.size()));
     out.flush();
     if (!out) {
       std::error_code ec;
@@ -605,7 +637,8 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
 }
 
 /// Overload for a braced list or vector of tensors.
-inline void save_safetensors(const std::filesystem::path& path, const std::vector<tensor_to_write>& tensors,
+inline void save_safetensors(const std::filesystem::path& path,
+                             const std::vector<tensor_to_write>& tensors,
                              const std::map<std::string, std::string>& metadata = {}) {
   save_safetensors(path, std::span<const tensor_to_write>(tensors), metadata);
 }

@@ -3,8 +3,8 @@
 //
 // float_to_bf16 rounds to nearest, ties to even (what torch's `.to(torch.bfloat16)` does for every
 // finite and infinite input). A NaN stays a NaN: the sign and the top payload bits are kept and the
-// quiet bit is set, so a NaN never rounds into an infinity. (torch's vectorised CPU path writes every
-// NaN as 0xFFFF; both are NaN and no caller may depend on a NaN's bits.)
+// quiet bit is set, so a NaN never rounds into an infinity. (torch's vectorised CPU path writes
+// every NaN as 0xFFFF; both are NaN and no caller may depend on a NaN's bits.)
 #include <bit>
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #pragma once
-// FP4 E2M1: 1 sign, 2 exponent (bias 1), 1 mantissa bit; the 8 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
-// Code (nibble) = sign << 3 | magnitude index. No inf, no NaN.
+// FP4 E2M1: 1 sign, 2 exponent (bias 1), 1 mantissa bit; the 8 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4,
+// 6}. Code (nibble) = sign << 3 | magnitude index. No inf, no NaN.
 //
 // Encoding (DESIGN.md "Quantization", as ModelOpt, torchao and PTX `cvt.rn.satfinite.e2m1x2` do):
 // nearest value, ties to the even code, saturating at ±6; a result of zero is always written +0
@@ -45,7 +45,8 @@ inline constexpr float e2m1_max = 6.0f;
 inline void pack_e2m1(const float* in, std::size_t n, std::uint8_t* out) noexcept {
   const std::size_t pairs = n / 2;
   for (std::size_t i = 0; i < pairs; ++i)
-    out[i] = static_cast<std::uint8_t>(float_to_e2m1(in[2 * i]) | (float_to_e2m1(in[2 * i + 1]) << 4));
+    out[i] =
+        static_cast<std::uint8_t>(float_to_e2m1(in[2 * i]) | (float_to_e2m1(in[2 * i + 1]) << 4));
   if (n % 2) out[pairs] = float_to_e2m1(in[n - 1]);
 }
 

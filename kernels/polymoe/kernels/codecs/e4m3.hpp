@@ -4,8 +4,10 @@
 // Format: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities; S.1111.111 (0x7F / 0xFF) is
 // NaN; largest finite 448 (0x7E); subnormals m * 2^-9.
 //
-//   float_to_e4m3      torch's cast: round to nearest even, NOT saturating — a value that rounds past
-//                      448 (|x| > 464), an infinity or a NaN becomes the NaN code with the input's sign.
+//   float_to_e4m3      torch's cast: round to nearest even, NOT saturating — a value that rounds
+//   past
+//                      448 (|x| > 464), an infinity or a NaN becomes the NaN code with the input's
+//                      sign.
 //   float_to_e4m3_sat  what quantizers use: clamps to ±448 first (±inf -> ±448); NaN stays NaN.
 #include <bit>
 #include <cstdint>
@@ -40,8 +42,9 @@ namespace polymoe::codecs {
     if (rem > half || (rem == half && (q & 1u))) ++q;
     return static_cast<std::uint8_t>(sign | q);
   }
-  // normal: rebias 127 -> 7 and round the 20 dropped bits to nearest even; a carry into the exponent
-  // is the right answer, and 448 < |x| <= 464 .. 480 lands on 0x7E or 0x7F (NaN) as torch does.
+  // normal: rebias 127 -> 7 and round the 20 dropped bits to nearest even; a carry into the
+  // exponent is the right answer, and 448 < |x| <= 464 .. 480 lands on 0x7E or 0x7F (NaN) as torch
+  // does.
   a = a - (120u << 23) + 0x7FFFFu + ((a >> 20) & 1u);
   return static_cast<std::uint8_t>(sign | (a >> 20));
 }

@@ -2,14 +2,16 @@
 // fp8 E5M2 <-> fp32, bit-exact with torch.float8_e5m2.
 //
 // Format: 1 sign, 5 exponent (bias 15), 2 mantissa bits, IEEE-like: 0x7C = inf, 0x7D..0x7F = NaN,
-// largest finite 57344 (0x7B), subnormals m * 2^-16. The encoder rounds to nearest even; values that
-// round past 57344 become infinity (torch's cast does not saturate); NaN -> 0x7F with the sign.
+// largest finite 57344 (0x7B), subnormals m * 2^-16. The encoder rounds to nearest even; values
+// that round past 57344 become infinity (torch's cast does not saturate); NaN -> 0x7F with the
+// sign.
 #include <bit>
 #include <cstdint>
 
 namespace polymoe::codecs {
 
-/// E5M2 code -> fp32 (exact). NaN codes keep their payload and are quietened, as torch's decode does.
+/// E5M2 code -> fp32 (exact). NaN codes keep their payload and are quietened, as torch's decode
+/// does.
 [[nodiscard]] constexpr float e5m2_to_float(std::uint8_t code) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80u) << 24;
   const std::uint32_t exp = (code >> 2) & 0x1Fu;

@@ -1,6 +1,6 @@
 #pragma once
-// E8M0 (float8_e8m0fnu): an unsigned power-of-two scale 2^(code-127); 0xFF is NaN; no zero, no sign.
-// Used as the shared block scale of the OCP MX formats (MXFP4: 32 E2M1 elements per scale).
+// E8M0 (float8_e8m0fnu): an unsigned power-of-two scale 2^(code-127); 0xFF is NaN; no zero, no
+// sign. Used as the shared block scale of the OCP MX formats (MXFP4: 32 E2M1 elements per scale).
 #include <bit>
 #include <cstdint>
 
@@ -26,9 +26,9 @@ namespace polymoe::codecs {
 ///
 /// Per the OCP MX spec: exponent = floor(log2(amax)) - element_emax, code = exponent + 127, clamped
 /// to the representable range [0, 254]. An all-zero block gets the smallest scale (code 0). A block
-/// holding an infinity or a NaN gets the NaN scale 0xFF (it has no finite scale). The sign of amax is
-/// ignored. Elements are then x / e8m0_to_float(code), which may exceed the element range (e.g. amax
-/// 7.9 with E2M1 gives scale 1 and 7.9 saturates to 6) — the spec's choice.
+/// holding an infinity or a NaN gets the NaN scale 0xFF (it has no finite scale). The sign of amax
+/// is ignored. Elements are then x / e8m0_to_float(code), which may exceed the element range (e.g.
+/// amax 7.9 with E2M1 gives scale 1 and 7.9 saturates to 6) — the spec's choice.
 [[nodiscard]] constexpr std::uint8_t e8m0_mx_scale_code(float amax, int element_emax = 2) noexcept {
   const std::uint32_t a = std::bit_cast<std::uint32_t>(amax) & 0x7FFFFFFFu;
   if (a >= 0x7F800000u) return 0xFF;

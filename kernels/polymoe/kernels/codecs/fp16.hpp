@@ -1,6 +1,6 @@
 #pragma once
-// IEEE 754 binary16 <-> fp32, bit-exact (round to nearest even; infinities and NaNs kept, NaN payload
-// truncated and quietened).
+// IEEE 754 binary16 <-> fp32, bit-exact (round to nearest even; infinities and NaNs kept, NaN
+// payload truncated and quietened).
 #include <bit>
 #include <cstdint>
 
