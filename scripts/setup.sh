@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what polymoe needs on Debian 12 (bookworm) that is not there yet. Idempotent.
+set -euo pipefail
+packages=(
+  build-essential cmake ccache pkg-config
+  libboost1.81-dev libeigen3-dev libtbb-dev        # the library: Boost.Mp11/Hana, Eigen 3.4, oneTBB
+  libgtest-dev libgmock-dev libbenchmark-dev        # tests and benchmarks
+  valgrind                                          # the zero-cost (instruction count) tests
+  libopenmpi-dev openmpi-bin                        # the MPI dispatchers and their tests
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
