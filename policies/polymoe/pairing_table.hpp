@@ -18,6 +18,9 @@
 namespace polymoe {
 namespace a2a {
 struct local;
+class mpi_allgather;
+class mpi_ragged;
+class mpi_masked;
 }
 namespace quant {
 struct fp32;
@@ -36,7 +39,13 @@ struct pairing_table {
   using F_masked = format::masked;
 
   using dispatchers = list<
-      a2a::local>;  // standard format, no communication
+      a2a::local  // standard format, no communication
+#if defined(POLYMOE_WITH_MPI)  // the optional MPI component (CMake target polymoe::mpi)
+      , a2a::mpi_allgather  // standard: all-gather tokens, reduce-scatter partial sums
+      , a2a::mpi_ragged     // ragged: DeepEP normal mode over MPI_Alltoallv
+      , a2a::mpi_masked     // masked: DeepEP low-latency mode, fixed capacity per local expert
+#endif
+      >;
 
   using quants = list<
       quant::fp32,   // fp32 weights, fp32 activations

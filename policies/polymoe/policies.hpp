@@ -1,6 +1,11 @@
 #pragma once
 // Every policy listed in the pairing table.
 #include <polymoe/a2a/local.hpp>
+#if defined(POLYMOE_WITH_MPI)
+#include <polymoe/a2a/mpi_allgather.hpp>
+#include <polymoe/a2a/mpi_masked.hpp>
+#include <polymoe/a2a/mpi_ragged.hpp>
+#endif
 #include <polymoe/kernel/reference.hpp>
 #include <polymoe/kernel/tbb_grouped.hpp>
 #include <polymoe/quant/bf16.hpp>

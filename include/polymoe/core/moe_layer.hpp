@@ -19,6 +19,7 @@
 // A layer keeps scratch buffers between calls: call forward on one layer from one thread at a time
 // (it parallelises internally).
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -31,9 +32,28 @@ namespace polymoe {
 
 namespace detail {
 
+/// Dispatchers that communicate are collective: every rank must take part in every forward, and
+/// bad input on one rank must become the same error on all (dispatcher::agree). Local dispatchers
+/// have no agree(); an error there is simply thrown.
+template <class A2A>
+inline constexpr bool is_collective = requires(A2A& a, const std::string& e) { a.agree(e); };
+
+/// Runs `check`; any polymoe::error it throws is turned into a collective decision.
+template <class A2A, class Check>
+void agree_on(A2A& a2a, Check&& check) {
+  std::string failure;
+  try {
+    check();
+  } catch (const error& e) {
+    if constexpr (!is_collective<A2A>) throw;
+    failure = e.what();
+  }
+  if constexpr (is_collective<A2A>) a2a.agree(failure);
+}
+
 template <class A2A>
 void configure_dispatcher(A2A& a2a, const MoeConfig& cfg) {
-  if constexpr (requires { a2a.configure(cfg); }) a2a.configure(cfg);
+  if constexpr (requires { a2a.configure(cfg); }) agree_on(a2a, [&] { a2a.configure(cfg); });
 }
 
 /// Runs the kernel on a dispatch output of format F along `Path`, writing into the combine input.
@@ -123,16 +143,21 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
 
   /// Routes with the layer's RouterConfig, then runs the experts.
   Matrix forward(const MatrixCRef& hidden, const MatrixCRef& router_logits) {
-    require(router_logits.rows() == hidden.rows(), "forward: router_logits has ", router_logits.rows(),
-            " rows, hidden has ", hidden.rows());
-    route_into(cfg_.router, cfg_.num_experts, router_logits, routing_);
+    detail::agree_on(a2a_, [&] {
+      check_hidden(hidden);
+      require(router_logits.rows() == hidden.rows(), "forward: router_logits has ", router_logits.rows(),
+              " rows, hidden has ", hidden.rows());
+      route_into(cfg_.router, cfg_.num_experts, router_logits, routing_);
+    });
     return run(hidden, routing_.ids, routing_.weights);
   }
 
   /// Computes the router logits from the layer's router weight (and bias), then as above.
   Matrix forward(const MatrixCRef& hidden) {
-    require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
-    check_hidden(hidden);
+    detail::agree_on(a2a_, [&] {
+      require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
+      check_hidden(hidden);
+    });
     logits_.noalias() = hidden * router_weight_.transpose();
     if (router_bias_.size()) logits_.rowwise() += router_bias_.transpose();
     return forward(hidden, logits_);
@@ -141,7 +166,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   /// Caller-supplied routing ("bypassed" top-k): global expert ids [T,k] and their final weights
   /// [T,k] (the routed scaling factor is NOT applied again here).
   Matrix forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights) {
-    check_routing(hidden, topk_ids, topk_weights);
+    detail::agree_on(a2a_, [&] { check_routing(hidden, topk_ids, topk_weights); });
     return run(hidden, topk_ids, topk_weights);
   }
 
@@ -222,7 +247,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   Matrix run(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights) {
     const index_t T = hidden.rows();
     Matrix out(T, cfg_.hidden);
-    if (T == 0) return out;
+    if (T == 0 && !detail::is_collective<A2A>) return out;  // other ranks may still send us work
     auto d = a2a_.dispatch(hidden, ids, weights, cfg_);
     auto c = a2a_.combine_input(d, out);
     runner_.template operator()<Quant>(kernel_, d, *prepared_, mlp_, c);

@@ -1,0 +1,214 @@
+// Expert parallelism under mpirun: every MPI dispatcher with every kernel it pairs with (fp32 and
+// bf16) gives each rank exactly the rows a single-process `local` layer gives for its tokens —
+// bitwise where the path is exact (per-slot exchange with the reference kernel), within a stated
+// bound otherwise — and bad input on one rank is the same polymoe::error on every rank.
+// Prints "N passed, M failed" on rank 0; exits non-zero on any failure.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+
+#include <boost/mp11/algorithm.hpp>
+#include <polymoe/polymoe.hpp>
+
+using namespace polymoe;
+namespace mp = boost::mp11;
+
+namespace {
+
+int rank_ = 0, size_ = 1, passed = 0, failed = 0;
+
+void check(bool ok, const std::string& what) {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!ok) std::printf("rank %d: FAILED %s\n", rank_, what.c_str());
+  if (rank_ == 0) std::printf("[%s] np=%d %s\n", all ? "  OK  " : "FAILED", size_, what.c_str());
+  (all ? passed : failed)++;
+}
+
+Matrix randn(std::mt19937& rng, index_t r, index_t c, float s) {
+  std::normal_distribution<float> n(0.0f, s);
+  Matrix m(r, c);
+  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
+  return m;
+}
+
+struct Problem {
+  MoeConfig cfg;  // global (ep_size = 1)
+  MoeWeights w;   // all experts
+  Matrix hidden, logits;
+  index_t first = 0, count = 0;  // this rank's contiguous share of the tokens
+};
+
+Problem make_problem(bool shared) {
+  Problem p;
+  p.cfg.hidden = 24;
+  p.cfg.intermediate = 16;
+  p.cfg.num_experts = 8;
+  p.cfg.router.top_k = 3;
+  p.cfg.shared_intermediate = shared ? 12 : 0;
+  std::mt19937 rng(2024);  // same on every rank
+  p.w.experts = ExpertWeights(ExpertShape{8, 24, 16, true, false});
+  p.w.experts.w13 = randn(rng, p.w.experts.w13.rows(), 24, 0.2f);
+  p.w.experts.w2 = randn(rng, p.w.experts.w2.rows(), 16, 0.25f);
+  if (shared) {
+    p.w.shared = ExpertWeights(ExpertShape{1, 24, 12, true, false});
+    p.w.shared->w13 = randn(rng, 24, 24, 0.2f);
+    p.w.shared->w2 = randn(rng, 24, 12, 0.25f);
+  }
+  const index_t T = 37;
+  p.hidden = randn(rng, T, 24, 1.0f);
+  p.logits = randn(rng, T, 8, 1.0f);
+  // Uneven shares; with several ranks the last one has no tokens at all.
+  const index_t active = size_ > 1 ? size_ - 1 : 1;
+  const index_t base = T / active;
+  p.first = std::min<index_t>(rank_, active) * base;
+  p.count = rank_ < active ? (rank_ == active - 1 ? T - p.first : base) : 0;
+  return p;
+}
+
+MoeConfig ep_config(const MoeConfig& g) {
+  MoeConfig c = g;
+  c.ep_size = size_;
+  c.ep_rank = rank_;
+  return c;
+}
+
+MoeWeights local_share(const Problem& p) {
+  const index_t El = p.cfg.num_experts / size_, first = rank_ * El;
+  MoeWeights w = p.w;
+  ExpertShape s = p.w.experts.shape;
+  s.experts = El;
+  w.experts = ExpertWeights(s);
+  w.experts.w13 = p.w.experts.w13.middleRows(first * s.rows13(), El * s.rows13());
+  w.experts.w2 = p.w.experts.w2.middleRows(first * s.hidden, El * s.hidden);
+  return w;
+}
+
+template <class A>
+A make_dispatcher() {
+  if constexpr (std::is_same_v<A, a2a::mpi_masked>)
+    return A(64);
+  else
+    return A();
+}
+
+template <class A, class Q, class K>
+void agreement(bool shared) {
+  const Problem p = make_problem(shared);
+  MoeLayer<a2a::local, Q, K> single(p.cfg, p.w);
+  const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
+  MoeLayer<A, Q, K> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  const Matrix got = layer.forward(p.hidden.middleRows(p.first, p.count), p.logits.middleRows(p.first, p.count));
+  const bool same_shape = got.rows() == want.rows() && got.cols() == want.cols();
+  const bool bitwise = same_shape && (got.array() == want.array()).all();
+  double err = 0.0;
+  if (same_shape && got.size()) err = (got - want).cwiseAbs().maxCoeff() / (1e-30 + want.cwiseAbs().maxCoeff());
+  const std::string name = std::string(A::name) + "/" + std::string(Q::name) + "/" + std::string(K::name) +
+                           (shared ? " +shared" : "");
+  // Exact paths: the per-slot exchange (ragged, masked) with the reference kernel, whose per-row
+  // result does not depend on the batch. Otherwise fp32 reassociation (a cross-rank sum, or a
+  // batched GEMM whose blocking depends on the rows it holds): bounded.
+  constexpr bool exact = !std::is_same_v<A, a2a::mpi_allgather> && std::is_same_v<K, kernel::reference>;
+  if constexpr (exact)
+    check(bitwise, name + ": bitwise equal to the single-process layer");
+  else
+    check(same_shape && err <= 1e-5, name + ": equal to the single-process layer within 1e-5 (got " +
+                                         std::to_string(err) + (bitwise ? ", bitwise" : "") + ")");
+}
+
+template <class A>
+void bad_input_on_one_rank() {
+  const Problem p = make_problem(false);
+  MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  const index_t T = 3;
+  Matrix h = Matrix::Zero(T, 24), w = Matrix::Constant(T, 3, 0.3f);
+  IdMatrix ids(T, 3);
+  for (index_t t = 0; t < T; ++t) ids(t, 0) = 0, ids(t, 1) = 1, ids(t, 2) = 2;
+  const int bad = size_ - 1;
+  if (rank_ == bad) ids(1, 2) = 99;
+  std::string msg;
+  try {
+    (void)layer.forward_routed(h, ids, w);
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  // Every rank raised, and the same message: compare lengths and a checksum across ranks.
+  long sig[2] = {static_cast<long>(msg.size()), 0};
+  for (char c : msg) sig[1] = sig[1] * 31 + c;
+  long lo[2], hi[2];
+  MPI_Allreduce(sig, lo, 2, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(sig, hi, 2, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+  const std::string expect = "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) +
+                             ": topk_ids[1, 2] = 99 is outside [0, num_experts=8)";
+  check(msg == expect && lo[0] == hi[0] && lo[1] == hi[1],
+        std::string(A::name) + ": bad ids on rank " + std::to_string(bad) + " raise the same error everywhere ('" +
+            msg + "')");
+  // The layer is still usable afterwards (no rank is left inside a collective).
+  ids(1, 2) = 2;
+  bool ok = true;
+  try {
+    (void)layer.forward_routed(h, ids, w);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  check(ok, std::string(A::name) + ": the next forward after a collective error works");
+}
+
+void masked_capacity() {
+  const Problem p = make_problem(false);
+  MoeLayer<a2a::mpi_masked, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p),
+                                                                   a2a::mpi_masked(2));
+  Matrix h = Matrix::Zero(3, 24), w = Matrix::Constant(3, 3, 0.3f);
+  IdMatrix ids(3, 3);
+  for (index_t t = 0; t < 3; ++t) ids(t, 0) = 0, ids(t, 1) = 1, ids(t, 2) = 2;  // 3 rows per expert per rank
+  std::string msg;
+  try {
+    (void)layer.forward_routed(h, ids, w);
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  check(msg.find("received 3") != std::string::npos || msg.find("received " + std::to_string(3 * size_)) != std::string::npos,
+        "mpi_masked: capacity overflow is an error on every rank ('" + msg + "')");
+  check(msg.find("raise it with mpi_masked(capacity)") != std::string::npos, "mpi_masked: the error names the option");
+}
+
+void config_mismatch() {
+  const Problem p = make_problem(false);
+  MoeConfig c = ep_config(p.cfg);
+  std::string msg;
+  try {
+    c.ep_rank = (rank_ + 1) % size_;
+    if (size_ == 1) c.ep_size = 2, c.num_experts = 8;
+    MoeLayer<a2a::mpi_ragged, quant::fp32, kernel::reference> layer(c, local_share(p));
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  check(!msg.empty() && msg.find("polymoe:") == 0, "a config that does not match the communicator is an error ('" + msg + "')");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
+    if constexpr (!std::is_same_v<A, a2a::local> &&
+                  (std::is_same_v<Q, quant::fp32> || std::is_same_v<Q, quant::bf16>)) {
+      agreement<A, Q, K>(false);
+      if constexpr (std::is_same_v<Q, quant::fp32>) agreement<A, Q, K>(true);
+    }
+  });
+  bad_input_on_one_rank<a2a::mpi_allgather>();
+  bad_input_on_one_rank<a2a::mpi_ragged>();
+  bad_input_on_one_rank<a2a::mpi_masked>();
+  masked_capacity();
+  config_mismatch();
+  if (rank_ == 0) std::printf("%d passed, %d failed\n", passed, failed);
+  MPI_Finalize();
+  return failed ? 1 : 0;
+}
