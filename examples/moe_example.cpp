@@ -48,7 +48,7 @@ int main(int argc, char** argv) try {
 
   MoeLayer<a2a::local, quant::fp32, kernel::reference> oracle(cfg, w);
   const Matrix want = oracle.forward(hidden);
-  std::printf("%-34s %12s %10s %14s\n", "a2a/quant/kernel", "median ms", "GFLOP/s", "rel err vs ref");
+  std::printf("%-40s %12s %10s %14s\n", "a2a/quant/kernel", "median ms", "GFLOP/s", "rel err vs ref");
   int failures = 0;
   boost::mp11::mp_for_each<valid_triples>([&]<class A, class Q, class K>(boost::mp11::mp_list<A, Q, K>) {
     MoeLayer<A, Q, K> layer(cfg, w);
@@ -62,9 +62,12 @@ int main(int argc, char** argv) try {
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
     const double err = (out - want).cwiseAbs().maxCoeff() / want.cwiseAbs().maxCoeff();
-    const double tol = Q::name == std::string_view("fp32") ? 1e-5 : 2e-2;
+    // Against the fp32 oracle: fp32 agrees to rounding, bf16 to ~1e-2; the 8- and 4-bit schemes
+    // differ by their own quantization error (up to ~0.3, docs/quantization.md), so for them the
+    // check only catches a broken layer (errors of order 1).
+    const double tol = Q::name == std::string_view("fp32") ? 1e-5 : Q::name == std::string_view("bf16") ? 2e-2 : 0.5;
     failures += err > tol;
-    std::printf("%-34s %12.3f %10.2f %14.2e%s\n",
+    std::printf("%-40s %12.3f %10.2f %14.2e%s\n",
                 (std::string(A::name) + "/" + std::string(Q::name) + "/" + std::string(K::name)).c_str(), med,
                 flops / (med * 1e6), err, err > tol ? "  FAIL" : "");
   });

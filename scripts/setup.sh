@@ -7,6 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev        # tests and benchmarks
   valgrind                                          # the zero-cost (instruction count) tests
   libopenmpi-dev openmpi-bin                        # the MPI dispatchers and their tests
+  clang libclang-rt-14-dev                          # the libFuzzer run of the safetensors reader
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -25,10 +25,18 @@ class mpi_masked;
 namespace quant {
 struct fp32;
 struct bf16;
+struct fp8;
+struct fp8_block;
+struct fp8_block_weight_only;
+struct int8_w8a8;
+struct mxfp4;
+struct nvfp4;
+struct nvfp4_w4a4;
 }
 namespace kernel {
 struct reference;
 struct tbb_grouped;
+struct tiled;
 }
 
 struct pairing_table {
@@ -48,12 +56,22 @@ struct pairing_table {
       >;
 
   using quants = list<
-      quant::fp32,   // fp32 weights, fp32 activations
-      quant::bf16>;  // bf16 weights and activations, fp32 accumulation
+      quant::fp32,                    // fp32 weights, fp32 activations
+      quant::bf16,                    // bf16 weights and activations, fp32 accumulation
+      quant::fp8,                     // E4M3 weights (per-expert scale), E4M3 per-token activations
+      quant::fp8_block,               // DeepSeek-V3: E4M3 128x128 weight blocks, activations per token in groups of 128
+      quant::fp8_block_weight_only,   // the same weights, fp32 activations
+      quant::int8_w8a8,               // int8 per-channel weights, int8 per-token activations
+      quant::mxfp4,                   // MXFP4 weights (GPT-OSS layout), fp32 activations
+      quant::nvfp4,                   // NVFP4 weights (ModelOpt), fp32 activations
+      quant::nvfp4_w4a4>;             // NVFP4 weights and per-token NVFP4 activations
 
   using kernels = list<
       pairing::kernel_row<kernel::reference,   pairing::natives<F_standard, F_masked>, pairing::every_scheme>,
-      pairing::kernel_row<kernel::tbb_grouped, pairing::natives<F_standard>,           pairing::schemes<quant::fp32, quant::bf16>>>;
+      pairing::kernel_row<kernel::tbb_grouped, pairing::natives<F_standard>,           pairing::schemes<quant::fp32, quant::bf16,
+          quant::fp8, quant::fp8_block, quant::fp8_block_weight_only, quant::int8_w8a8, quant::mxfp4, quant::nvfp4,
+          quant::nvfp4_w4a4>>,
+      pairing::kernel_row<kernel::tiled,       pairing::natives<F_standard>,           pairing::schemes<quant::fp32, quant::bf16>>>;
 
   using adapters = list<
       pairing::adapter_row<F_ragged, F_standard>,   // a ragged batch is a standard one with counts

@@ -8,8 +8,14 @@
 #endif
 #include <polymoe/kernel/reference.hpp>
 #include <polymoe/kernel/tbb_grouped.hpp>
+#include <polymoe/kernel/tiled.hpp>
 #include <polymoe/quant/bf16.hpp>
 #include <polymoe/quant/fp32.hpp>
+#include <polymoe/quant/fp8.hpp>
+#include <polymoe/quant/fp8_block.hpp>
+#include <polymoe/quant/int8_w8a8.hpp>
+#include <polymoe/quant/mxfp4.hpp>
+#include <polymoe/quant/nvfp4.hpp>
 
 #include <polymoe/core/pairing.hpp>
 

@@ -141,15 +141,29 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
     finish(w);
   }
 
+  /// As forward(hidden, router_logits), writing into `out` [T, H]: after the first call with a
+  /// batch this large, nothing is allocated (with a kernel that allocates nothing itself).
+  void forward_into(const MatrixCRef& hidden, const MatrixCRef& router_logits, MatrixRef out) {
+    detail::agree_on(a2a_, [&] {
+      check_hidden(hidden);
+      require(router_logits.rows() == hidden.rows(), "forward: router_logits has ", router_logits.rows(),
+              " rows, hidden has ", hidden.rows());
+      require(out.rows() == hidden.rows() && out.cols() == cfg_.hidden, "forward_into: out is [", out.rows(), ", ",
+              out.cols(), "], expected [", hidden.rows(), ", ", cfg_.hidden, "]");
+      route_layer(router_logits);
+    });
+    run_into(hidden, route_ids_.topRows(routed_), route_w_.topRows(routed_), out);
+  }
+
   /// Routes with the layer's RouterConfig, then runs the experts.
   Matrix forward(const MatrixCRef& hidden, const MatrixCRef& router_logits) {
     detail::agree_on(a2a_, [&] {
       check_hidden(hidden);
       require(router_logits.rows() == hidden.rows(), "forward: router_logits has ", router_logits.rows(),
               " rows, hidden has ", hidden.rows());
-      route_into(cfg_.router, cfg_.num_experts, router_logits, routing_);
+      route_layer(router_logits);
     });
-    return run(hidden, routing_.ids, routing_.weights);
+    return run(hidden, route_ids_.topRows(routed_), route_w_.topRows(routed_));
   }
 
   /// Computes the router logits from the layer's router weight (and bias), then as above.
@@ -171,7 +185,9 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   }
 
   [[nodiscard]] const MoeConfig& config() const noexcept { return cfg_; }
-  [[nodiscard]] const Routing& last_routing() const noexcept { return routing_; }
+  /// The routing of the last forward(hidden, ...) call: ids [T, k] global, weights [T, k].
+  [[nodiscard]] auto last_topk_ids() const { return route_ids_.topRows(routed_); }
+  [[nodiscard]] auto last_topk_weights() const { return route_w_.topRows(routed_); }
   [[nodiscard]] const Kernel& kernel() const noexcept { return kernel_; }
   [[nodiscard]] const prepared_type& prepared() const noexcept { return *prepared_; }
   [[nodiscard]] const ExpertMlp& mlp() const noexcept { return mlp_; }
@@ -245,31 +261,50 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   }
 
   Matrix run(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights) {
-    const index_t T = hidden.rows();
-    Matrix out(T, cfg_.hidden);
-    if (T == 0 && !detail::is_collective<A2A>) return out;  // other ranks may still send us work
+    Matrix out(hidden.rows(), cfg_.hidden);
+    run_into(hidden, ids, weights, out);
+    return out;
+  }
+
+  /// Grow-only scratch: `buf` keeps its largest size; callers use its top `rows` rows.
+  template <class M>
+  static auto top_rows(M& buf, index_t rows, index_t cols) {
+    if (buf.rows() < rows || buf.cols() != cols) buf.resize(rows, cols);
+    return buf.topRows(rows);
+  }
+
+  void route_layer(const MatrixCRef& logits) {
+    const index_t T = logits.rows(), k = cfg_.top_k();
+    routed_ = 0;
+    route_rows(cfg_.router, cfg_.num_experts, logits, top_rows(route_ids_, T, k), top_rows(route_w_, T, k), scratch_);
+    routed_ = T;
+  }
+
+  void run_into(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights, MatrixRef out) {
+    if (hidden.rows() == 0 && !detail::is_collective<A2A>) return;  // other ranks may still send us work
     auto d = a2a_.dispatch(hidden, ids, weights, cfg_);
     auto c = a2a_.combine_input(d, out);
     runner_.template operator()<Quant>(kernel_, d, *prepared_, mlp_, c);
     a2a_.combine(c, out);
     if (shared_) add_shared(hidden, out);
-    return out;
   }
 
-  void add_shared(const MatrixCRef& hidden, Matrix& out) {
+  void add_shared(const MatrixCRef& hidden, MatrixRef out) {
     const index_t T = hidden.rows();
-    shared_ids_.setZero(T, 1);
+    auto ids = top_rows(shared_ids_, T, 1);
+    auto w = top_rows(shared_w_, T, 1);
+    auto y = top_rows(shared_out_, T, cfg_.hidden);
+    ids.setZero();
     if (cfg_.shared_expert_gate) {
-      shared_w_.noalias() = hidden * shared_gate_.transpose();
-      shared_w_ = shared_w_.unaryExpr([](float z) { return 1.0f / (1.0f + std::exp(-z)); });
+      w.noalias() = hidden * shared_gate_.transpose();
+      w = w.unaryExpr([](float z) { return 1.0f / (1.0f + std::exp(-z)); });
     } else {
-      shared_w_.setOnes(T, 1);
+      w.setOnes();
     }
-    shared_out_.resize(T, cfg_.hidden);
-    DispatchOutput<format::standard> d{hidden, shared_ids_, shared_w_, 1};
-    CombineInput<format::standard> c{shared_out_};
+    DispatchOutput<format::standard> d{hidden, ids, w, 1};
+    CombineInput<format::standard> c{y};
     shared_runner_.template operator()<Quant>(kernel_, d, *shared_, ExpertMlp{mlp_.activation, false}, c);
-    out += shared_out_;
+    out += y;
   }
 
   MoeConfig cfg_;
@@ -282,7 +317,10 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   runner<standard_path<Kernel>, format::standard> shared_runner_;
   Matrix shared_gate_, router_weight_;
   Vector router_bias_;
-  Routing routing_;
+  IdMatrix route_ids_;
+  Matrix route_w_;
+  Routing::Scratch scratch_;
+  index_t routed_ = 0;
   Matrix logits_, shared_w_, shared_out_;
   IdMatrix shared_ids_;
 };

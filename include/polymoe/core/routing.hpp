@@ -13,6 +13,12 @@ namespace polymoe {
 struct Routing {
   IdMatrix ids;    ///< [T, k] global expert ids
   Matrix weights;  ///< [T, k] fp32
+
+  /// Scratch reused by route_into, so routing a batch no larger than the last allocates nothing.
+  struct Scratch {
+    std::vector<index_t> idx;
+    std::vector<float> s, choice, gscore, masked;
+  } scratch;
 };
 
 namespace detail {
@@ -27,21 +33,27 @@ inline void topk_indices(const float* v, index_t n, index_t k, std::vector<index
 }
 }  // namespace detail
 
-/// Routes every token. Throws polymoe::error on non-finite logits (naming the token) or bad shapes.
-inline void route_into(const RouterConfig& rc, index_t num_experts, const MatrixCRef& logits, Routing& out) {
+/// Routes every token into ids [T, k] / weights [T, k] (views, e.g. the top rows of larger buffers).
+/// Throws polymoe::error on non-finite logits (naming the token) or bad shapes.
+inline void route_rows(const RouterConfig& rc, index_t num_experts, const MatrixCRef& logits, Eigen::Ref<IdMatrix> ids,
+                       MatrixRef weights, Routing::Scratch& scratch) {
   const index_t T = logits.rows(), E = logits.cols(), k = rc.top_k;
   require(E == num_experts, "router_logits has ", E, " columns, expected num_experts=", num_experts);
   require(k >= 1 && k <= E, "top_k=", k, " must be in [1, num_experts=", E, "]");
-  out.ids.resize(T, k);
-  out.weights.resize(T, k);
-  std::vector<index_t> idx;
-  std::vector<float> s(static_cast<std::size_t>(E)), choice(static_cast<std::size_t>(E));
+  require(ids.rows() == T && ids.cols() == k && weights.rows() == T && weights.cols() == k,
+          "route: output views must be [", T, ", ", k, "]");
+  auto& idx = scratch.idx;
+  auto& s = scratch.s;
+  auto& choice = scratch.choice;
+  idx.reserve(static_cast<std::size_t>(E));
+  s.resize(static_cast<std::size_t>(E));
+  choice.resize(static_cast<std::size_t>(E));
   for (index_t t = 0; t < T; ++t) {
     const float* z = logits.row(t).data();
     for (index_t e = 0; e < E; ++e)
       require(std::isfinite(z[e]), "router_logits[", t, ", ", e, "] is not finite (", z[e], ")");
-    float* w = out.weights.row(t).data();
-    std::int32_t* id = out.ids.row(t).data();
+    float* w = weights.row(t).data();
+    std::int32_t* id = ids.row(t).data();
     switch (rc.method) {
       case RoutingMethod::softmax_topk: {
         const float m = *std::max_element(z, z + E);
@@ -75,13 +87,15 @@ inline void route_into(const RouterConfig& rc, index_t num_experts, const Matrix
           choice[e] = s[e] + (rc.correction_bias.size() ? rc.correction_bias[e] : 0.0f);
         }
         // group score: sum of the group's two largest choice scores
-        std::vector<float> gscore(static_cast<std::size_t>(G));
+        auto& gscore = scratch.gscore;
+        gscore.resize(static_cast<std::size_t>(G));
         for (index_t g = 0; g < G; ++g) {
           detail::topk_indices(choice.data() + g * per, per, 2, idx);
           gscore[g] = choice[g * per + idx[0]] + choice[g * per + idx[1]];
         }
         detail::topk_indices(gscore.data(), G, rc.topk_group, idx);
-        std::vector<float> masked(static_cast<std::size_t>(E), 0.0f);  // HF masks with 0.0, not -inf
+        auto& masked = scratch.masked;
+        masked.assign(static_cast<std::size_t>(E), 0.0f);  // HF masks with 0.0, not -inf
         for (index_t gi : idx)
           for (index_t e = gi * per; e < (gi + 1) * per; ++e) masked[e] = choice[e];
         detail::topk_indices(masked.data(), E, k, idx);
@@ -97,6 +111,13 @@ inline void route_into(const RouterConfig& rc, index_t num_experts, const Matrix
     if (rc.routed_scaling_factor != 1.0f)
       for (index_t j = 0; j < k; ++j) w[j] *= rc.routed_scaling_factor;
   }
+}
+
+/// Routes every token into `out` (resized to [T, k]), reusing its scratch.
+inline void route_into(const RouterConfig& rc, index_t num_experts, const MatrixCRef& logits, Routing& out) {
+  out.ids.resize(logits.rows(), rc.top_k);
+  out.weights.resize(logits.rows(), rc.top_k);
+  route_rows(rc, num_experts, logits, out.ids, out.weights, out.scratch);
 }
 
 [[nodiscard]] inline Routing route(const RouterConfig& rc, index_t num_experts, const MatrixCRef& logits) {

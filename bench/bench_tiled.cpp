@@ -1,0 +1,339 @@
+// bench_tiled: kernel::tiled on the Qwen3-30B-A3B MoE layer (H=2048, I=768, E=128, k=8) against
+// this machine's own limits, all measured in the same run:
+//   (a) DRAM read bandwidth: a multi-threaded streaming read over max(1 GiB, 4 x LLC);
+//   (b) fp32 FMA peak: register-resident FMAs on every thread;
+//   (c) decode T=1: bytes of the experts used / time, cycling the routing over all experts so the
+//       weights touched exceed 2 x LLC and come from DRAM; ratio to (a);
+//   (d) prefill T tokens: 2·T·k·3·H·I flops / time; ratio to (b).
+//
+//   bench_tiled [--threads N] [--quant bf16|fp32|both] [--tokens 1,16,64,512,2048] [--seconds S]
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include <polymoe/polymoe.hpp>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+using namespace polymoe;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr index_t H = 2048, I = 768, E = 128, K = 8;
+
+#if defined(__AVX512F__)
+// Horizontal sum (GCC 12 warns inside _mm512_reduce_add_ps).
+float hsum(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  float s = 0;
+  for (float x : t) s += x;
+  return s;
+}
+#endif
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::size_t llc_bytes() {
+  long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (v > 0) return static_cast<std::size_t>(v);
+  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  std::string s;
+  if (f >> s) {
+    std::size_t n = std::stoul(s);
+    if (s.back() == 'K') n <<= 10;
+    if (s.back() == 'M') n <<= 20;
+    return n;
+  }
+  return std::size_t{32} << 20;
+}
+
+// Runs body(t) on `threads` OS threads that start together; returns the seconds from the start
+// signal until the last one finishes.
+template <class Body>
+double run_together(int threads, Body body) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      body(t);
+    });
+  while (ready.load() < threads) {
+  }
+  const auto t0 = clock_type::now();
+  go.store(true, std::memory_order_release);
+  for (auto& th : pool) th.join();
+  return seconds_since(t0);
+}
+
+// (a) streaming read of a buffer much larger than the LLC: each thread sums its own contiguous
+// part (first touched by that thread), with 8 independent sums and a software prefetch ahead;
+// the best of several passes.
+double dram_read_gbs(std::size_t bytes, int threads) {
+  const std::size_t per = bytes / sizeof(float) / static_cast<std::size_t>(threads) / 1024 * 1024;
+  std::unique_ptr<float[]> buf(new float[per * static_cast<std::size_t>(threads)]);
+  run_together(threads, [&](int t) { std::fill_n(buf.get() + per * static_cast<std::size_t>(t), per, 1.0f); });
+  std::vector<double> sink(static_cast<std::size_t>(threads));
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t = run_together(threads, [&](int id) {
+      const float* p = buf.get() + per * static_cast<std::size_t>(id);
+#if defined(__AVX512F__)
+      __m512 a[8];
+      for (auto& v : a) v = _mm512_setzero_ps();
+      for (std::size_t i = 0; i < per; i += 128) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024 + 64), _MM_HINT_T0);
+        for (int j = 0; j < 8; ++j) a[j] = _mm512_add_ps(a[j], _mm512_loadu_ps(p + i + 16 * j));
+      }
+      for (int j = 1; j < 8; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+      sink[static_cast<std::size_t>(id)] = hsum(a[0]);
+#else
+      float s = 0;
+      for (std::size_t i = 0; i < per; ++i) s += p[i];
+      sink[static_cast<std::size_t>(id)] = s;
+#endif
+    });
+    best = std::max(best, static_cast<double>(per * sizeof(float)) * threads / t / 1e9);
+  }
+  if (sink[0] == 42) std::printf(" ");
+  return best;
+}
+
+// (b) fp32 FMA peak: 16 independent register-resident FMA chains per thread; the best of 5 passes.
+double fma_peak_gflops(int threads) {
+  const long iters = 4'000'000;
+  std::vector<double> sink(static_cast<std::size_t>(threads));
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t = run_together(threads, [&](int id) {
+#if defined(__AVX512F__)
+      __m512 a[16];
+      for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j + id));
+      const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+      for (long i = 0; i < iters; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+      __m512 s = a[0];
+      for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, a[j]);
+      sink[static_cast<std::size_t>(id)] = hsum(s);
+#else
+      float a[16 * 8];
+      for (int j = 0; j < 16 * 8; ++j) a[j] = static_cast<float>(j + id);
+      for (long i = 0; i < iters; ++i)
+        for (int j = 0; j < 16 * 8; ++j) a[j] = a[j] * 0.9999999f + 1e-7f;
+      sink[static_cast<std::size_t>(id)] = a[0];
+#endif
+    });
+#if defined(__AVX512F__)
+    const double flops = 2.0 * 16 * 16 * static_cast<double>(iters) * threads;
+#else
+    const double flops = 2.0 * 16 * 8 * static_cast<double>(iters) * threads;
+#endif
+    best = std::max(best, flops / t / 1e9);
+  }
+  if (sink[0] == 42) std::printf(" ");
+  return best;
+}
+
+// Fast random weights (xorshift), in parallel: normal-ish scale 1/sqrt(fan-in) is enough here.
+template <class Out>
+void fill_random(Out* dst, std::size_t n, float scale, std::uint64_t seed, auto convert) {
+  const std::size_t chunk = std::size_t{1} << 20;
+  tbb::parallel_for(std::size_t{0}, (n + chunk - 1) / chunk, [&](std::size_t c) {
+    std::uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * (c + 1));
+    const std::size_t end = std::min(n, (c + 1) * chunk);
+    for (std::size_t i = c * chunk; i < end; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const float u = static_cast<float>(x >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+      dst[i] = convert(u * scale);
+    }
+  });
+}
+
+template <class Q>
+typename Q::weights make_weights(std::uint64_t seed);
+
+template <>
+quant::bf16::weights make_weights<quant::bf16>(std::uint64_t seed) {
+  quant::bf16::weights w{quant::ExpertStore{ExpertShape{E, H, I, true, false}, {}, {}}, {}, {}};
+  w.w13.resize(static_cast<std::size_t>(E * 2 * I * H));
+  w.w2.resize(static_cast<std::size_t>(E * H * I));
+  const auto to_bf16 = [](float v) { return codecs::float_to_bf16(v); };
+  fill_random(w.w13.data(), w.w13.size(), 1.7f / std::sqrt(float(H)), seed, to_bf16);
+  fill_random(w.w2.data(), w.w2.size(), 1.7f / std::sqrt(float(I)), seed + 1, to_bf16);
+  return w;
+}
+template <>
+quant::fp32::weights make_weights<quant::fp32>(std::uint64_t seed) {
+  quant::fp32::weights w{quant::ExpertStore{ExpertShape{E, H, I, true, false}, {}, {}}, Matrix(E * 2 * I, H),
+                         Matrix(E * H, I)};
+  const auto id = [](float v) { return v; };
+  fill_random(w.w13.data(), static_cast<std::size_t>(w.w13.size()), 1.7f / std::sqrt(float(H)), seed, id);
+  fill_random(w.w2.data(), static_cast<std::size_t>(w.w2.size()), 1.7f / std::sqrt(float(I)), seed + 1, id);
+  return w;
+}
+
+MoeConfig qwen3_config() {
+  MoeConfig cfg;
+  cfg.hidden = H;
+  cfg.intermediate = I;
+  cfg.num_experts = E;
+  cfg.router.top_k = K;
+  cfg.activation = Activation::silu_gated;
+  return cfg;
+}
+
+struct Options {
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<std::string> quants = {"bf16", "fp32"};
+  std::vector<index_t> tokens = {1, 16, 64, 512, 2048};
+  double seconds = 1.5;  // time per measurement (at least 3 runs)
+};
+
+template <class Q>
+void bench_scheme(const Options& o, double dram_gbs, double peak_gflops, std::size_t llc) {
+  using Layer = MoeLayer<a2a::local, Q, kernel::tiled>;
+  const auto t_prep = clock_type::now();
+  BasicMoeWeights<typename Q::weights> w;
+  w.experts = make_weights<Q>(42);
+  Layer layer(qwen3_config(), std::move(w));
+  const auto& packed = layer.prepared().packed;
+  std::printf("\n[%s] layer prepared in %.1f s: %.2f GB of packed expert weights\n", std::string(Q::name).c_str(),
+              seconds_since(t_prep), static_cast<double>(packed.expert_bytes()) * E / 1e9);
+  std::printf("%8s %12s %12s %14s %10s\n", "tokens", "ms/forward", "GFLOP/s", "weight GB/s", "ratio");
+
+  std::uint64_t rng = 12345;
+  const auto next = [&] { return rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17; };
+  for (const index_t T : o.tokens) {
+    Matrix hidden(T, H);
+    for (index_t i = 0; i < hidden.size(); ++i)
+      hidden.data()[i] = static_cast<float>(static_cast<double>(next() >> 11) / 9007199254740992.0 * 2 - 1);
+    // Routings to cycle through. Decode-sized batches walk all experts in turn, so consecutive
+    // forwards touch disjoint experts and the layer (> 2 x LLC) streams from DRAM.
+    const bool decode = T * K < E;
+    const index_t variants = decode ? E : 4;
+    std::vector<IdMatrix> ids(static_cast<std::size_t>(variants), IdMatrix(T, K));
+    Matrix weights = Matrix::Constant(T, K, 1.0f / K);
+    index_t cursor = 0;
+    for (auto& id : ids)
+      for (index_t t = 0; t < T; ++t) {
+        std::vector<int> perm(E);
+        for (int e = 0; e < E; ++e) perm[static_cast<std::size_t>(e)] = e;
+        for (index_t j = 0; j < K; ++j) {
+          if (decode) {
+            id(t, j) = static_cast<std::int32_t>(cursor++ % E);
+          } else {
+            const auto pick = static_cast<std::size_t>(j) + next() % static_cast<std::size_t>(E - j);
+            std::swap(perm[static_cast<std::size_t>(j)], perm[pick]);
+            id(t, j) = perm[static_cast<std::size_t>(j)];
+          }
+        }
+      }
+    std::size_t v = 0;
+    for (index_t i = 0; i < std::min<index_t>(variants, 16); ++i, v = (v + 1) % ids.size())  // warm-up
+      layer.forward_routed(hidden, ids[v], weights);
+    int runs = 0;
+    const auto t0 = clock_type::now();
+    while (runs < 3 || seconds_since(t0) < o.seconds) {
+      layer.forward_routed(hidden, ids[v], weights);
+      v = (v + 1) % ids.size();
+      ++runs;
+    }
+    const double t = seconds_since(t0) / runs;
+    const double flops = 2.0 * static_cast<double>(T) * K * 3 * H * I;
+    // Bytes of the experts used: distinct experts of this forward times one expert's weights.
+    std::vector<char> used(E, 0);
+    for (index_t tt = 0; tt < T; ++tt)
+      for (index_t j = 0; j < K; ++j) used[static_cast<std::size_t>(ids[0](tt, j))] = 1;
+    const double bytes = static_cast<double>(std::count(used.begin(), used.end(), 1)) *
+                         static_cast<double>(packed.expert_bytes());
+    const double gbs = bytes / t / 1e9;
+    if (T == 1)
+      std::printf("%8ld %12.3f %12.1f %14.1f %9.0f%%  of DRAM read (routing cycles over %.0f MB of weights, LLC %.0f MB)\n",
+                  static_cast<long>(T), t * 1e3, flops / t / 1e9, gbs, 100 * gbs / dram_gbs,
+                  static_cast<double>(E) * static_cast<double>(packed.expert_bytes()) / 1e6,
+                  static_cast<double>(llc) / 1e6);
+    else
+      std::printf("%8ld %12.3f %12.1f %14.1f %9.0f%%  of FMA peak\n", static_cast<long>(T), t * 1e3, flops / t / 1e9,
+                  gbs, 100 * flops / t / 1e9 / peak_gflops);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--threads") {
+      o.threads = std::stoi(value());
+    } else if (a == "--quant") {
+      const std::string q = value();
+      o.quants = q == "both" ? std::vector<std::string>{"bf16", "fp32"} : std::vector<std::string>{q};
+    } else if (a == "--tokens") {
+      o.tokens.clear();
+      std::string s = value();
+      for (std::size_t p = 0; p < s.size();) {
+        const std::size_t q = s.find(',', p);
+        o.tokens.push_back(std::stol(s.substr(p, q - p)));
+        p = q == std::string::npos ? s.size() : q + 1;
+      }
+    } else if (a == "--seconds") {
+      o.seconds = std::stod(value());
+    } else {
+      std::fprintf(stderr, "usage: bench_tiled [--threads N] [--quant bf16|fp32|both] [--tokens 1,16,...] [--seconds S]\n");
+      return 2;
+    }
+  }
+  tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(o.threads));
+  const std::size_t llc = llc_bytes();
+  std::printf("bench_tiled: Qwen3-30B-A3B MoE layer H=%ld I=%ld E=%ld k=%ld, silu-gated; %d threads; LLC %.0f MB\n",
+              static_cast<long>(H), static_cast<long>(I), static_cast<long>(E), static_cast<long>(K), o.threads,
+              static_cast<double>(llc) / 1e6);
+  const double dram = dram_read_gbs(std::max<std::size_t>(std::size_t{1} << 30, 4 * llc), o.threads);
+  const double peak = fma_peak_gflops(o.threads);
+  std::printf("(a) DRAM read bandwidth: %.1f GB/s\n(b) fp32 FMA peak: %.1f GFLOP/s\n", dram, peak);
+  for (const auto& q : o.quants) {
+    if (q == "bf16")
+      bench_scheme<quant::bf16>(o, dram, peak, llc);
+    else if (q == "fp32")
+      bench_scheme<quant::fp32>(o, dram, peak, llc);
+    else
+      std::fprintf(stderr, "unknown --quant %s\n", q.c_str());
+  }
+  return 0;
+}

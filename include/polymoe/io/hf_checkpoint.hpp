@@ -1,0 +1,653 @@
+#pragma once
+// polymoe::io — one MoE layer of a Hugging Face checkpoint (config.json + safetensors).
+//
+// Families, from config.json `model_type`:
+//   mixtral      model.layers.N.block_sparse_moe.{gate.weight, experts.E.{w1,w3,w2}.weight}
+//   qwen2_moe    model.layers.N.mlp.{gate.weight, experts.E.{gate,up,down}_proj.weight,
+//                shared_expert.{gate,up,down}_proj.weight, shared_expert_gate.weight}
+//   qwen3_moe    as qwen2_moe without the shared expert; `num_experts` (Hub) or `num_local_experts`
+//                (transformers 5)
+//   deepseek_v3  mlp.{gate.weight, gate.e_score_correction_bias, experts.E.*, shared_experts.*}
+//   gpt_oss      mlp.{router.weight, router.bias, experts.{gate_up_proj [E,H,2I] (gate/up interleaved
+//                in the columns), gate_up_proj_bias, down_proj [E,I,H], down_proj_bias}}
+//
+// How a layer's experts are stored is read from the tensors themselves (so a checkpoint whose
+// layers differ, as gpt_oss_mxfp4 keeps layer 1 in fp32, loads correctly):
+//   float        F32 / BF16 / F16 weights
+//   fp8_block    DeepSeek-V3: F8_E4M3 `weight` + F32 `weight_scale_inv` [ceil(N/128), ceil(K/128)]
+//   mxfp4        GPT-OSS `*_blocks` [E,N,K/32,16] + `*_scales` [E,N,K/32]; per-expert families:
+//                U8 `weight` [N, K/2] + U8 (E8M0) `weight_scale` [N, K/32]
+//   nvfp4        ModelOpt: U8 `weight` [N, K/2] + F8_E4M3 `weight_scale` [N, K/16] + F32
+//                `weight_scale_2` [] (gate and up must share it)
+//   int8         I8 `weight` [N, K] + F32 `weight_scale` [N, 1] (per output channel)
+// Pre-quantized layers load into the scheme's stored form (BasicMoeWeights<Q::weights>) through
+// its checkpoint factory, never requantized. Only the chosen layer's tensors are read, and under
+// expert parallelism only the local experts' (tensor slices of the memory mapping).
+//
+//   auto ckpt = polymoe::io::hf_checkpoint::open("Qwen3-30B-A3B");
+//   polymoe::io::hf_layer layer = ckpt.load_layer(12);               // cfg + weights variant
+//   auto& w = std::get<polymoe::MoeWeights>(layer.weights);           // a float checkpoint
+#include <cstring>
+#include <deque>
+#include <initializer_list>
+#include <tuple>
+#include <type_traits>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <polymoe/core/expert_weights.hpp>
+#include <polymoe/io/checkpoint_files.hpp>
+#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/kernels/codecs/fp16.hpp>
+#include <polymoe/quant/fp8_block.hpp>
+#include <polymoe/quant/int8_w8a8.hpp>
+#include <polymoe/quant/mxfp4.hpp>
+#include <polymoe/quant/nvfp4.hpp>
+
+namespace polymoe::io {
+
+enum class hf_family { mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss };
+
+[[nodiscard]] constexpr std::string_view to_string(hf_family f) noexcept {
+  switch (f) {
+    case hf_family::mixtral: return "mixtral";
+    case hf_family::qwen2_moe: return "qwen2_moe";
+    case hf_family::qwen3_moe: return "qwen3_moe";
+    case hf_family::deepseek_v3: return "deepseek_v3";
+    case hf_family::gpt_oss: return "gpt_oss";
+  }
+  return "?";
+}
+
+/// The family of a config.json `model_type`; polymoe::error listing the known ones.
+[[nodiscard]] inline hf_family parse_family(std::string_view model_type) {
+  for (const auto f : {hf_family::mixtral, hf_family::qwen2_moe, hf_family::qwen3_moe, hf_family::deepseek_v3,
+                       hf_family::gpt_oss})
+    if (to_string(f) == model_type) return f;
+  throw error(polymoe::detail::concat("config.json: model_type \"", model_type,
+                                      "\" is not supported (known: mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss)"));
+}
+
+/// How a layer's expert weights are stored in the checkpoint.
+enum class stored_scheme { float_weights, fp8_block, mxfp4, nvfp4, int8 };
+
+[[nodiscard]] constexpr std::string_view to_string(stored_scheme s) noexcept {
+  switch (s) {
+    case stored_scheme::float_weights: return "float";
+    case stored_scheme::fp8_block: return "fp8_block";
+    case stored_scheme::mxfp4: return "mxfp4";
+    case stored_scheme::nvfp4: return "nvfp4";
+    case stored_scheme::int8: return "int8";
+  }
+  return "?";
+}
+
+/// Tensor names of a family (what the Hub's checkpoints use).
+struct hf_names {
+  hf_family family;
+
+  [[nodiscard]] std::string layer(index_t n) const { return "model.layers." + std::to_string(n) + "."; }
+  [[nodiscard]] std::string moe(index_t n) const {
+    return layer(n) + (family == hf_family::mixtral ? "block_sparse_moe." : "mlp.");
+  }
+  [[nodiscard]] std::string router(index_t n) const {
+    return moe(n) + (family == hf_family::gpt_oss ? "router.weight" : "gate.weight");
+  }
+  [[nodiscard]] std::string router_bias(index_t n) const { return moe(n) + "router.bias"; }
+  [[nodiscard]] std::string correction_bias(index_t n) const { return moe(n) + "gate.e_score_correction_bias"; }
+  [[nodiscard]] std::string expert(index_t n, index_t e) const { return moe(n) + "experts." + std::to_string(e) + "."; }
+  /// Prefix of the shared expert (deepseek_v3: shared_experts., qwen2_moe: shared_expert.).
+  [[nodiscard]] std::string shared(index_t n) const {
+    return moe(n) + (family == hf_family::deepseek_v3 ? "shared_experts." : "shared_expert.");
+  }
+  [[nodiscard]] std::string shared_gate(index_t n) const { return moe(n) + "shared_expert_gate.weight"; }
+  [[nodiscard]] std::string gate() const { return family == hf_family::mixtral ? "w1" : "gate_proj"; }
+  [[nodiscard]] std::string up() const { return family == hf_family::mixtral ? "w3" : "up_proj"; }
+  [[nodiscard]] std::string down() const { return family == hf_family::mixtral ? "w2" : "down_proj"; }
+  /// gpt_oss stacked tensors: experts.gate_up_proj, experts.down_proj (+ _bias, _blocks, _scales).
+  [[nodiscard]] std::string stacked(index_t n, std::string_view what) const {
+    return moe(n) + "experts." + std::string(what);
+  }
+};
+
+/// One layer loaded: its MoeConfig (ep_rank / ep_size set) and its weights, in fp32 or in the
+/// stored form of the checkpoint's scheme (only the local experts).
+struct hf_layer {
+  using weights_variant =
+      std::variant<MoeWeights, BasicMoeWeights<quant::fp8_block::weights>, BasicMoeWeights<quant::mxfp4::weights>,
+                   BasicMoeWeights<quant::nvfp4::weights>, BasicMoeWeights<quant::int8_w8a8::weights>>;
+  MoeConfig cfg;
+  stored_scheme scheme = stored_scheme::float_weights;
+  weights_variant weights;
+};
+
+namespace detail {
+
+/// Elements [first, first + count) of a float tensor (F32, BF16, F16) as fp32.
+inline std::vector<float> float_slice(const tensor_info& t, std::span<const std::byte> raw, std::int64_t first,
+                                      std::int64_t count) {
+  std::vector<float> out(static_cast<std::size_t>(count));
+  const auto* p = reinterpret_cast<const unsigned char*>(raw.data());
+  switch (t.dtype) {
+    case dtype::F32:
+      if (count) std::memcpy(out.data(), p + first * 4, static_cast<std::size_t>(count) * 4);
+      break;
+    case dtype::BF16:
+    case dtype::F16:
+      for (std::int64_t i = 0; i < count; ++i) {
+        const std::size_t b = static_cast<std::size_t>(2 * (first + i));
+        const auto h = static_cast<std::uint16_t>(p[b] | (p[b + 1] << 8));
+        out[static_cast<std::size_t>(i)] = t.dtype == dtype::BF16 ? codecs::bf16_to_float(h) : codecs::fp16_to_float(h);
+      }
+      break;
+    default:
+      throw error(polymoe::detail::concat("tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
+                                          ", expected a float dtype (F32, BF16, F16)"));
+  }
+  return out;
+}
+
+inline bool is_float(dtype d) { return d == dtype::F32 || d == dtype::BF16 || d == dtype::F16; }
+
+}  // namespace detail
+
+/// fp32 weights with exactly the values a stored form stands for (Q::dequantize per expert).
+template <class Q>
+[[nodiscard]] ExpertWeights dequantize_store(const typename Q::weights& w) {
+  const ExpertShape s = w.shape();
+  ExpertWeights out(s);
+  for (index_t e = 0; e < s.experts; ++e) Q::dequantize(w, e, out.w13_of(e), out.w2_of(e));
+  if (s.bias) out.b13 = w.b13, out.b2 = w.b2;
+  return out;
+}
+
+/// The scheme whose `weights` is W (for the stored forms a checkpoint can hold).
+template <class W>
+struct scheme_of_store;
+template <>
+struct scheme_of_store<quant::fp8_block::weights> { using type = quant::fp8_block; };
+template <>
+struct scheme_of_store<quant::mxfp4::weights> { using type = quant::mxfp4; };
+template <>
+struct scheme_of_store<quant::nvfp4::weights> { using type = quant::nvfp4; };
+template <>
+struct scheme_of_store<quant::int8_w8a8::weights> { using type = quant::int8_w8a8; };
+
+/// A whole layer's stored weights as fp32 MoeWeights (router, gate and biases carried over).
+template <class W>
+[[nodiscard]] MoeWeights dequantized(const BasicMoeWeights<W>& m) {
+  using Q = typename scheme_of_store<W>::type;
+  MoeWeights f;
+  f.experts = dequantize_store<Q>(m.experts);
+  if (m.shared) f.shared = dequantize_store<Q>(*m.shared);
+  f.shared_gate = m.shared_gate;
+  f.router_weight = m.router_weight;
+  f.router_bias = m.router_bias;
+  return f;
+}
+
+/// A Hugging Face MoE checkpoint directory.
+class hf_checkpoint {
+ public:
+  [[nodiscard]] static hf_checkpoint open(const std::filesystem::path& dir) {
+    const auto cfg_path = dir / "config.json";
+    std::error_code ec;
+    require(std::filesystem::exists(cfg_path, ec), "checkpoint '", dir.string(), "' has no config.json");
+    json config = read_json_file(cfg_path);
+    require(config.is_object(), cfg_path.string(), ": expected a JSON object");
+    const json* mt = config.find("model_type");
+    require(mt != nullptr && mt->is_string(), cfg_path.string(), ": missing the string field 'model_type'");
+    const hf_family fam = parse_family(mt->as_string());
+    return hf_checkpoint(std::move(config), fam, checkpoint_files::open(dir));
+  }
+
+  [[nodiscard]] hf_family family() const noexcept { return names_.family; }
+  [[nodiscard]] const hf_names& names() const noexcept { return names_; }
+  [[nodiscard]] const json& config() const noexcept { return config_; }
+  [[nodiscard]] const checkpoint_files& files() const noexcept { return files_; }
+  [[nodiscard]] index_t num_layers() const { return get_int("num_hidden_layers"); }
+
+  /// True when layer n has an MoE block (its router tensor is present).
+  [[nodiscard]] bool is_moe_layer(index_t n) const { return files_.contains(names_.router(n)); }
+
+  /// How layer n's routed experts are stored (read from the tensor names and dtypes).
+  [[nodiscard]] stored_scheme scheme_of(index_t n) const {
+    check_layer(n);
+    if (family() == hf_family::gpt_oss) {
+      if (files_.contains(names_.stacked(n, "gate_up_proj_blocks"))) return stored_scheme::mxfp4;
+      require(files_.contains(names_.stacked(n, "gate_up_proj")), "checkpoint: layer ", n, " has neither '",
+              names_.stacked(n, "gate_up_proj"), "' nor '", names_.stacked(n, "gate_up_proj_blocks"), "'");
+      return stored_scheme::float_weights;
+    }
+    return scheme_at(names_.expert(n, 0));
+  }
+
+  /// Layer n's MoeConfig (global: ep_size 1), from config.json and the router's tensors.
+  [[nodiscard]] MoeConfig moe_config(index_t n) const {
+    check_layer(n);
+    MoeConfig c;
+    c.hidden = get_int("hidden_size");
+    c.router.top_k = get_int("num_experts_per_tok");
+    switch (family()) {
+      case hf_family::mixtral:
+        c.num_experts = get_int("num_local_experts");
+        c.intermediate = get_int("intermediate_size");
+        c.router.renormalize = true;
+        c.activation = activation();
+        break;
+      case hf_family::qwen2_moe:
+      case hf_family::qwen3_moe:
+        c.num_experts = config_.contains("num_experts") ? get_int("num_experts") : get_int("num_local_experts");
+        c.intermediate = get_int("moe_intermediate_size");
+        c.router.renormalize = get_bool("norm_topk_prob", false);
+        c.activation = activation();
+        if (family() == hf_family::qwen2_moe && get_int_or("shared_expert_intermediate_size", 0) > 0) {
+          c.shared_intermediate = get_int("shared_expert_intermediate_size");
+          c.shared_expert_gate = true;
+        }
+        break;
+      case hf_family::deepseek_v3: {
+        c.num_experts = get_int("n_routed_experts");
+        c.intermediate = get_int("moe_intermediate_size");
+        c.activation = activation();
+        if (const json* sf = config_.find("scoring_func"))
+          require(sf->is_string() && sf->as_string() == "sigmoid", "config.json: scoring_func must be \"sigmoid\" for ",
+                  "deepseek_v3 (grouped sigmoid routing)");
+        c.router.method = RoutingMethod::sigmoid_grouped_topk;
+        c.router.renormalize = get_bool("norm_topk_prob", true);
+        c.router.n_group = get_int_or("n_group", 1);
+        c.router.topk_group = get_int_or("topk_group", 1);
+        c.router.routed_scaling_factor = static_cast<float>(get_double_or("routed_scaling_factor", 1.0));
+        c.shared_intermediate = get_int_or("n_shared_experts", 0) * c.intermediate;
+        if (files_.contains(names_.correction_bias(n))) {
+          const auto& t = expect_shape(names_.correction_bias(n), {c.num_experts});
+          const auto v = detail::float_slice(t, files_.bytes(t.name), 0, c.num_experts);
+          c.router.correction_bias = Eigen::Map<const Vector>(v.data(), c.num_experts);
+        }
+        break;
+      }
+      case hf_family::gpt_oss:
+        c.num_experts = config_.contains("num_local_experts") ? get_int("num_local_experts") : get_int("num_experts");
+        c.intermediate = get_int("intermediate_size");
+        c.router.method = RoutingMethod::topk_softmax;
+        c.activation = Activation::swiglu_oai;
+        c.expert_bias = true;
+        c.swiglu_limit = static_cast<float>(get_double_or("swiglu_limit", 7.0));
+        break;
+    }
+    c.validate();
+    return c;
+  }
+
+  /// Routed experts [first, first + count) of layer n in fp32 (dequantized when stored quantized).
+  [[nodiscard]] ExpertWeights load_fp32_experts(index_t n, index_t first, index_t count) const {
+    const MoeConfig c = moe_config(n);
+    const ExpertShape s{count, c.hidden, c.intermediate, is_gated(c.activation), c.expert_bias};
+    return to_fp32(load_routed(n, c, first, count, scheme_of(n)), s);
+  }
+  /// Layer n's shared expert in fp32, or nullopt when it has none.
+  [[nodiscard]] std::optional<ExpertWeights> load_fp32_shared(index_t n) const {
+    const MoeConfig c = moe_config(n);
+    if (c.shared_intermediate == 0) return std::nullopt;
+    const ExpertShape s{1, c.hidden, c.shared_intermediate, is_gated(c.activation), false};
+    const stored_scheme sc = scheme_at(names_.shared(n));
+    return to_fp32(load_per_expert(s, sc, [&](index_t) { return names_.shared(n); }), s);
+  }
+
+  /// Layer n for rank ep_rank of ep_size: config, router, the local routed experts and the shared
+  /// expert, in fp32 for float checkpoints and in the stored scheme's form for quantized ones.
+  [[nodiscard]] hf_layer load_layer(index_t n, int ep_rank = 0, int ep_size = 1) const {
+    hf_layer L;
+    L.cfg = moe_config(n);
+    L.cfg.ep_rank = ep_rank;
+    L.cfg.ep_size = ep_size;
+    L.cfg.validate();
+    L.scheme = scheme_of(n);
+    const MoeConfig& c = L.cfg;
+    const index_t first = c.first_local_expert(), count = c.local_experts();
+    stored routed = load_routed(n, c, first, count, L.scheme);
+    std::optional<stored> shared;
+    if (c.shared_intermediate > 0) {
+      const ExpertShape s{1, c.hidden, c.shared_intermediate, is_gated(c.activation), false};
+      const stored_scheme sc = scheme_at(names_.shared(n));
+      shared = load_per_expert(s, sc, [&](index_t) { return names_.shared(n); });
+      if (sc != L.scheme) shared = requantize(to_fp32(*shared, s), L.scheme);  // keep one store type
+    }
+    std::visit(
+        [&](auto& w) {
+          using W = std::decay_t<decltype(w)>;
+          BasicMoeWeights<W> m;
+          m.experts = std::move(w);
+          if (shared) m.shared = std::move(std::get<W>(*shared));
+          load_router(n, c, m);
+          L.weights = std::move(m);
+        },
+        routed);
+    return L;
+  }
+
+ private:
+  using stored = std::variant<ExpertWeights, quant::fp8_block::weights, quant::mxfp4::weights, quant::nvfp4::weights,
+                              quant::int8_w8a8::weights>;
+
+  hf_checkpoint(json config, hf_family fam, checkpoint_files files)
+      : config_(std::move(config)), names_{fam}, files_(std::move(files)) {}
+
+  // ---- config fields ----
+  [[nodiscard]] index_t get_int(std::string_view k) const {
+    const json* j = config_.find(k);
+    require(j != nullptr, "config.json: missing the field '", k, "' (needed for model_type ", to_string(family()), ")");
+    require(j->is_int() && j->as_int() >= 0, "config.json: field '", k, "' is ", j->type_name(),
+            ", expected a non-negative integer");
+    return j->as_int();
+  }
+  [[nodiscard]] index_t get_int_or(std::string_view k, index_t d) const {
+    const json* j = config_.find(k);
+    return (j == nullptr || j->is_null()) ? d : get_int(k);
+  }
+  [[nodiscard]] double get_double_or(std::string_view k, double d) const {
+    const json* j = config_.find(k);
+    if (j == nullptr || j->is_null()) return d;
+    require(j->is_number(), "config.json: field '", k, "' is ", j->type_name(), ", expected a number");
+    return j->as_double();
+  }
+  [[nodiscard]] bool get_bool(std::string_view k, bool d) const {
+    const json* j = config_.find(k);
+    if (j == nullptr || j->is_null()) return d;
+    require(j->is_bool(), "config.json: field '", k, "' is ", j->type_name(), ", expected true or false");
+    return j->as_bool();
+  }
+  [[nodiscard]] Activation activation() const {
+    const json* j = config_.find("hidden_act");
+    if (j == nullptr) return Activation::silu_gated;
+    require(j->is_string(), "config.json: field 'hidden_act' is ", j->type_name(), ", expected a string");
+    const std::string& a = j->as_string();
+    if (a == "silu" || a == "swish") return Activation::silu_gated;
+    if (a == "gelu") return Activation::gelu_gated;
+    throw error("config.json: hidden_act \"" + a + "\" is not supported (silu, gelu)");
+  }
+
+  void check_layer(index_t n) const {
+    const index_t L = num_layers();
+    require(n >= 0 && n < L, "checkpoint: layer ", n, " is out of range [0, num_hidden_layers=", L, ")");
+    if (!is_moe_layer(n)) {
+      require(!files_.names_with_prefix(names_.layer(n)).empty() || files_.names_with_prefix("model.layers.").empty(),
+              "checkpoint: layer ", n, " has no tensors in this checkpoint");
+      throw error(polymoe::detail::concat("checkpoint: layer ", n, " is not an MoE layer (missing tensor '",
+                                          names_.router(n), "')"));
+    }
+  }
+
+  /// The tensor's info after checking its shape; polymoe::error naming it otherwise.
+  const tensor_info& expect_shape(const std::string& name, std::vector<std::int64_t> want) const {
+    const tensor_info& t = files_.info(name);
+    require(t.shape == want, "checkpoint: tensor '", name, "' has shape ", t.shape_string(), ", expected ",
+            detail::shape_string(want));
+    return t;
+  }
+  const tensor_info& expect(const std::string& name, std::vector<std::int64_t> want, std::initializer_list<dtype> ok) const {
+    const tensor_info& t = expect_shape(name, std::move(want));
+    bool good = false;
+    std::string names;
+    for (const dtype d : ok) {
+      good |= t.dtype == d;
+      if (!names.empty()) names += " or ";
+      names += dtype_name(d);
+    }
+    require(good, "checkpoint: tensor '", name, "' has dtype ", dtype_name(t.dtype), ", expected ", names);
+    return t;
+  }
+
+  [[nodiscard]] stored_scheme scheme_at(const std::string& prefix) const {
+    const std::string w = prefix + names_.gate() + ".weight";
+    const tensor_info& t = files_.info(w);
+    if (files_.contains(w + "_scale_inv")) return stored_scheme::fp8_block;
+    if (files_.contains(w + "_scale_2")) return stored_scheme::nvfp4;
+    if (files_.contains(w + "_scale")) {
+      if (t.dtype == dtype::I8) return stored_scheme::int8;
+      if (t.dtype == dtype::U8) return stored_scheme::mxfp4;
+      throw error(polymoe::detail::concat("checkpoint: tensor '", w, "' has a weight_scale but dtype ",
+                                          dtype_name(t.dtype), " (expected I8 for int8 or U8 for mxfp4)"));
+    }
+    require(detail::is_float(t.dtype), "checkpoint: tensor '", w, "' has dtype ", dtype_name(t.dtype),
+            " but no scale tensor ('", w, "_scale_inv', '", w, "_scale' or '", w, "_scale_2')");
+    return stored_scheme::float_weights;
+  }
+
+  /// Keeps copies of tensor data alive while the schemes' factories read views of them.
+  struct pool {
+    std::deque<std::vector<std::uint8_t>> u8;
+    std::deque<std::vector<std::int8_t>> i8;
+    std::deque<std::vector<float>> f32;
+  };
+
+  template <class T>
+  quant::tensor_view<T> view_of(std::vector<T>& v, std::vector<std::int64_t> shape) const {
+    return {std::span<const T>(v), std::move(shape)};
+  }
+  /// Raw bytes of `name` (bytes [b, b + n)) appended to `out`.
+  void append_bytes(const tensor_info& t, std::size_t b, std::size_t n, std::vector<std::uint8_t>& out) const {
+    const auto raw = files_.bytes(t.name);
+    const auto* p = reinterpret_cast<const std::uint8_t*>(raw.data());
+    out.insert(out.end(), p + b, p + b + n);
+  }
+
+  /// Routed experts [first, first + count).
+  [[nodiscard]] stored load_routed(index_t n, const MoeConfig& c, index_t first, index_t count, stored_scheme sc) const {
+    const ExpertShape s{count, c.hidden, c.intermediate, is_gated(c.activation), c.expert_bias};
+    if (family() == hf_family::gpt_oss) return load_gpt_oss(n, c, s, first, sc);
+    return load_per_expert(s, sc, [&](index_t e) { return names_.expert(n, first + e); });
+  }
+
+  /// Per-expert tensors (prefix(e) + {gate, up, down} + ".weight" and their scales).
+  template <class PrefixOf>
+  [[nodiscard]] stored load_per_expert(const ExpertShape& s, stored_scheme sc, PrefixOf prefix_of) const {
+    const index_t E = s.experts, H = s.hidden, I = s.intermediate;
+    require(s.gated, "checkpoint: non-gated experts are not supported by the Hugging Face loader");
+    const std::string g = names_.gate(), u = names_.up(), d = names_.down();
+    switch (sc) {
+      case stored_scheme::float_weights: {
+        ExpertWeights w(s);
+        for (index_t e = 0; e < E; ++e) {
+          const std::string p = prefix_of(e);
+          auto load = [&](const std::string& proj, index_t rows, index_t cols, auto dst) {
+            const auto& t = expect(p + proj + ".weight", {rows, cols}, {dtype::F32, dtype::BF16, dtype::F16});
+            const auto v = detail::float_slice(t, files_.bytes(t.name), 0, rows * cols);
+            dst = Eigen::Map<const Matrix>(v.data(), rows, cols);
+          };
+          load(g, I, H, w.w13_of(e).topRows(I));
+          load(u, I, H, w.w13_of(e).bottomRows(I));
+          load(d, H, I, w.w2_of(e));
+        }
+        return w;
+      }
+      case stored_scheme::fp8_block: {
+        pool P;
+        std::vector<quant::fp8_block::checkpoint_expert> xs;
+        auto q = [&](const std::string& name, index_t rows, index_t cols) {
+          const auto& t = expect(name, {rows, cols}, {dtype::F8_E4M3});
+          auto& v = P.u8.emplace_back();
+          append_bytes(t, 0, t.nbytes(), v);
+          return view_of(v, t.shape);
+        };
+        auto sc_inv = [&](const std::string& name, index_t rows, index_t cols) {
+          const index_t gr = quant::fp8_block::grid(rows), gc = quant::fp8_block::grid(cols);
+          const auto& t = expect(name, {gr, gc}, {dtype::F32});
+          auto& v = P.f32.emplace_back(detail::float_slice(t, files_.bytes(t.name), 0, gr * gc));
+          return view_of(v, t.shape);
+        };
+        for (index_t e = 0; e < E; ++e) {
+          const std::string p = prefix_of(e);
+          quant::fp8_block::checkpoint_expert x;
+          x.gate = q(p + g + ".weight", I, H);
+          x.up = q(p + u + ".weight", I, H);
+          x.down = q(p + d + ".weight", H, I);
+          x.gate_scale_inv = sc_inv(p + g + ".weight_scale_inv", I, H);
+          x.up_scale_inv = sc_inv(p + u + ".weight_scale_inv", I, H);
+          x.down_scale_inv = sc_inv(p + d + ".weight_scale_inv", H, I);
+          xs.push_back(std::move(x));
+        }
+        return quant::fp8_block::weights::from_checkpoint(s, xs);
+      }
+      case stored_scheme::mxfp4: {
+        const index_t nbH = quant::mxfp4::blocks_per_row(H), nbI = quant::mxfp4::blocks_per_row(I);
+        std::vector<std::uint8_t> b13, s13, b2, s2;
+        for (index_t e = 0; e < E; ++e) {
+          const std::string p = prefix_of(e);
+          for (const auto& [proj, rows, nb, bl, sl] :
+               {std::tuple{g, I, nbH, &b13, &s13}, std::tuple{u, I, nbH, &b13, &s13}, std::tuple{d, H, nbI, &b2, &s2}}) {
+            const auto& tb = expect(p + proj + ".weight", {rows, nb * 16}, {dtype::U8});
+            const auto& ts = expect(p + proj + ".weight_scale", {rows, nb}, {dtype::U8});
+            append_bytes(tb, 0, tb.nbytes(), *bl);
+            append_bytes(ts, 0, ts.nbytes(), *sl);
+          }
+        }
+        const index_t R = s.rows13();
+        return quant::mxfp4::weights::from_blocks(s, view_of(b13, {E, R, nbH, 16}), view_of(s13, {E, R, nbH}),
+                                                  view_of(b2, {E, H, nbI, 16}), view_of(s2, {E, H, nbI}));
+      }
+      case stored_scheme::nvfp4: {
+        const index_t nbH = quant::nvfp4::blocks_per_row(H), nbI = quant::nvfp4::blocks_per_row(I);
+        std::vector<std::uint8_t> q13, sc13, q2, sc2;
+        std::vector<float> s2_13, s2_2;
+        auto scale2 = [&](const std::string& name) {
+          const auto& t = files_.info(name);
+          require(t.numel() == 1, "checkpoint: tensor '", name, "' has shape ", t.shape_string(), ", expected a scalar");
+          require(t.dtype == dtype::F32, "checkpoint: tensor '", name, "' has dtype ", dtype_name(t.dtype),
+                  ", expected F32");
+          return detail::float_slice(t, files_.bytes(name), 0, 1)[0];
+        };
+        for (index_t e = 0; e < E; ++e) {
+          const std::string p = prefix_of(e);
+          for (const auto& [proj, rows, nb, ql, sl] :
+               {std::tuple{g, I, nbH, &q13, &sc13}, std::tuple{u, I, nbH, &q13, &sc13}, std::tuple{d, H, nbI, &q2, &sc2}}) {
+            const auto& tq = expect(p + proj + ".weight", {rows, nb * 8}, {dtype::U8});
+            const auto& ts = expect(p + proj + ".weight_scale", {rows, nb}, {dtype::F8_E4M3, dtype::U8});
+            append_bytes(tq, 0, tq.nbytes(), *ql);
+            append_bytes(ts, 0, ts.nbytes(), *sl);
+          }
+          const float sg = scale2(p + g + ".weight_scale_2"), su = scale2(p + u + ".weight_scale_2");
+          require(sg == su, "checkpoint: '", p + g, ".weight_scale_2' (", sg, ") and '", p + u, ".weight_scale_2' (", su,
+                  ") differ; polymoe's nvfp4 needs one global scale for the fused gate/up projection");
+          s2_13.push_back(sg);
+          s2_2.push_back(scale2(p + d + ".weight_scale_2"));
+        }
+        const index_t R = s.rows13();
+        return quant::nvfp4::weights::from_checkpoint(s, view_of(q13, {E, R, nbH * 8}), view_of(sc13, {E, R, nbH}),
+                                                      view_of(s2_13, {E}), view_of(q2, {E, H, nbI * 8}),
+                                                      view_of(sc2, {E, H, nbI}), view_of(s2_2, {E}));
+      }
+      case stored_scheme::int8: {
+        std::vector<std::int8_t> q13, q2;
+        std::vector<float> s13, s2;
+        for (index_t e = 0; e < E; ++e) {
+          const std::string p = prefix_of(e);
+          for (const auto& [proj, rows, cols, ql, sl] :
+               {std::tuple{g, I, H, &q13, &s13}, std::tuple{u, I, H, &q13, &s13}, std::tuple{d, H, I, &q2, &s2}}) {
+            const auto& tq = expect(p + proj + ".weight", {rows, cols}, {dtype::I8});
+            const auto& ts = expect(p + proj + ".weight_scale", {rows, 1}, {dtype::F32});
+            const auto raw = files_.bytes(tq.name);
+            const auto* qp = reinterpret_cast<const std::int8_t*>(raw.data());
+            ql->insert(ql->end(), qp, qp + tq.nbytes());
+            const auto sv = detail::float_slice(ts, files_.bytes(ts.name), 0, rows);
+            sl->insert(sl->end(), sv.begin(), sv.end());
+          }
+        }
+        const index_t R = s.rows13();
+        return quant::int8_w8a8::weights::from_checkpoint(s, view_of(q13, {E, R, H}), view_of(s13, {E, R}),
+                                                          view_of(q2, {E, H, I}), view_of(s2, {E, H}));
+      }
+    }
+    throw error("checkpoint: unknown stored scheme");
+  }
+
+  /// gpt_oss: stacked tensors, experts [first, first + s.experts).
+  [[nodiscard]] stored load_gpt_oss(index_t n, const MoeConfig& c, const ExpertShape& s, index_t first,
+                                    stored_scheme sc) const {
+    const index_t E = c.num_experts, El = s.experts, H = s.hidden, I = s.intermediate;
+    const auto bias = [&](const std::string& what, index_t cols) {
+      const auto& t = expect(names_.stacked(n, what), {E, cols}, {dtype::F32, dtype::BF16, dtype::F16});
+      const auto v = detail::float_slice(t, files_.bytes(t.name), first * cols, El * cols);
+      return Matrix(Eigen::Map<const Matrix>(v.data(), El, cols));
+    };
+    Matrix b13 = bias("gate_up_proj_bias", 2 * I), b2 = bias("down_proj_bias", H);
+    if (sc == stored_scheme::mxfp4) {
+      const index_t nbH = quant::mxfp4::blocks_per_row(H), nbI = quant::mxfp4::blocks_per_row(I);
+      std::vector<std::uint8_t> gb, gs, db, ds;
+      const auto slice = [&](const std::string& what, std::vector<std::int64_t> shape, std::vector<std::uint8_t>& out) {
+        std::int64_t per = 1;
+        for (std::size_t i = 1; i < shape.size(); ++i) per *= shape[i];
+        shape[0] = E;
+        const auto& t = expect(names_.stacked(n, what), shape, {dtype::U8});
+        append_bytes(t, static_cast<std::size_t>(first * per), static_cast<std::size_t>(El * per), out);
+      };
+      slice("gate_up_proj_blocks", {E, 2 * I, nbH, 16}, gb);
+      slice("gate_up_proj_scales", {E, 2 * I, nbH}, gs);
+      slice("down_proj_blocks", {E, H, nbI, 16}, db);
+      slice("down_proj_scales", {E, H, nbI}, ds);
+      return quant::mxfp4::weights::from_blocks(s, view_of(gb, {El, 2 * I, nbH, 16}), view_of(gs, {El, 2 * I, nbH}),
+                                                view_of(db, {El, H, nbI, 16}), view_of(ds, {El, H, nbI}),
+                                                std::move(b13), std::move(b2), quant::gate_up_order::interleaved);
+    }
+    const auto& tgu = expect(names_.stacked(n, "gate_up_proj"), {E, H, 2 * I}, {dtype::F32, dtype::BF16, dtype::F16});
+    const auto& td = expect(names_.stacked(n, "down_proj"), {E, I, H}, {dtype::F32, dtype::BF16, dtype::F16});
+    const auto gu = detail::float_slice(tgu, files_.bytes(tgu.name), first * H * 2 * I, El * H * 2 * I);
+    const auto dn = detail::float_slice(td, files_.bytes(td.name), first * I * H, El * I * H);
+    ExpertWeights w(s);
+    for (index_t e = 0; e < El; ++e) {
+      w.w13_of(e) = deinterleave_gate_up(Eigen::Map<const Matrix>(gu.data() + e * H * 2 * I, H, 2 * I));
+      w.w2_of(e) = Eigen::Map<const Matrix>(dn.data() + e * I * H, I, H).transpose();
+      w.b13.row(e) = deinterleave_bias(b13.row(e));
+    }
+    w.b2 = std::move(b2);
+    return w;
+  }
+
+  /// Dequantizes any stored form to fp32 (exact values the scheme stands for).
+  [[nodiscard]] static ExpertWeights to_fp32(stored st, const ExpertShape&) {
+    return std::visit(
+        [](auto& w) -> ExpertWeights {
+          using W = std::decay_t<decltype(w)>;
+          if constexpr (std::is_same_v<W, ExpertWeights>)
+            return std::move(w);
+          else
+            return dequantize_store<typename scheme_of_store<W>::type>(w);
+        },
+        st);
+  }
+  [[nodiscard]] static stored requantize(const ExpertWeights& w, stored_scheme sc) {
+    switch (sc) {
+      case stored_scheme::float_weights: return w;
+      case stored_scheme::fp8_block: return quant::fp8_block::quantize(w);
+      case stored_scheme::mxfp4: return quant::mxfp4::quantize(w);
+      case stored_scheme::nvfp4: return quant::nvfp4::quantize(w);
+      case stored_scheme::int8: return quant::int8_w8a8::quantize(w);
+    }
+    return w;
+  }
+
+  template <class W>
+  void load_router(index_t n, const MoeConfig& c, BasicMoeWeights<W>& m) const {
+    const auto& t = expect(names_.router(n), {c.num_experts, c.hidden}, {dtype::F32, dtype::BF16, dtype::F16});
+    const auto v = detail::float_slice(t, files_.bytes(t.name), 0, c.num_experts * c.hidden);
+    m.router_weight = Eigen::Map<const Matrix>(v.data(), c.num_experts, c.hidden);
+    if (family() == hf_family::gpt_oss) {
+      const auto& tb = expect(names_.router_bias(n), {c.num_experts}, {dtype::F32, dtype::BF16, dtype::F16});
+      const auto b = detail::float_slice(tb, files_.bytes(tb.name), 0, c.num_experts);
+      m.router_bias = Eigen::Map<const Vector>(b.data(), c.num_experts);
+    }
+    if (c.shared_expert_gate) {
+      const auto& tg = expect(names_.shared_gate(n), {1, c.hidden}, {dtype::F32, dtype::BF16, dtype::F16});
+      const auto g = detail::float_slice(tg, files_.bytes(tg.name), 0, c.hidden);
+      m.shared_gate = Eigen::Map<const Matrix>(g.data(), 1, c.hidden);
+    }
+  }
+
+  json config_;
+  hf_names names_;
+  checkpoint_files files_;
+};
+
+}  // namespace polymoe::io

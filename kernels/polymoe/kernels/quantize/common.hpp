@@ -1,0 +1,65 @@
+#pragma once
+// Pieces every quantizer shares: the largest magnitude of a run of values, the finiteness check
+// on weights being quantized, and the re-layout of stored rows (moved, never requantized).
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <polymoe/core/error.hpp>
+#include <polymoe/core/types.hpp>
+
+namespace polymoe::kernels::quantize {
+
+/// max |x[i]| over n values (0 for n = 0). A NaN is ignored by the comparison; callers that must
+/// not see one check with require_finite first.
+[[nodiscard]] inline float amax(const float* x, index_t n) noexcept {
+  float m = 0.0f;
+  for (index_t i = 0; i < n; ++i) m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
+  return m;
+}
+
+/// True when every one of the n values is finite.
+[[nodiscard]] inline bool all_finite(const float* x, index_t n) noexcept {
+  for (index_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+/// polymoe::error naming the first non-finite entry of `m` (a quantizer has no code for it, and a
+/// NaN or infinity would silently poison a whole block's scale).
+inline void require_finite(const Matrix& m, std::string_view what, std::string_view tensor) {
+  for (index_t r = 0; r < m.rows(); ++r)
+    for (index_t c = 0; c < m.cols(); ++c)
+      require(std::isfinite(m(r, c)), what, ": ", tensor, "[", r, ", ", c, "] = ", m(r, c),
+              " is not finite; only finite weights can be quantized");
+}
+
+/// GPT-OSS order -> canonical order, in place: in each of `experts` groups of `rows` stored rows
+/// (row = `row_elems` elements of T), row 2j (gate) moves to j and row 2j+1 (up) to rows/2 + j.
+/// Works on any per-row payload (packed blocks, scale codes, biases): whole rows move together.
+template <class T>
+void deinterleave_rows(std::vector<T>& data, index_t experts, index_t rows, index_t row_elems) {
+  require(rows % 2 == 0, "deinterleave_rows: ", rows, " rows per expert cannot hold gate/up pairs");
+  require(static_cast<index_t>(data.size()) == experts * rows * row_elems, "deinterleave_rows: ", data.size(),
+          " elements, expected ", experts * rows * row_elems);
+  std::vector<T> out(data.size());
+  const index_t half = rows / 2;
+  const auto at = [&](index_t e, index_t r) { return static_cast<std::size_t>((e * rows + r) * row_elems); };
+  for (index_t e = 0; e < experts; ++e)
+    for (index_t j = 0; j < half; ++j)
+      for (index_t c = 0; c < row_elems; ++c) {
+        out[at(e, j) + static_cast<std::size_t>(c)] = data[at(e, 2 * j) + static_cast<std::size_t>(c)];
+        out[at(e, half + j) + static_cast<std::size_t>(c)] = data[at(e, 2 * j + 1) + static_cast<std::size_t>(c)];
+      }
+  data.swap(out);
+}
+
+/// True when a code is one of E4M3FN's two NaN codes (S.1111.111).
+[[nodiscard]] constexpr bool is_e4m3_nan(std::uint8_t code) noexcept { return (code & 0x7Fu) == 0x7Fu; }
+
+/// Number of blocks of `block` elements that cover n (the last one may be partial).
+[[nodiscard]] constexpr index_t blocks_of(index_t n, index_t block) noexcept { return (n + block - 1) / block; }
+
+}  // namespace polymoe::kernels::quantize

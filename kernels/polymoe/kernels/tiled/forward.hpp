@@ -1,0 +1,194 @@
+#pragma once
+// The tiled kernel's forward pass on the standard format:
+//
+//   1. sort the (token, slot) pairs by expert into row blocks              (sort.hpp)
+//   2. GEMM 1 over the grid (row block x w13 panel), all experts at once:
+//      pre = x · W13ᵀ + b13, h = act(gate, up) rounded as the scheme says   (microkernel, epilogue)
+//   3. GEMM 2 over the grid (row block x w2 panel): y = (h · W2ᵀ + b2) · w  (routing weight here,
+//      or on the input when ExpertMlp::weight_on_input)
+//   4. out[t] = sum over slots j, in slot order, of y[row_of(t, j)]         (fp32)
+//
+// Every output element is computed by one task with a fixed k order and the top-k sum runs in slot
+// order, so the result is bitwise independent of the thread count. All buffers live in a
+// Workspace that grows to the largest batch seen and is reused: after warm-up a forward allocates
+// nothing.
+#include <algorithm>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <polymoe/core/error.hpp>
+#include <polymoe/core/formats.hpp>
+#include <polymoe/kernels/tiled/decode.hpp>
+#include <polymoe/kernels/tiled/epilogue.hpp>
+#include <polymoe/kernels/tiled/prepack.hpp>
+#include <polymoe/kernels/tiled/sort.hpp>
+
+namespace polymoe::kernels::tiled {
+
+/// Rows per row block: a block's tiles run one after another on one panel.
+inline constexpr index_t block_rows = 48;
+/// k per pass over a row block: a slab of the panel (32 KiB) that the block's tiles share from L1.
+template <class W>
+inline constexpr index_t k_block = 32768 / (panel_cols * static_cast<index_t>(sizeof(W)));
+
+/// The scratch of one layer's forward.
+struct Workspace {
+  ExpertRows sorted;
+  std::vector<Task> tasks13, tasks2;
+  std::vector<const float*> a_rows;  ///< [N] the first GEMM's input row of each sorted row
+  std::vector<float> x;              ///< rounded (or weighted) input rows, when the scheme needs a copy
+  std::vector<float> act;            ///< [N, I] activations, sorted-row order
+  std::vector<float> y;              ///< [N, H] weighted expert outputs, sorted-row order
+};
+
+/// Packed weights and the workspace of one layer. `run` is const, the workspace is mutable: one
+/// layer is not run from two threads at once (MoeLayer's documented rule).
+template <class W>
+struct Prepared {
+  PackedExperts<W> packed;
+  mutable Workspace workspace;
+};
+
+namespace detail {
+
+/// Runs the tiles of rows [0, m) of a row block against one panel; `row(i)` is the i-th input row.
+/// Leaves the results in c[m][64].
+template <class W, class RowOf>
+inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, float* c) {
+  const float* rows[max_tile_rows];
+  if (m <= decode_rows) {
+    for (index_t i = 0; i < m; ++i) rows[i] = row(i);
+    if (m == 1)
+      decode_tile<1>(rows, K, panel, c);
+    else
+      decode_tile<2>(rows, K, panel, c);
+    return;
+  }
+  constexpr auto row_bytes = static_cast<index_t>(panel_cols * sizeof(W));
+  for (index_t k0 = 0; k0 < K; k0 += k_block<W>) {
+    const index_t k1 = std::min(K, k0 + k_block<W>);
+    for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
+      const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
+      for (int i = 0; i < n; ++i) rows[i] = row(r0 + i);
+      // The first tile of a slab fetches the next slab (past the panel's end: the next panel).
+      tile_rows(n, rows, k0, k1, panel, c + r0 * panel_cols, k0 > 0,
+                r0 == 0 ? reinterpret_cast<const char*>(panel + k1 * panel_cols) : nullptr, row_bytes);
+    }
+  }
+}
+
+template <class F>
+inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i != r.end(); ++i) body(tasks[i]);
+  });
+}
+
+}  // namespace detail
+
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]). RoundBf16: the scheme rounds every GEMM input
+/// row to bf16 (quant::bf16); otherwise inputs are used as they are (quant::fp32).
+template <bool RoundBf16, class W>
+void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<W>& p, const ExpertMlp& mlp,
+                      MatrixRef out) {
+  const PackedExperts<W>& pk = p.packed;
+  Workspace& ws = p.workspace;
+  const ExpertShape& s = pk.shape;
+  const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+  require(d.hidden.cols() == H, "tiled kernel: hidden has ", d.hidden.cols(), " columns, weights expect ", H);
+  require(out.rows() == T && out.cols() == H, "tiled kernel: output is [", out.rows(), ", ", out.cols(),
+          "], expected [", T, ", ", H, "]");
+  require(d.ids.rows() == T && d.weights.rows() == T && d.weights.cols() == k, "tiled kernel: ids are [",
+          d.ids.rows(), ", ", k, "] and weights [", d.weights.rows(), ", ", d.weights.cols(), "] for ", T, " tokens");
+
+  ExpertRows& sr = ws.sorted;
+  sort_by_expert(d.ids, s.experts, block_rows, sr);
+  const index_t N = sr.rows();
+  const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
+
+  // Input rows: the caller's rows when the scheme keeps them as they are, else rounded copies
+  // (one per token, or one per pair when the routing weight scales the input).
+  ws.a_rows.resize(static_cast<std::size_t>(N));
+  if (mlp.weight_on_input) {
+    ws.x.resize(static_cast<std::size_t>(N * H));
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t n = r.begin(); n != r.end(); ++n) {
+        const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
+        const float wt = weight_of(slot);
+        const float* src = d.hidden.row(slot / k).data();
+        float* dst = ws.x.data() + n * H;
+        for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
+        if constexpr (RoundBf16) round_bf16(dst, H);
+        ws.a_rows[static_cast<std::size_t>(n)] = dst;
+      }
+    });
+  } else if constexpr (RoundBf16) {
+    ws.x.resize(static_cast<std::size_t>(T * H));
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t t = r.begin(); t != r.end(); ++t) {
+        std::copy_n(d.hidden.row(t).data(), H, ws.x.data() + t * H);
+        round_bf16(ws.x.data() + t * H, H);
+      }
+    });
+    for (index_t n = 0; n < N; ++n) ws.a_rows[static_cast<std::size_t>(n)] = ws.x.data() + (sr.slot_of[static_cast<std::size_t>(n)] / k) * H;
+  } else {
+    for (index_t n = 0; n < N; ++n) ws.a_rows[static_cast<std::size_t>(n)] = d.hidden.row(sr.slot_of[static_cast<std::size_t>(n)] / k).data();
+  }
+
+  // GEMM 1 + activation.
+  ws.act.resize(static_cast<std::size_t>(N * I));
+  make_tasks(sr, pk.panels13, ws.tasks13);
+  const index_t act_cols = pk.act_cols();
+  detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
+    alignas(64) float c[block_rows * panel_cols];
+    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const index_t cb = task.panel;
+    detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[static_cast<std::size_t>(b.begin + i)]; }, H,
+                              pk.panel13(b.expert, cb), c);
+    const float* bias = pk.bias13(b.expert, cb);
+    const index_t n = std::min(act_cols, I - cb * act_cols);
+    for (index_t i = 0; i < b.rows; ++i) {
+      float* ci = c + i * panel_cols;
+      for (index_t q = 0; q < panel_cols; ++q) ci[q] += bias[q];
+      activate<RoundBf16>(mlp.activation, ci, s.gated ? ci + panel_cols / 2 : nullptr,
+                          ws.act.data() + (b.begin + i) * I + cb * act_cols, n);
+    }
+  });
+
+  // GEMM 2, bias and routing weight.
+  ws.y.resize(static_cast<std::size_t>(N * H));
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
+    alignas(64) float c[block_rows * panel_cols];
+    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const index_t cb = task.panel;
+    detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
+                              pk.panel2(b.expert, cb), c);
+    const float* bias = pk.bias2(b.expert, cb);
+    const index_t n = std::min(panel_cols, H - cb * panel_cols);
+    for (index_t i = 0; i < b.rows; ++i) {
+      const float wt = mlp.weight_on_input ? 1.0f : weight_of(sr.slot_of[static_cast<std::size_t>(b.begin + i)]);
+      const float* ci = c + i * panel_cols;
+      float* yi = ws.y.data() + (b.begin + i) * H + cb * panel_cols;
+      for (index_t q = 0; q < n; ++q) yi[q] = (ci[q] + bias[q]) * wt;
+    }
+  });
+
+  // Top-k sum in slot order.
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t t = r.begin(); t != r.end(); ++t) {
+      float* o = out.row(t).data();
+      std::fill_n(o, H, 0.0f);
+      for (index_t j = 0; j < k; ++j) {
+        const index_t row = sr.row_of[static_cast<std::size_t>(t * k + j)];
+        if (row < 0) continue;
+        const float* yr = ws.y.data() + row * H;
+        for (index_t c = 0; c < H; ++c) o[c] += yr[c];
+      }
+    }
+  });
+}
+
+}  // namespace polymoe::kernels::tiled

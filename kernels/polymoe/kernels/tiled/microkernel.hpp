@@ -1,0 +1,134 @@
+#pragma once
+// The tiled kernel's register-blocked micro-kernel: C[MR][64] (+)= A[MR][k0..k1) · panel[k0..k1)[64].
+//
+// MR rows (up to max_tile_rows = 6) by 64 columns (4 AVX-512 vectors): 24 accumulators, 4 weight
+// vectors and one broadcast stay in the 32 vector registers. Each row's sum runs over k in order,
+// one fused multiply-add per k, so a result depends only on its row and its panel, never on how
+// the work was split between threads.
+//
+// Weights are fp32 or bf16 bits (see prepack.hpp for the layout); bf16 is widened to fp32 in
+// registers (shift / and). The AVX-512 version is chosen at compile time when __AVX512F__ is
+// defined (and POLYMOE_TILED_PORTABLE is not); otherwise a portable loop computes the same sums.
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include <polymoe/core/types.hpp>
+#include <polymoe/kernels/tiled/prepack.hpp>
+
+#if defined(__AVX512F__) && !defined(POLYMOE_TILED_PORTABLE)
+#define POLYMOE_TILED_AVX512 1
+#include <immintrin.h>
+#endif
+
+namespace polymoe::kernels::tiled {
+
+inline constexpr int max_tile_rows = 6;
+
+#if defined(POLYMOE_TILED_AVX512)
+
+/// Widens one k-row of a panel into four fp32 vectors.
+template <class W>
+inline void load_panel_row(const W* wk, __m512& w0, __m512& w1, __m512& w2, __m512& w3) noexcept {
+  if constexpr (std::is_same_v<W, std::uint16_t>) {
+    const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const __m512i l0 = _mm512_load_si512(wk);
+    const __m512i l1 = _mm512_load_si512(wk + 32);
+    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(l0, 16));
+    w1 = _mm512_castsi512_ps(_mm512_and_si512(l0, hi));
+    w2 = _mm512_castsi512_ps(_mm512_slli_epi32(l1, 16));
+    w3 = _mm512_castsi512_ps(_mm512_and_si512(l1, hi));
+  } else {
+    w0 = _mm512_load_ps(wk);
+    w1 = _mm512_load_ps(wk + 16);
+    w2 = _mm512_load_ps(wk + 32);
+    w3 = _mm512_load_ps(wk + 48);
+  }
+}
+
+/// C[MR][64] = (accumulate ? C : 0) + sum over k in [k0, k1) of a[r][k] · panel[k][:]. When
+/// `prefetch` is set, also prefetches `prefetch_bytes` from prefetch + (k − k0)·prefetch_bytes per k
+/// (the next slab of the panel).
+template <int MR, class W>
+inline void tile(const float* const* a, index_t k0, index_t k1, const W* panel, float* c, bool accumulate,
+                 const char* prefetch = nullptr, index_t prefetch_bytes = 0) noexcept {
+  __m512 acc[MR][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) acc[r][v] = accumulate ? _mm512_load_ps(c + r * panel_cols + 16 * v) : _mm512_setzero_ps();
+  const float* rows[MR];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) rows[r] = a[r];
+  const W* wk = panel + k0 * panel_cols;
+  for (index_t k = k0; k < k1; ++k, wk += panel_cols) {
+    if (prefetch) {
+      const char* line = prefetch + (k - k0) * prefetch_bytes;
+      for (index_t b = 0; b < prefetch_bytes; b += 64) _mm_prefetch(line + b, _MM_HINT_T0);
+    }
+    __m512 w0, w1, w2, w3;
+    load_panel_row(wk, w0, w1, w2, w3);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m512 x = _mm512_set1_ps(rows[r][k]);
+      acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(x, w2, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(x, w3, acc[r][3]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
+}
+
+#else  // portable
+
+/// One k-row of a panel as 64 fp32 values in column order.
+template <class W>
+inline void load_panel_row(const W* wk, float* w) noexcept {
+  if constexpr (std::is_same_v<W, std::uint16_t>) {
+    for (index_t p = 0; p < panel_cols; ++p) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(wk[storage_slot<W>(p)]) << 16;
+      std::memcpy(&w[p], &bits, sizeof(float));
+    }
+  } else {
+    for (index_t p = 0; p < panel_cols; ++p) w[p] = wk[p];
+  }
+}
+
+/// C[MR][64] = (accumulate ? C : 0) + sum over k in [k0, k1) of a[r][k] · panel[k][:].
+template <int MR, class W>
+inline void tile(const float* const* a, index_t k0, index_t k1, const W* panel, float* c, bool accumulate,
+                 const char* = nullptr, index_t = 0) noexcept {
+  if (!accumulate)
+    for (index_t i = 0; i < MR * panel_cols; ++i) c[i] = 0.0f;
+  float w[panel_cols];
+  for (index_t k = k0; k < k1; ++k) {
+    load_panel_row(panel + k * panel_cols, w);
+    for (int r = 0; r < MR; ++r) {
+      const float x = a[r][k];
+      float* cr = c + r * panel_cols;
+      for (index_t p = 0; p < panel_cols; ++p) cr[p] += x * w[p];
+    }
+  }
+}
+
+#endif
+
+/// tile<m> for a run-time m in [1, max_tile_rows].
+template <class W>
+inline void tile_rows(int m, const float* const* a, index_t k0, index_t k1, const W* panel, float* c, bool accumulate,
+                      const char* prefetch, index_t prefetch_bytes) noexcept {
+  switch (m) {
+    case 1: tile<1>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
+    case 2: tile<2>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
+    case 3: tile<3>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
+    case 4: tile<4>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
+    case 5: tile<5>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
+    default: tile<6>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
+  }
+}
+
+}  // namespace polymoe::kernels::tiled

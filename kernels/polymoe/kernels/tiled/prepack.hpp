@@ -1,0 +1,125 @@
+#pragma once
+// The tiled kernel's weight layout, built once at prepare time.
+//
+// Each GEMM's output columns are cut into panels of `panel_cols` (64) columns, four AVX-512
+// vectors. A panel stores, for every k of the reduction, its 64 weights contiguously:
+// panel[k][0..64). The micro-kernel streams a panel front to back, one k at a time.
+//
+//   first GEMM (w13, K = H)   gated: panel cb holds gate columns [32cb, 32cb+32) in slots 0..31
+//                                    and the matching up columns in slots 32..63, so the activation
+//                                    of a tile needs nothing from another tile;
+//                             non-gated: panel cb holds columns [64cb, 64cb+64).
+//   second GEMM (w2, K = I)   panel cb holds output columns [64cb, 64cb+64) of H.
+// Columns past the end of a matrix are zero. Panels start on a cache line.
+//
+// bf16 weights stay bf16 in memory. A k-row of 64 bf16 is two 64-byte lines; in each line the
+// 32-bit lane i holds column i of one vector in its low half and column i of the next vector in
+// its high half, so a shift left by 16 and an and with 0xFFFF0000 widen a line to two fp32
+// vectors (bf16 -> fp32 is exact: the bf16 bits are the fp32's high half).
+#include <cstdint>
+#include <type_traits>
+
+#include <tbb/parallel_for.h>
+
+#include <polymoe/core/expert_weights.hpp>
+#include <polymoe/kernels/tiled/buffer.hpp>
+
+namespace polymoe::kernels::tiled {
+
+inline constexpr index_t panel_cols = 64;
+
+/// Where column p (0..63) of a panel is stored inside its k-row, for weight type W.
+template <class W>
+[[nodiscard]] constexpr index_t storage_slot(index_t p) noexcept {
+  if constexpr (std::is_same_v<W, std::uint16_t>) {
+    const index_t v = p / 16, i = p % 16;
+    return (v / 2) * 32 + 2 * i + (v % 2);
+  } else {
+    return p;
+  }
+}
+
+/// All experts' weights of one layer in panel layout; W is float (fp32) or std::uint16_t (bf16 bits).
+template <class W>
+struct PackedExperts {
+  ExpertShape shape;
+  index_t panels13 = 0;  ///< panels per expert in the first GEMM
+  index_t panels2 = 0;   ///< panels per expert in the second GEMM
+  AlignedBuffer<W> w13;  ///< [E][panels13][H][64]
+  AlignedBuffer<W> w2;   ///< [E][panels2][I][64]
+  AlignedBuffer<float> b13;  ///< [E][panels13][64], panel column order, zero without biases
+  AlignedBuffer<float> b2;   ///< [E][panels2][64]
+
+  /// Intermediate columns one first-GEMM panel produces (32 gated, 64 non-gated).
+  [[nodiscard]] index_t act_cols() const noexcept { return shape.gated ? panel_cols / 2 : panel_cols; }
+  [[nodiscard]] const W* panel13(index_t e, index_t cb) const noexcept {
+    return w13.data() + (e * panels13 + cb) * shape.hidden * panel_cols;
+  }
+  [[nodiscard]] const W* panel2(index_t e, index_t cb) const noexcept {
+    return w2.data() + (e * panels2 + cb) * shape.intermediate * panel_cols;
+  }
+  [[nodiscard]] const float* bias13(index_t e, index_t cb) const noexcept {
+    return b13.data() + (e * panels13 + cb) * panel_cols;
+  }
+  [[nodiscard]] const float* bias2(index_t e, index_t cb) const noexcept {
+    return b2.data() + (e * panels2 + cb) * panel_cols;
+  }
+  /// Bytes of one expert's packed weights (what a decode step streams per expert used).
+  [[nodiscard]] index_t expert_bytes() const noexcept {
+    return (panels13 * shape.hidden + panels2 * shape.intermediate) * panel_cols * static_cast<index_t>(sizeof(W));
+  }
+};
+
+/// Packs from the canonical layout. `w13(e, row, k)` and `w2(e, row, k)` return the stored weight
+/// (float or bf16 bits) of expert e; `b13(e)` / `b2(e)` return its bias row or nullptr.
+template <class W, class W13, class W2, class B13, class B2>
+PackedExperts<W> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 b13, B2 b2) {
+  PackedExperts<W> p;
+  p.shape = s;
+  const index_t E = s.experts, H = s.hidden, I = s.intermediate;
+  p.panels13 = (I + p.act_cols() - 1) / p.act_cols();
+  p.panels2 = (H + panel_cols - 1) / panel_cols;
+  const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
+  p.w13 = AlignedBuffer<W>(n(E * p.panels13 * H * panel_cols));
+  p.w2 = AlignedBuffer<W>(n(E * p.panels2 * I * panel_cols));
+  p.b13 = AlignedBuffer<float>(n(E * p.panels13 * panel_cols));
+  p.b2 = AlignedBuffer<float>(n(E * p.panels2 * panel_cols));
+  // Source row of w13 for panel column c of panel cb, or -1 for padding.
+  const auto row13 = [&](index_t cb, index_t c) -> index_t {
+    if (s.gated) {
+      const index_t j = cb * (panel_cols / 2) + c % (panel_cols / 2);
+      return j >= I ? -1 : (c < panel_cols / 2 ? j : I + j);
+    }
+    const index_t j = cb * panel_cols + c;
+    return j >= I ? -1 : j;
+  };
+  tbb::parallel_for(index_t{0}, E, [&](index_t e) {
+    const float* bias13 = b13(e);
+    const float* bias2 = b2(e);
+    for (index_t cb = 0; cb < p.panels13; ++cb) {
+      W* dst = p.w13.data() + (e * p.panels13 + cb) * H * panel_cols;
+      float* bdst = p.b13.data() + (e * p.panels13 + cb) * panel_cols;
+      for (index_t c = 0; c < panel_cols; ++c) {
+        const index_t r = row13(cb, c);
+        if (r < 0) continue;
+        const index_t slot = storage_slot<W>(c);
+        for (index_t k = 0; k < H; ++k) dst[k * panel_cols + slot] = w13(e, r, k);
+        if (bias13) bdst[c] = bias13[r];
+      }
+    }
+    for (index_t cb = 0; cb < p.panels2; ++cb) {
+      W* dst = p.w2.data() + (e * p.panels2 + cb) * I * panel_cols;
+      float* bdst = p.b2.data() + (e * p.panels2 + cb) * panel_cols;
+      for (index_t c = 0; c < panel_cols; ++c) {
+        const index_t r = cb * panel_cols + c;
+        if (r >= H) break;
+        const index_t slot = storage_slot<W>(c);
+        for (index_t k = 0; k < I; ++k) dst[k * panel_cols + slot] = w2(e, r, k);
+        if (bias2) bdst[c] = bias2[r];
+      }
+    }
+  });
+  return p;
+}
+
+}  // namespace polymoe::kernels::tiled

@@ -1,0 +1,118 @@
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <polymoe/core/roles.hpp>
+#include <polymoe/kernels/quantize/nvfp4.hpp>
+#include <polymoe/quant/checkpoint.hpp>
+
+namespace polymoe::quant {
+
+/// NVFP4 weights, ModelOpt's convention: blocks of 16 E2M1 values with an E4M3 block scale, and one
+/// fp32 `weight_scale_2` = amax / (6 · 448) per expert per projection (w13: gate and up together,
+/// as the fused GEMM needs one; w2). W = e2m1(q) · e4m3(block scale) · weight_scale_2.
+/// Activations untouched (W4A16; here W4A32). K not a multiple of 16: the last block is padded
+/// with zero elements. Layout per projection: `weight` [E, N, ceil(K/16)·8] packed bytes (element
+/// 2i in the low nibble), `weight_scale` [E, N, ceil(K/16)] E4M3 codes, `weight_scale_2` [E].
+///
+///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::nvfp4, polymoe::kernel::reference> layer(cfg, w);
+struct nvfp4 {
+  using quant_concept = quant_tag;
+  static constexpr std::string_view name = "nvfp4";
+  static constexpr index_t block = kernels::quantize::nvfp4_block;
+
+  [[nodiscard]] static constexpr index_t blocks_per_row(index_t K) noexcept {
+    return kernels::quantize::blocks_of(K, block);
+  }
+
+  struct weights : ExpertStore {
+    std::vector<std::uint8_t> w13;           ///< [E, rows13, ceil(H/16)·8] packed E2M1
+    std::vector<std::uint8_t> w13_scale;     ///< [E, rows13, ceil(H/16)] E4M3 block scales
+    std::vector<float> w13_scale_2;          ///< [E]
+    std::vector<std::uint8_t> w2;            ///< [E, H, ceil(I/16)·8]
+    std::vector<std::uint8_t> w2_scale;      ///< [E, H, ceil(I/16)]
+    std::vector<float> w2_scale_2;           ///< [E]
+
+    /// From stored ModelOpt-style tensors (no requantization); shapes as in the members above.
+    /// E4M3 NaN block-scale codes and non-finite or negative weight_scale_2 are rejected.
+    static weights from_checkpoint(const ExpertShape& s, const tensor_view<std::uint8_t>& w13,
+                                   const tensor_view<std::uint8_t>& w13_scale, const tensor_view<float>& w13_scale_2,
+                                   const tensor_view<std::uint8_t>& w2, const tensor_view<std::uint8_t>& w2_scale,
+                                   const tensor_view<float>& w2_scale_2, Matrix b13 = {}, Matrix b2 = {}) {
+      constexpr std::string_view what = "quant::nvfp4::weights::from_checkpoint";
+      weights w{detail::checked_store(s, what, std::move(b13), std::move(b2)), {}, {}, {}, {}, {}, {}};
+      const index_t R = s.rows13(), nbH = blocks_per_row(s.hidden), nbI = blocks_per_row(s.intermediate);
+      detail::require_shape(w13, what, "w13", {s.experts, R, nbH * 8});
+      detail::require_shape(w13_scale, what, "w13_scale", {s.experts, R, nbH});
+      detail::require_shape(w13_scale_2, what, "w13_scale_2", {s.experts});
+      detail::require_shape(w2, what, "w2", {s.experts, s.hidden, nbI * 8});
+      detail::require_shape(w2_scale, what, "w2_scale", {s.experts, s.hidden, nbI});
+      detail::require_shape(w2_scale_2, what, "w2_scale_2", {s.experts});
+      detail::require_scales(w13_scale_2.data, what, "w13_scale_2");
+      detail::require_scales(w2_scale_2.data, what, "w2_scale_2");
+      for (const auto* t : {&w13_scale, &w2_scale})
+        for (std::size_t i = 0; i < t->data.size(); ++i)
+          require(!kernels::quantize::is_e4m3_nan(t->data[i]), what, ": ", t == &w13_scale ? "w13_scale" : "w2_scale",
+                  " element ", i, " is an E4M3 NaN code");
+      w.w13 = detail::copy_of(w13), w.w13_scale = detail::copy_of(w13_scale);
+      w.w13_scale_2 = detail::copy_of(w13_scale_2);
+      w.w2 = detail::copy_of(w2), w.w2_scale = detail::copy_of(w2_scale), w.w2_scale_2 = detail::copy_of(w2_scale_2);
+      return w;
+    }
+  };
+
+  static weights quantize(const ExpertWeights& f) {
+    constexpr std::string_view what = "quant::nvfp4::quantize";
+    f.validate(what);
+    kernels::quantize::require_finite(f.w13, what, "w13");
+    kernels::quantize::require_finite(f.w2, what, "w2");
+    const ExpertShape& s = f.shape;
+    weights w{ExpertStore::from(f), {}, {}, {}, {}, {}, {}};
+    encode(f.w13, s.experts, w.w13, w.w13_scale, w.w13_scale_2);
+    encode(f.w2, s.experts, w.w2, w.w2_scale, w.w2_scale_2);
+    return w;
+  }
+  static void dequantize(const weights& w, index_t e, MatrixRef w13, MatrixRef w2) {
+    decode(w.w13, w.w13_scale, w.w13_scale_2[e], e * w13.rows(), w13);
+    decode(w.w2, w.w2_scale, w.w2_scale_2[e], e * w2.rows(), w2);
+  }
+  static void quantize_activation(std::span<float>) noexcept {}
+
+ private:
+  // m holds `experts` equal slices of rows; each slice gets its own scale_2.
+  static void encode(const Matrix& m, index_t experts, std::vector<std::uint8_t>& packed,
+                     std::vector<std::uint8_t>& scales, std::vector<float>& scale_2) {
+    const index_t nb = blocks_per_row(m.cols()), rows = m.rows() / experts;
+    packed.assign(static_cast<std::size_t>(m.rows() * nb * 8), 0);
+    scales.assign(static_cast<std::size_t>(m.rows() * nb), 0);
+    scale_2.assign(static_cast<std::size_t>(experts), 1.0f);
+    for (index_t e = 0; e < experts; ++e) {
+      scale_2[e] = kernels::quantize::nvfp4_scale_2(kernels::quantize::amax(m.data() + e * rows * m.cols(),
+                                                                            rows * m.cols()));
+      for (index_t r = e * rows; r < (e + 1) * rows; ++r)
+        kernels::quantize::quantize_nvfp4_row(m.row(r).data(), m.cols(), scale_2[e], packed.data() + r * nb * 8,
+                                              scales.data() + r * nb);
+    }
+  }
+  static void decode(const std::vector<std::uint8_t>& packed, const std::vector<std::uint8_t>& scales, float scale_2,
+                     index_t row0, MatrixRef out) {
+    const index_t nb = blocks_per_row(out.cols());
+    for (index_t r = 0; r < out.rows(); ++r)
+      kernels::quantize::dequantize_nvfp4_row(packed.data() + (row0 + r) * nb * 8, scales.data() + (row0 + r) * nb,
+                                              scale_2, out.cols(), out.row(r).data());
+  }
+};
+
+/// NVFP4 weights and NVFP4 activations (W4A4): each GEMM input row is quantized with the same
+/// block-16 E2M1 + E4M3 scheme under a per-token dynamic global scale input_scale = amax(row) /
+/// (6 · 448) (a static calibrated input_scale needs per-layer state that quantize_activation does
+/// not carry). The product of the dequantized operands carries alpha = input_scale ·
+/// weight_scale_2 exactly as a W4A4 GEMM applies it after accumulating e2m1 · e4m3 products.
+struct nvfp4_w4a4 : nvfp4 {
+  static constexpr std::string_view name = "nvfp4_w4a4";
+  static void quantize_activation(std::span<float> row) noexcept { kernels::quantize::fake_quantize_nvfp4(row); }
+};
+
+}  // namespace polymoe::quant

@@ -1,0 +1,17 @@
+# Runs CMD (arguments separated by '|') and passes when it exits with a non-zero status (not a
+# crash: no signal, no abort) and its stderr starts with "polymoe: " and matches REGEX.
+string(REPLACE "|" ";" cmd "${CMD}")
+execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "exit: ${rc}\nstderr: ${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected a failure, the command succeeded")
+endif()
+if(NOT rc MATCHES "^[0-9]+$" OR rc GREATER 127)
+  message(FATAL_ERROR "the command crashed (${rc})")
+endif()
+if(NOT err MATCHES "^polymoe: ")
+  message(FATAL_ERROR "stderr does not start with 'polymoe: '")
+endif()
+if(NOT err MATCHES "${REGEX}")
+  message(FATAL_ERROR "stderr does not match '${REGEX}'")
+endif()

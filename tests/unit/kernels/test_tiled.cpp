@@ -1,0 +1,210 @@
+// kernel::tiled against the reference on the shapes where a tiled kernel goes wrong: row-block and
+// tile boundaries, sizes that are not multiples of the panel, decode batches, thread counts, and
+// no heap allocation per forward after warm-up.
+#include <atomic>
+#include <bit>
+#include <cstdlib>
+#include <limits>
+#include <new>
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include "test_util.hpp"
+
+// Counts global operator new calls while `counting` is set (this test binary only). GCC cannot see
+// that the replaced new and delete below are a malloc / free pair.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace polymoe;
+
+namespace {
+
+namespace kt = kernels::tiled;
+
+MoeConfig config(index_t H, index_t I, index_t E, index_t k, Activation act = Activation::silu_gated,
+                 bool bias = false) {
+  MoeConfig cfg;
+  cfg.hidden = H;
+  cfg.intermediate = I;
+  cfg.num_experts = E;
+  cfg.router.top_k = k;
+  cfg.activation = act;
+  cfg.expert_bias = bias;
+  return cfg;
+}
+
+template <class Q>
+void expect_agrees(const MoeConfig& cfg, const Matrix& hidden, const Routing& r, unsigned seed) {
+  std::mt19937 rng(seed);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
+  MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w);
+  const Matrix want = ref.forward_routed(hidden, r.ids, r.weights);
+  const Matrix got = layer.forward_routed(hidden, r.ids, r.weights);
+  EXPECT_LE(test::relative_error(got, want), test::kernel_tolerance<Q>)
+      << Q::name << " T=" << hidden.rows() << " H=" << cfg.hidden << " I=" << cfg.intermediate
+      << " act=" << to_string(cfg.activation);
+}
+
+template <class F>
+void for_both_schemes(F&& f) {
+  f.template operator()<quant::fp32>();
+  f.template operator()<quant::bf16>();
+}
+
+TEST(Tiled, RowBlockAndTileBoundaries) {
+  // Expert 0 gets n rows (every token's slot 0), the other slot goes elsewhere.
+  const index_t B = kt::block_rows, M = kt::max_tile_rows;
+  for (index_t n : {index_t{1}, index_t{2}, index_t{3}, M - 1, M, M + 1, B - 1, B, B + 1, 2 * B + 5}) {
+    const MoeConfig cfg = config(40, 24, 5, 2);
+    std::mt19937 rng(static_cast<unsigned>(n));
+    const Matrix hidden = test::random_matrix(rng, n, cfg.hidden);
+    Routing r = test::random_routing(rng, n, cfg.num_experts, 2);
+    for (index_t t = 0; t < n; ++t) {
+      if (r.ids(t, 1) == 0) std::swap(r.ids(t, 0), r.ids(t, 1));
+      r.ids(t, 0) = 0;
+      if (r.ids(t, 1) == 0) r.ids(t, 1) = 1;
+    }
+    SCOPED_TRACE(n);
+    for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 11u); });
+  }
+}
+
+TEST(Tiled, SizesThatAreNotMultiplesOfThePanel) {
+  const Activation acts[] = {Activation::silu_gated, Activation::gelu_gated, Activation::swiglu_oai,
+                             Activation::silu, Activation::relu2};
+  struct HI {
+    index_t H, I;
+  };
+  for (const HI hi : {HI{1, 1}, HI{17, 15}, HI{70, 37}, HI{65, 33}, HI{130, 65}, HI{64, 32}, HI{257, 97}})
+    for (const Activation a : acts)
+      for (const bool bias : {false, true}) {
+        if (a == Activation::swiglu_oai && !bias) continue;
+        const MoeConfig cfg = config(hi.H, hi.I, 6, 3, a, bias);
+        std::mt19937 rng(static_cast<unsigned>(hi.H * 31 + hi.I));
+        const Matrix hidden = test::random_matrix(rng, 29, hi.H);
+        const Routing r = test::random_routing(rng, 29, 6, 3);
+        for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 5u); });
+      }
+}
+
+TEST(Tiled, DecodeBatches) {
+  for (index_t T = 1; T <= 4; ++T) {
+    const MoeConfig cfg = config(256, 96, 16, 4);
+    std::mt19937 rng(static_cast<unsigned>(T));
+    const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+    const Routing r = test::random_routing(rng, T, 16, 4);
+    for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 3u); });
+  }
+}
+
+TEST(Tiled, WeightOnInput) {
+  MoeConfig cfg = config(33, 20, 4, 1);
+  cfg.router_weight_on_input = true;
+  std::mt19937 rng(4);
+  const Matrix hidden = test::random_matrix(rng, 23, cfg.hidden);
+  const Routing r = test::random_routing(rng, 23, 4, 1);
+  for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 9u); });
+}
+
+TEST(Tiled, SkippedSlots) {
+  // Local id -1 (a slot routed to another rank) contributes nothing.
+  const MoeConfig cfg = config(48, 20, 4, 3);
+  std::mt19937 rng(6);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 19, cfg.hidden);
+  Routing r = test::random_routing(rng, 19, 4, 3);
+  for (index_t t = 0; t < 19; t += 2) r.ids(t, 1) = -1;
+  const auto prepared = kernel::tiled::prepare<quant::fp32>(quant::fp32::quantize(w.experts));
+  Matrix want(19, cfg.hidden), got(19, cfg.hidden);
+  const ExpertMlp mlp{ActivationParams{}, false};
+  const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 4};
+  kernels::reference_standard<quant::fp32>(d, quant::fp32::quantize(w.experts), mlp, want);
+  kernel::tiled{}.run<quant::fp32>(d, prepared, mlp, CombineInput<format::standard>{got});
+  EXPECT_LE(test::relative_error(got, want), test::kernel_tolerance<quant::fp32>);
+}
+
+TEST(Tiled, BitwiseIndependentOfThreadCount) {
+  // Several row blocks per expert, partial tiles and decode-sized experts in one batch.
+  const MoeConfig cfg = config(200, 72, 8, 2, Activation::swiglu_oai, true);
+  std::mt19937 rng(21);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 301, cfg.hidden);
+  Routing r = test::random_routing(rng, 301, 8, 2);
+  for (index_t t = 0; t < 301; ++t)  // skew: expert 7 almost never, expert 0 often
+    if (r.ids(t, 0) == 7 && t % 50) r.ids(t, 0) = r.ids(t, 1) == 0 ? 1 : 0;
+  for_both_schemes([&]<class Q>() {
+    MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w);
+    Matrix first;
+    for (int threads : {1, 2, 3, 7}) {
+      tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+      const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
+      if (first.size() == 0)
+        first = out;
+      else
+        EXPECT_TRUE((out.array() == first.array()).all()) << Q::name << ", " << threads << " threads";
+    }
+  });
+}
+
+TEST(Tiled, NoHeapAllocationAfterWarmUp) {
+  // The counter itself counts.
+  allocations = 0;
+  counting = true;
+  int* volatile probe = new int(1);
+  delete probe;
+  counting = false;
+  ASSERT_EQ(allocations.load(), 1);
+  const MoeConfig cfg = config(96, 40, 8, 2);
+  std::mt19937 rng(2);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  for_both_schemes([&]<class Q>() {
+    const auto prepared = kernel::tiled::prepare<Q>(Q::quantize(w.experts));
+    const ExpertMlp mlp{ActivationParams{}, false};
+    for (index_t T : {index_t{1}, index_t{64}}) {
+      const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+      const Routing r = test::random_routing(rng, T, 8, 2);
+      Matrix out(T, cfg.hidden);
+      const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 8};
+      const kernel::tiled k;
+      k.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});  // warm-up
+      allocations = 0;
+      counting = true;
+      for (int i = 0; i < 3; ++i) k.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});
+      counting = false;
+      EXPECT_EQ(allocations.load(), 0) << Q::name << " T=" << T;
+    }
+  });
+}
+
+TEST(Tiled, VectorBf16RoundingIsTheCodec) {
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 1.0f + 1.0f / 256.0f, -3.5e-39f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0x7F800001u),
+                           std::bit_cast<float>(0xFF812345u), std::numeric_limits<float>::max(), 3.3895314e38f};
+  std::mt19937 rng(1);
+  for (int i = 0; i < 1000; ++i) xs.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
+  std::vector<float> want = xs, got = xs;
+  quant::bf16::quantize_activation(want);
+  kt::round_bf16(got.data(), static_cast<index_t>(got.size()));
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i])) << i;
+}
+
+}  // namespace

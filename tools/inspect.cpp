@@ -1,0 +1,123 @@
+// `polymoe inspect` and `polymoe compare`.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include <polymoe/io/hf_checkpoint.hpp>
+
+#include "cli.hpp"
+
+namespace polymoe::cli {
+
+int cmd_inspect(int argc, char** argv) {
+  const args a = parse_args("inspect", argc, argv, 2, {"layer"}, {"tensors"});
+  if (a.flag("help")) {
+    std::cout << R"(usage: polymoe inspect DIR [--layer N] [--tensors]
+
+Prints the checkpoint's family (config.json model_type), its files, and for each layer (or only
+layer N): whether it is an MoE layer, how its experts are stored (float, fp8_block, mxfp4, nvfp4,
+int8), its MoE shapes and routing, and its tensor inventory (count and bytes; every tensor with
+--tensors).
+)";
+    return 0;
+  }
+  require(a.positional.size() == 1, "inspect: expected one checkpoint directory, got ", a.positional.size(),
+          " arguments");
+  const auto ckpt = io::hf_checkpoint::open(a.positional[0]);
+  const auto& files = ckpt.files();
+  const auto& names = ckpt.names();
+  std::printf("checkpoint  %s\nfamily      %s\nfiles       ", a.positional[0].c_str(),
+              std::string(io::to_string(ckpt.family())).c_str());
+  for (const auto& f : files.files()) std::printf("%s ", f.c_str());
+  std::printf("%s\n", files.sharded() ? "(sharded, model.safetensors.index.json)" : "");
+  if (const auto* q = ckpt.config().find("quantization_config")) std::printf("quantization_config  %s\n", q->dump().c_str());
+  const index_t L = ckpt.num_layers();
+  std::printf("layers      %lld\n", static_cast<long long>(L));
+  const index_t only = a.integer("layer", -1);
+  require(only < L, "inspect: --layer ", only, " is out of range [0, ", L, ")");
+  auto tensor_line = [&](const std::string& n) {
+    const auto& t = files.info(n);
+    std::printf("    %-64s %-8s %s\n", n.c_str(), std::string(io::dtype_name(t.dtype)).c_str(), t.shape_string().c_str());
+  };
+  for (index_t n = 0; n < L; ++n) {
+    if (only >= 0 && n != only) continue;
+    const auto tensors = files.names_with_prefix(names.layer(n));
+    std::uint64_t bytes = 0;
+    for (const auto& t : tensors) bytes += files.info(t).nbytes();
+    std::printf("layer %lld: %zu tensors, %.3f MB", static_cast<long long>(n), tensors.size(), bytes / 1e6);
+    if (!ckpt.is_moe_layer(n)) {
+      std::printf(tensors.empty() ? ", not in these files\n" : ", no MoE block\n");
+    } else {
+      const MoeConfig c = ckpt.moe_config(n);
+      static constexpr const char* routing[] = {"softmax top-k", "top-k softmax", "sigmoid grouped top-k"};
+      std::printf(", MoE (%s): experts %s\n", routing[static_cast<int>(c.router.method)],
+                  std::string(io::to_string(ckpt.scheme_of(n))).c_str());
+      std::printf("    E=%lld k=%lld H=%lld I=%lld activation=%s renormalize=%d", static_cast<long long>(c.num_experts),
+                  static_cast<long long>(c.top_k()), static_cast<long long>(c.hidden),
+                  static_cast<long long>(c.intermediate), std::string(to_string(c.activation)).c_str(),
+                  c.router.renormalize ? 1 : 0);
+      if (c.router.method == RoutingMethod::sigmoid_grouped_topk)
+        std::printf(" n_group=%lld topk_group=%lld scaling=%g", static_cast<long long>(c.router.n_group),
+                    static_cast<long long>(c.router.topk_group), static_cast<double>(c.router.routed_scaling_factor));
+      if (c.shared_intermediate)
+        std::printf(" shared_intermediate=%lld%s", static_cast<long long>(c.shared_intermediate),
+                    c.shared_expert_gate ? " (sigmoid gate)" : "");
+      std::printf("\n");
+    }
+    if (a.flag("tensors"))
+      for (const auto& t : tensors) tensor_line(t);
+  }
+  const auto rest = files.names();
+  std::size_t other = 0;
+  for (const auto& t : rest)
+    if (!t.starts_with("model.layers.")) {
+      ++other;
+      if (a.flag("tensors") && only < 0) tensor_line(t);
+    }
+  std::printf("other tensors: %zu\n", other);
+  return 0;
+}
+
+int cmd_compare(int argc, char** argv) {
+  const args a = parse_args("compare", argc, argv, 2, {"tensor", "tol"}, {"exact"});
+  if (a.flag("help")) {
+    std::cout << R"(usage: polymoe compare GOT.safetensors REFERENCE.safetensors [--tensor NAME] [--tol X] [--exact]
+
+Prints max |got - ref| / max |ref| for the tensor (default `output`) and fails (exit 1) when it is
+above --tol (default 1e-5). --exact: every tensor of REFERENCE must be in GOT with the same dtype,
+shape and bytes.
+)";
+    return 0;
+  }
+  require(a.positional.size() == 2, "compare: expected two safetensors files");
+  const auto got = io::safetensors_file::open(a.positional[0]);
+  const auto ref = io::safetensors_file::open(a.positional[1]);
+  if (a.flag("exact")) {
+    for (const auto& t : ref.tensors()) {
+      const auto& g = got.info(t.name);
+      require(g.dtype == t.dtype && g.shape == t.shape, "compare: tensor '", t.name, "' is ", io::dtype_name(g.dtype),
+              " ", g.shape_string(), " vs ", io::dtype_name(t.dtype), " ", t.shape_string());
+      const auto x = got.bytes_of(g), y = ref.bytes_of(t);
+      require(x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size()) == 0), "compare: tensor '",
+              t.name, "' differs");
+    }
+    std::printf("compare: %zu tensors identical\n", ref.size());
+    return 0;
+  }
+  const std::string name = a.get("tensor", "output");
+  const double tol = a.has("tol") ? std::stod(a.get("tol")) : 1e-5;
+  const Matrix x = got.matrix(name), y = ref.matrix(name);
+  require(x.rows() == y.rows() && x.cols() == y.cols(), "compare: '", name, "' is [", x.rows(), ", ", x.cols(),
+          "] vs [", y.rows(), ", ", y.cols(), "]");
+  require(x.allFinite(), "compare: '", name, "' in ", a.positional[0], " has non-finite values");
+  const double err = x.size() ? static_cast<double>((x - y).cwiseAbs().maxCoeff()) : 0.0;
+  const double scale = y.size() ? static_cast<double>(y.cwiseAbs().maxCoeff()) : 0.0;
+  const double rel = scale > 0 ? err / scale : err;
+  std::printf("compare %s: max abs error %.3g, max |ref| %.3g, relative %.3g (tolerance %.3g)\n", name.c_str(), err,
+              scale, rel, tol);
+  require(rel <= tol, "compare: '", name, "' relative error ", rel, " exceeds the tolerance ", tol);
+  return 0;
+}
+
+}  // namespace polymoe::cli

@@ -1,0 +1,204 @@
+// `polymoe make-checkpoint`: a synthetic checkpoint in Hugging Face layout with real shapes.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "layout.hpp"
+
+namespace polymoe::cli {
+namespace {
+
+struct preset {
+  const char* name;
+  io::hf_family family;
+  index_t hidden, intermediate, experts, top_k, layers;
+  index_t shared = 0;            // deepseek: n_shared_experts; qwen2_moe: shared_expert_intermediate_size
+  index_t n_group = 1, topk_group = 1;
+  double scaling = 1.0;
+  out_scheme scheme = out_scheme::bf16;
+  const char* about = "";
+};
+
+constexpr preset presets[] = {
+    {"tiny", io::hf_family::qwen3_moe, 256, 128, 16, 4, 2, 0, 1, 1, 1.0, out_scheme::bf16, "Qwen3-MoE layout, BF16"},
+    {"tiny-mixtral", io::hf_family::mixtral, 128, 256, 8, 2, 2, 0, 1, 1, 1.0, out_scheme::bf16, "Mixtral layout, BF16"},
+    {"tiny-qwen2-moe", io::hf_family::qwen2_moe, 128, 64, 8, 2, 2, 256, 1, 1, 1.0, out_scheme::f32,
+     "Qwen2-MoE layout, shared expert with sigmoid gate, F32"},
+    {"tiny-deepseek-v3", io::hf_family::deepseek_v3, 256, 128, 16, 4, 2, 1, 4, 2, 2.5, out_scheme::fp8_block,
+     "DeepSeek-V3 layout, grouped routing, shared expert, FP8 128x128 blocks"},
+    {"tiny-gpt-oss", io::hf_family::gpt_oss, 128, 128, 8, 2, 2, 0, 1, 1, 1.0, out_scheme::mxfp4,
+     "GPT-OSS layout, MXFP4 experts"},
+    {"mixtral-8x7b", io::hf_family::mixtral, 4096, 14336, 8, 2, 1, 0, 1, 1, 1.0, out_scheme::bf16,
+     "Mixtral-8x7B shapes (32 layers in the real model), BF16"},
+    {"qwen3-30b-a3b", io::hf_family::qwen3_moe, 2048, 768, 128, 8, 1, 0, 1, 1, 1.0, out_scheme::bf16,
+     "Qwen3-30B-A3B shapes (48 layers in the real model), BF16"},
+    {"deepseek-v3", io::hf_family::deepseek_v3, 7168, 2048, 256, 8, 1, 1, 8, 4, 2.5, out_scheme::fp8_block,
+     "DeepSeek-V3 shapes (61 layers in the real model), FP8 blocks"},
+    {"gpt-oss-20b", io::hf_family::gpt_oss, 2880, 2880, 32, 4, 1, 0, 1, 1, 1.0, out_scheme::mxfp4,
+     "GPT-OSS-20B shapes (24 layers in the real model), MXFP4"},
+};
+
+/// Counter-based random numbers: the value of (seed, stream, i) never depends on the order of
+/// generation, so tensors can be produced one at a time.
+struct rng {
+  std::uint64_t state;
+  static std::uint64_t mix(std::uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  rng(std::uint64_t seed, std::uint64_t a, std::uint64_t b) : state(mix(mix(mix(seed) ^ a) ^ (b * 0x9E37ull))) {}
+  /// uniform in [-1, 1)
+  float next() {
+    state = mix(state);
+    return static_cast<float>(static_cast<double>(state >> 40) * (1.0 / 8388608.0) - 1.0);
+  }
+  void fill(float* p, std::size_t n, float scale) {
+    for (std::size_t i = 0; i < n; ++i) p[i] = next() * scale;
+  }
+};
+
+io::json make_config(const preset& p, index_t layers) {
+  using io::json;
+  json c = json::object();
+  const std::string arch = p.family == io::hf_family::mixtral       ? "MixtralForCausalLM"
+                           : p.family == io::hf_family::qwen2_moe   ? "Qwen2MoeForCausalLM"
+                           : p.family == io::hf_family::qwen3_moe   ? "Qwen3MoeForCausalLM"
+                           : p.family == io::hf_family::deepseek_v3 ? "DeepseekV3ForCausalLM"
+                                                                    : "GptOssForCausalLM";
+  c.set("architectures", json::array({json(arch)}));
+  c.set("model_type", std::string(io::to_string(p.family)));
+  c.set("hidden_size", p.hidden);
+  c.set("num_hidden_layers", layers);
+  c.set("num_experts_per_tok", p.top_k);
+  c.set("hidden_act", "silu");
+  c.set("torch_dtype", p.scheme == out_scheme::f32 ? "float32" : "bfloat16");
+  c.set("polymoe_synthetic", json(std::string("random weights written by polymoe make-checkpoint --preset ") + p.name));
+  switch (p.family) {
+    case io::hf_family::mixtral:
+      c.set("num_local_experts", p.experts), c.set("intermediate_size", p.intermediate);
+      break;
+    case io::hf_family::qwen2_moe:
+    case io::hf_family::qwen3_moe:
+      c.set("num_experts", p.experts), c.set("moe_intermediate_size", p.intermediate);
+      c.set("norm_topk_prob", p.family == io::hf_family::qwen3_moe);
+      c.set("decoder_sparse_step", 1), c.set("mlp_only_layers", json::array());
+      if (p.family == io::hf_family::qwen2_moe) c.set("shared_expert_intermediate_size", p.shared);
+      break;
+    case io::hf_family::deepseek_v3:
+      c.set("n_routed_experts", p.experts), c.set("moe_intermediate_size", p.intermediate);
+      c.set("n_shared_experts", p.shared), c.set("n_group", p.n_group), c.set("topk_group", p.topk_group);
+      c.set("routed_scaling_factor", p.scaling), c.set("norm_topk_prob", true), c.set("scoring_func", "sigmoid");
+      c.set("topk_method", "noaux_tc");
+      c.set("first_k_dense_replace", 0);  // every synthetic layer is an MoE layer (the real model: 3)
+      break;
+    case io::hf_family::gpt_oss:
+      c.set("num_local_experts", p.experts), c.set("intermediate_size", p.intermediate), c.set("swiglu_limit", 7.0);
+      break;
+  }
+  if (p.scheme != out_scheme::bf16 && p.scheme != out_scheme::f32)
+    c.set("quantization_config", quantization_config(p.scheme, p.family));
+  return c;
+}
+
+}  // namespace
+
+int cmd_make_checkpoint(int argc, char** argv) {
+  const args a = parse_args("make-checkpoint", argc, argv, 2, {"preset", "out", "layers", "seed", "tokens", "shard-mb"});
+  if (a.flag("help")) {
+    std::cout << "usage: polymoe make-checkpoint --preset NAME --out DIR [--layers N] [--seed S] [--tokens T]\n"
+                 "                               [--shard-mb MB]\n\n"
+                 "Writes a synthetic checkpoint in Hugging Face layout (config.json + safetensors, sharded with\n"
+                 "model.safetensors.index.json above --shard-mb, default 4096) with the shapes of a real model\n"
+                 "and seeded random weights: only the MoE tensors (router, experts, shared experts) of each\n"
+                 "layer. Also writes DIR/input.safetensors with hidden_states [T, H] (--tokens, default 16).\n"
+                 "Tensors are generated and written one at a time. Presets:\n";
+    for (const auto& p : presets) std::printf("  %-18s %s\n", p.name, p.about);
+    return 0;
+  }
+  const std::string name = a.need("preset"), out_dir = a.need("out");
+  const preset* p = nullptr;
+  std::string known;
+  for (const auto& q : presets) {
+    if (name == q.name) p = &q;
+    if (!known.empty()) known += ", ";
+    known += q.name;
+  }
+  require(p != nullptr, "make-checkpoint: unknown --preset '", name, "' (valid: ", known, ")");
+  const index_t layers = a.integer("layers", p->layers), tokens = a.integer("tokens", 16);
+  const auto seed = static_cast<std::uint64_t>(a.integer("seed", 0));
+  const std::uint64_t shard = static_cast<std::uint64_t>(a.integer("shard-mb", 4096)) << 20;
+  require(layers >= 1, "make-checkpoint: --layers must be >= 1");
+  require(tokens >= 0, "make-checkpoint: --tokens must be >= 0");
+  require(shard > 0, "make-checkpoint: --shard-mb must be > 0");
+
+  MoeConfig c;
+  c.hidden = p->hidden, c.intermediate = p->intermediate, c.num_experts = p->experts, c.router.top_k = p->top_k;
+  c.shared_intermediate = p->family == io::hf_family::deepseek_v3 ? p->shared * p->intermediate
+                          : p->family == io::hf_family::qwen2_moe ? p->shared
+                                                                  : 0;
+  const bool gpt = p->family == io::hf_family::gpt_oss;
+  const io::hf_names names{p->family};
+  const index_t H = p->hidden;
+  std::vector<io::tensor_source> out;
+  const io::dtype fdt = p->scheme == out_scheme::bf16 ? io::dtype::BF16 : io::dtype::F32;
+  auto random_tensor = [&](std::string tname, std::vector<std::int64_t> shape, io::dtype d, std::uint64_t stream,
+                           float scale) {
+    out.push_back({std::move(tname), d, shape, [=](std::span<std::byte> b) {
+                     std::size_t n = 1;
+                     for (const auto s : shape) n *= static_cast<std::size_t>(s);
+                     std::vector<float> v(n);
+                     rng(seed, stream, 0).fill(v.data(), n, scale);
+                     layout_detail::put_floats(b, v.data(), n, d);
+                   }});
+  };
+  for (index_t n = 0; n < layers; ++n) {
+    const std::uint64_t L = static_cast<std::uint64_t>(n) << 32;
+    random_tensor(names.router(n), {p->experts, H}, gpt || p->scheme == out_scheme::fp8_block ? io::dtype::F32 : fdt,
+                  L | 0xFFFF0001u, std::sqrt(3.0f / static_cast<float>(H)));
+    if (gpt) random_tensor(names.router_bias(n), {p->experts}, io::dtype::F32, L | 0xFFFF0002u, 0.1f);
+    if (p->family == io::hf_family::deepseek_v3)
+      random_tensor(names.correction_bias(n), {p->experts}, io::dtype::F32, L | 0xFFFF0003u, 0.05f);
+    if (p->family == io::hf_family::qwen2_moe)
+      random_tensor(names.shared_gate(n), {1, H}, fdt, L | 0xFFFF0004u, std::sqrt(3.0f / static_cast<float>(H)));
+    auto expert = [=](index_t e, index_t inter) {
+      ExpertWeights w(ExpertShape{1, H, inter, true, gpt});
+      rng r(seed, L | static_cast<std::uint32_t>(e), 1);
+      r.fill(w.w13.data(), static_cast<std::size_t>(w.w13.size()), std::sqrt(3.0f / static_cast<float>(H)));
+      r.fill(w.w2.data(), static_cast<std::size_t>(w.w2.size()), std::sqrt(3.0f / static_cast<float>(inter)));
+      if (gpt) {
+        r.fill(w.b13.data(), static_cast<std::size_t>(w.b13.size()), 0.05f);
+        r.fill(w.b2.data(), static_cast<std::size_t>(w.b2.size()), 0.05f);
+      }
+      return w;
+    };
+    const index_t I = p->intermediate, SI = c.shared_intermediate;
+    auto P = std::make_shared<expert_provider>(
+        p->scheme, [=](index_t e) { return expert(e, I); }, [=]() { return expert(0xFFFFFF, SI); });
+    add_expert_tensors(out, names, n, c, std::move(P));
+  }
+  std::uint64_t total = 0;
+  for (const auto& t : out) total += t.nbytes();
+  std::printf("polymoe make-checkpoint: preset %s (%s), %lld layer%s, %zu tensors, %.3f GB -> %s\n", p->name, p->about,
+              static_cast<long long>(layers), layers == 1 ? "" : "s", out.size(), static_cast<double>(total) / 1e9,
+              out_dir.c_str());
+  if (total > (1ull << 30))
+    std::fprintf(stderr, "polymoe make-checkpoint: warning: this writes %.1f GB (generated and written one tensor at a "
+                         "time; needs that much free disk)\n", static_cast<double>(total) / 1e9);
+  std::fflush(stdout);
+  const auto files = io::write_checkpoint(out_dir, std::move(out), shard);
+  io::write_text_file(std::filesystem::path(out_dir) / "config.json", make_config(*p, layers).dump());
+  if (tokens > 0) {
+    std::vector<float> x(static_cast<std::size_t>(tokens * H));
+    rng(seed, 0xABCDEFull, 7).fill(x.data(), x.size(), 1.7320508f);
+    io::save_safetensors(std::filesystem::path(out_dir) / "input.safetensors",
+                         {io::tensor_view<float>("hidden_states", {tokens, H}, std::span<const float>(x))});
+  }
+  std::printf("  wrote %zu safetensors file%s, config.json%s\n", files.size(), files.size() == 1 ? "" : "s",
+              tokens > 0 ? ", input.safetensors (hidden_states)" : "");
+  return 0;
+}
+
+}  // namespace polymoe::cli

@@ -1,0 +1,78 @@
+// `polymoe quantize`: a quantized copy of a checkpoint, in the layout real checkpoints use.
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "layout.hpp"
+
+namespace polymoe::cli {
+
+int cmd_quantize(int argc, char** argv) {
+  const args a = parse_args("quantize", argc, argv, 2, {"checkpoint", "layer", "scheme", "out", "shard-mb"});
+  if (a.flag("help")) {
+    std::cout << R"(usage: polymoe quantize --checkpoint DIR --layer N|all --scheme mxfp4|nvfp4|fp8-block|int8 --out DIR
+                        [--shard-mb MB]
+
+Writes a copy of the checkpoint whose MoE experts (routed and shared) in layer N, or in every MoE
+layer, are quantized with the scheme, in the layout real checkpoints use, and a config.json with the
+matching quantization_config; every other tensor is copied unchanged. The result is read back by
+`polymoe run` without requantization.
+  mxfp4      GPT-OSS: experts.*_blocks / *_scales; per-expert families: weight (U8) + weight_scale (E8M0)
+  nvfp4      ModelOpt: weight (U8) + weight_scale (F8_E4M3, blocks of 16) + weight_scale_2 (F32)
+  fp8-block  DeepSeek-V3: weight (F8_E4M3) + weight_scale_inv (F32, 128x128 blocks)
+  int8       weight (I8) + weight_scale (F32 per output channel) (sglang w8a8_int8)
+Stored weights are dequantized first when the input is already quantized. Experts are processed one
+at a time; output larger than --shard-mb (default 4096) is sharded with model.safetensors.index.json.
+)";
+    return 0;
+  }
+  const std::string in_dir = a.need("checkpoint"), out_dir = a.need("out"), layer_s = a.need("layer");
+  const out_scheme scheme = parse_out_scheme(a.need("scheme"));
+  const std::uint64_t shard = static_cast<std::uint64_t>(a.integer("shard-mb", 4096)) << 20;
+  require(shard > 0, "quantize: --shard-mb must be > 0");
+  std::error_code ec;
+  require(!std::filesystem::exists(out_dir, ec) || !std::filesystem::equivalent(in_dir, out_dir, ec),
+          "quantize: --out must differ from --checkpoint");
+  const auto ckpt = std::make_shared<io::hf_checkpoint>(io::hf_checkpoint::open(in_dir));
+  const auto& names = ckpt->names();
+  std::vector<index_t> layers;
+  if (layer_s == "all") {
+    for (index_t n = 0; n < ckpt->num_layers(); ++n)
+      if (ckpt->is_moe_layer(n)) layers.push_back(n);
+    require(!layers.empty(), "quantize: the checkpoint has no MoE layer");
+  } else {
+    layers.push_back(a.parse_int(layer_s, "layer"));
+    (void)ckpt->moe_config(layers[0]);  // checks the layer
+  }
+  std::vector<io::tensor_source> out;
+  std::vector<std::string> replaced;
+  for (const index_t n : layers) {
+    const MoeConfig c = ckpt->moe_config(n);
+    replaced.push_back(names.moe(n) + "experts.");
+    if (c.shared_intermediate > 0) replaced.push_back(names.shared(n));
+    auto P = std::make_shared<expert_provider>(
+        scheme, [ckpt, n](index_t e) { return ckpt->load_fp32_experts(n, e, 1); },
+        [ckpt, n]() { return *ckpt->load_fp32_shared(n); });
+    add_expert_tensors(out, names, n, c, std::move(P));
+  }
+  for (const auto& name : ckpt->files().names()) {
+    bool skip = false;
+    for (const auto& r : replaced) skip |= name.starts_with(r);
+    if (skip) continue;
+    const auto& t = ckpt->files().info(name);
+    out.push_back({name, t.dtype, t.shape, [ckpt, name](std::span<std::byte> b) {
+                     const auto src = ckpt->files().bytes(name);
+                     layout_detail::put(b, src.data(), src.size());
+                   }});
+  }
+  const auto files = io::write_checkpoint(out_dir, std::move(out), shard);
+  io::json config = ckpt->config();
+  config.set("quantization_config", quantization_config(scheme, ckpt->family()));
+  io::write_text_file(std::filesystem::path(out_dir) / "config.json", config.dump());
+  std::printf("polymoe quantize: %s -> %s (%s, %zu layer%s, %zu file%s)\n", in_dir.c_str(), out_dir.c_str(),
+              a.get("scheme").c_str(), layers.size(), layers.size() == 1 ? "" : "s", files.size(),
+              files.size() == 1 ? "" : "s");
+  return 0;
+}
+
+}  // namespace polymoe::cli

@@ -1,0 +1,217 @@
+// `polymoe run`: one layer of a checkpoint on an input file, with the selected (a2a, quant, kernel).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <tbb/global_control.h>
+
+#include <polymoe/io/safetensors.hpp>
+
+#include "cli.hpp"
+#include "run_layer.hpp"
+
+#if defined(POLYMOE_WITH_MPI)
+#include <mpi.h>
+#endif
+
+namespace polymoe::cli {
+namespace {
+
+constexpr const char* run_help = R"(usage: polymoe run --checkpoint DIR --layer N --input IN.safetensors --output OUT.safetensors
+                   [--a2a NAME] [--quant NAME] [--kernel NAME] [--threads N] [--repeat N]
+                   [--ignore-input-logits] [--quiet]
+
+Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharded or not).
+  IN   hidden_states [T, H] (F32 or BF16), optionally router_logits [T, E]; without them (or with
+       --ignore-input-logits) the checkpoint's router computes the logits.
+  OUT  output [T, H] F32, topk_ids [T, k] I32, topk_weights [T, k] F32.
+  --a2a      dispatcher (default local); mpi_allgather, mpi_ragged, mpi_masked under
+             `mpirun -np R`: each rank takes a contiguous share of the tokens and holds only its
+             own experts; rank 0 writes the complete output.
+  --quant    scheme (default: the checkpoint's own: fp32 for float weights, fp8_block_weight_only
+             for DeepSeek FP8 blocks, mxfp4, nvfp4, int8_w8a8). Float weights are quantized on load;
+             stored weights of another scheme are dequantized first.
+  --kernel   expert kernel (default tbb_grouped).
+  --threads  oneTBB threads (default: all).   --repeat  forward passes to time (default 1).
+  --capacity mpi_masked rows per local expert (default: T * top_k, which no batch exceeds).
+`polymoe list` prints every valid (a2a, quant, kernel) triple.
+)";
+
+std::string default_quant(io::stored_scheme s) {
+  switch (s) {
+    case io::stored_scheme::float_weights: return "fp32";
+    case io::stored_scheme::fp8_block: return "fp8_block_weight_only";
+    case io::stored_scheme::mxfp4: return "mxfp4";
+    case io::stored_scheme::nvfp4: return "nvfp4";
+    case io::stored_scheme::int8: return "int8_w8a8";
+  }
+  return "fp32";
+}
+
+/// Router logits computed row by row (a matrix-vector product per token), so that a token's
+/// logits do not depend on how many tokens share the batch (single-process and MPI runs agree).
+template <class W>
+Matrix compute_logits(const BasicMoeWeights<W>& w, const Matrix& hidden, index_t layer) {
+  require(w.router_weight.size() > 0, "run: layer ", layer, " has no router weight to compute router_logits");
+  Matrix logits(hidden.rows(), w.router_weight.rows());
+  for (index_t t = 0; t < hidden.rows(); ++t) {
+    Vector z = w.router_weight * hidden.row(t).transpose();
+    if (w.router_bias.size()) z += w.router_bias;
+    logits.row(t) = z.transpose();
+  }
+  return logits;
+}
+
+struct mpi_session {
+  bool active = false;
+  int rank = 0, size = 1;
+  explicit mpi_session(bool want, int& argc, char**& argv) {
+#if defined(POLYMOE_WITH_MPI)
+    if (want) {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      active = true;
+    }
+#else
+    (void)want, (void)argc, (void)argv;
+#endif
+  }
+  ~mpi_session() {
+#if defined(POLYMOE_WITH_MPI)
+    if (active) MPI_Finalize();
+#endif
+  }
+  /// After a failure on this rank: with other ranks possibly waiting in a collective, end them all.
+  void abort_all() const {
+#if defined(POLYMOE_WITH_MPI)
+    if (active && size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  }
+  /// Rows [begin, end) of T for this rank.
+  [[nodiscard]] std::pair<index_t, index_t> share(index_t T) const {
+    return {T * rank / size, T * (rank + 1) / size};
+  }
+  /// Rank 0 receives every rank's rows of `local` (same column count), in rank order.
+  template <class M>
+  M gather_rows(const M& local, index_t total_rows) const {
+    if (!active || size == 1) return local;
+#if defined(POLYMOE_WITH_MPI)
+    using S = typename M::Scalar;
+    const MPI_Datatype type = std::is_same_v<S, float> ? MPI_FLOAT : MPI_INT32_T;
+    const int mine = static_cast<int>(local.size());
+    std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+    MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    M all;
+    if (rank == 0) all.resize(total_rows, local.cols());
+    MPI_Gatherv(local.data(), mine, type, rank == 0 ? all.data() : nullptr, counts.data(), displs.data(), type, 0,
+                MPI_COMM_WORLD);
+    return all;
+#else
+    (void)total_rows;
+    return local;
+#endif
+  }
+};
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  const args a = parse_args("run", argc, argv, 2,
+                            {"checkpoint", "layer", "input", "output", "a2a", "quant", "kernel", "threads", "repeat", "capacity"},
+                            {"ignore-input-logits", "quiet"});
+  if (a.flag("help")) {
+    std::cout << run_help;
+    return 0;
+  }
+  require(a.positional.empty(), "run: unexpected argument '", a.positional.empty() ? "" : a.positional[0], "'");
+  const std::string ckpt_dir = a.need("checkpoint"), in_path = a.need("input"), out_path = a.need("output");
+  const index_t layer_n = a.parse_int(a.need("layer"), "layer");
+  const int repeat = static_cast<int>(a.integer("repeat", 1));
+  require(repeat >= 1, "run: --repeat must be >= 1");
+  std::optional<tbb::global_control> threads;
+  if (a.has("threads")) {
+    const auto n = a.integer("threads", 0);
+    require(n >= 1, "run: --threads must be >= 1, got ", n);
+    threads.emplace(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(n));
+  }
+
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  const auto ckpt = io::hf_checkpoint::open(ckpt_dir);
+  const io::stored_scheme stored = ckpt.scheme_of(layer_n);
+  const triple_variant selected =
+      select_triple(a.get("a2a", "local"), a.has("quant") ? a.get("quant") : default_quant(stored),
+                    a.get("kernel", "tbb_grouped"));
+  const triple_names names = names_of(selected);
+
+  int fake_argc = 1;
+  char** fake_argv = argv;
+  mpi_session mpi(names.a2a.starts_with("mpi_"), fake_argc, fake_argv);
+  try {
+    const auto t_open = clock::now();
+    io::hf_layer L = ckpt.load_layer(layer_n, mpi.rank, mpi.size);
+    const auto t_loaded = clock::now();
+    const auto in = io::safetensors_file::open(in_path);
+    const Matrix hidden_all = in.matrix("hidden_states");
+    const index_t T = hidden_all.rows(), E = L.cfg.num_experts, k = L.cfg.top_k();
+    require(hidden_all.cols() == L.cfg.hidden, "run: input '", in_path, "': hidden_states is [", T, ", ",
+            hidden_all.cols(), "], expected [T, hidden=", L.cfg.hidden, "]");
+    const auto [b, e] = mpi.share(T);
+    run_context ctx;
+    ctx.cfg = L.cfg;
+    ctx.repeat = repeat;
+    ctx.total_tokens = T;
+    ctx.capacity = a.integer("capacity", 0);
+    ctx.hidden = hidden_all.middleRows(b, e - b);
+    if (in.contains("router_logits") && !a.flag("ignore-input-logits")) {
+      const Matrix logits = in.matrix("router_logits");
+      require(logits.rows() == T && logits.cols() == E, "run: input '", in_path, "': router_logits is [",
+              logits.rows(), ", ", logits.cols(), "], expected [", T, ", num_experts=", E, "]");
+      ctx.logits = logits.middleRows(b, e - b);
+    } else {
+      ctx.logits = std::visit([&](const auto& w) { return compute_logits(w, ctx.hidden, layer_n); }, L.weights);
+    }
+    ctx.weights = std::move(L.weights);
+
+    std::visit([&](auto t) { run_with_quant<typename decltype(t)::quant>(selected, ctx); }, selected);
+
+    const Matrix out = mpi.gather_rows(ctx.out, T);
+    const IdMatrix ids = mpi.gather_rows(ctx.topk_ids, T);
+    const Matrix wts = mpi.gather_rows(ctx.topk_weights, T);
+    if (mpi.rank == 0) {
+      require(out.rows() == T && ids.rows() == T && ids.cols() == k, "run: internal error: gathered shapes");
+      io::save_safetensors(out_path,
+                           {io::tensor_view<float>("output", {T, L.cfg.hidden}, std::span<const float>(out.data(), out.size())),
+                            io::tensor_view<std::int32_t>("topk_ids", {T, k}, std::span<const std::int32_t>(ids.data(), ids.size())),
+                            io::tensor_view<float>("topk_weights", {T, k}, std::span<const float>(wts.data(), wts.size()))});
+      if (!a.flag("quiet")) {
+        const auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+        std::printf("polymoe run: %s layer %lld (%s, stored %s): T=%lld H=%lld I=%lld E=%lld k=%lld%s\n",
+                    std::string(io::to_string(ckpt.family())).c_str(), static_cast<long long>(layer_n),
+                    ckpt_dir.c_str(), std::string(io::to_string(stored)).c_str(), static_cast<long long>(T),
+                    static_cast<long long>(L.cfg.hidden), static_cast<long long>(L.cfg.intermediate),
+                    static_cast<long long>(E), static_cast<long long>(k),
+                    L.cfg.shared_intermediate ? " +shared expert" : "");
+        std::printf("  layer      MoeLayer<%s, %s, %s>%s%s\n", std::string(names.a2a).c_str(),
+                    std::string(names.quant).c_str(), std::string(names.kernel).c_str(),
+                    mpi.size > 1 ? (" on " + std::to_string(mpi.size) + " ranks").c_str() : "",
+                    ctx.note.empty() ? "" : ("\n  weights    " + ctx.note).c_str());
+        std::printf("  timing     open %.3f s, load layer %.3f s, quantize+prepare %.3f s, forward %.3f ms (%.1f tokens/s)\n",
+                    secs(t_open - t_start), secs(t_loaded - t_open), ctx.prepare_seconds, ctx.forward_seconds * 1e3,
+                    ctx.forward_seconds > 0 ? static_cast<double>(e - b) / ctx.forward_seconds : 0.0);
+        std::printf("  output     %s (output [%lld, %lld], topk_ids, topk_weights); max |output| = %.6g\n",
+                    out_path.c_str(), static_cast<long long>(T), static_cast<long long>(L.cfg.hidden),
+                    T ? static_cast<double>(out.cwiseAbs().maxCoeff()) : 0.0);
+      }
+    }
+  } catch (...) {
+    mpi.abort_all();  // other ranks may be waiting in a collective
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace polymoe::cli

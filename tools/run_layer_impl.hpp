@@ -1,0 +1,70 @@
+#pragma once
+// The definition of run_with_quant<Q>; included only by the run_q_*.cpp instantiation files.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <type_traits>
+
+#include "run_layer.hpp"
+
+namespace polymoe::cli {
+
+/// The dispatcher: mpi_masked gets a capacity that no batch can exceed (every slot of every token
+/// on one expert) unless --capacity says otherwise.
+template <class A2A>
+A2A make_dispatcher(const run_context& ctx) {
+  if constexpr (std::is_constructible_v<A2A, index_t>)
+    return A2A(ctx.capacity > 0 ? ctx.capacity : std::max<index_t>(1, ctx.total_tokens * ctx.cfg.top_k()));
+  else
+    return A2A{};
+}
+
+template <class A2A, class Q, class Kernel>
+void run_triple(run_context& ctx) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  std::optional<MoeLayer<A2A, Q, Kernel>> layer;
+  std::visit(
+      [&](auto& w) {
+        using W = std::decay_t<decltype(w)>;
+        if constexpr (std::is_same_v<W, MoeWeights>) {
+          layer.emplace(ctx.cfg, w, make_dispatcher<A2A>(ctx));
+          if (Q::name != "fp32") ctx.note = "float weights quantized to " + std::string(Q::name) + " on load";
+        } else if constexpr (std::is_same_v<W, BasicMoeWeights<typename Q::weights>>) {
+          layer.emplace(ctx.cfg, std::move(w), make_dispatcher<A2A>(ctx));
+          ctx.note = "pre-quantized weights used as stored (no requantization)";
+        } else {
+          layer.emplace(ctx.cfg, io::dequantized(w), make_dispatcher<A2A>(ctx));
+          ctx.note = "stored " + std::string(io::scheme_of_store<decltype(w.experts)>::type::name) +
+                     " weights dequantized, then quantized to " + std::string(Q::name);
+        }
+      },
+      ctx.weights);
+  const auto t1 = clock::now();
+  for (int r = 0; r < ctx.repeat; ++r) ctx.out = layer->forward(ctx.hidden, ctx.logits);
+  const auto t2 = clock::now();
+  if constexpr (requires { layer->last_topk_ids(); }) {
+    ctx.topk_ids = layer->last_topk_ids();
+    ctx.topk_weights = layer->last_topk_weights();
+  } else {
+    ctx.topk_ids = layer->last_routing().ids;
+    ctx.topk_weights = layer->last_routing().weights;
+  }
+  ctx.prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
+  ctx.forward_seconds = std::chrono::duration<double>(t2 - t1).count() / ctx.repeat;
+}
+
+template <class Q>
+void run_with_quant(const triple_variant& selected, run_context& ctx) {
+  std::visit(
+      [&](auto t) {
+        using T = decltype(t);
+        if constexpr (std::is_same_v<typename T::quant, Q>)
+          run_triple<typename T::a2a, Q, typename T::kernel>(ctx);
+        else
+          throw error("run_with_quant: the selected triple's quant is not this instantiation's");
+      },
+      selected);
+}
+
+}  // namespace polymoe::cli

@@ -1,0 +1,116 @@
+#pragma once
+// Run-time selection of a layer: (a2a, quant, kernel) names -> a std::variant over the compile-time
+// list polymoe::valid_triples. The variant is the only registry; an unknown name or an invalid
+// pairing is a polymoe::error that lists the valid choices for that axis given the other two.
+#include <array>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <boost/mp11/algorithm.hpp>
+#include <boost/mp11/list.hpp>
+
+#include <polymoe/polymoe.hpp>
+
+namespace polymoe::cli {
+
+/// A valid triple as a value: T is mp_list<A2A, Quant, Kernel>.
+template <class T>
+struct triple_tag {
+  using type = T;
+  using a2a = boost::mp11::mp_at_c<T, 0>;
+  using quant = boost::mp11::mp_at_c<T, 1>;
+  using kernel = boost::mp11::mp_at_c<T, 2>;
+};
+
+using triple_variant = boost::mp11::mp_rename<boost::mp11::mp_transform<triple_tag, valid_triples>, std::variant>;
+
+struct triple_names {
+  std::string_view a2a, quant, kernel;
+};
+
+/// The names of every valid triple, in valid_triples order.
+inline std::vector<triple_names> all_triple_names() {
+  std::vector<triple_names> v;
+  boost::mp11::mp_for_each<boost::mp11::mp_transform<triple_tag, valid_triples>>([&](auto t) {
+    using T = decltype(t);
+    v.push_back({T::a2a::name, T::quant::name, T::kernel::name});
+  });
+  return v;
+}
+
+/// "-" and "_" are the same in names given on the command line.
+inline std::string normalize_name(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c == '-') c = '_';
+  return out;
+}
+
+/// The variant alternative for the named triple; polymoe::error listing valid choices otherwise.
+inline triple_variant select_triple(std::string_view a2a_in, std::string_view quant_in, std::string_view kernel_in) {
+  const std::string a = normalize_name(a2a_in), q = normalize_name(quant_in), k = normalize_name(kernel_in);
+  const auto all = all_triple_names();
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (all[i].a2a == a && all[i].quant == q && all[i].kernel == k)
+      return boost::mp11::mp_with_index<std::variant_size_v<triple_variant>>(
+          i, [](auto I) { return triple_variant(std::in_place_index<decltype(I)::value>); });
+
+  // which axis is at fault, and what would work on it given the other two
+  struct axis {
+    const char* option;
+    const std::string* given;
+    std::string_view triple_names::*field;
+  };
+  const std::array<axis, 3> axes{axis{"--kernel", &k, &triple_names::kernel}, axis{"--quant", &q, &triple_names::quant},
+                                 axis{"--a2a", &a, &triple_names::a2a}};
+  auto known = [&](const axis& ax) {
+    for (const auto& t : all)
+      if (t.*ax.field == *ax.given) return true;
+    return false;
+  };
+  auto list = [&](const axis& ax, bool given_others) {
+    std::vector<std::string_view> names;
+    for (const auto& t : all) {
+      bool others = true;
+      if (given_others)
+        for (const auto& o : axes)
+          if (&o != &ax && t.*o.field != *o.given) others = false;
+      const auto n = t.*ax.field;
+      if (others && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+    std::string s;
+    for (const auto n : names) {
+      if (!s.empty()) s += ", ";
+      s += n;
+    }
+    return s;
+  };
+  for (const auto& ax : axes)
+    if (!known(ax)) {
+      std::string with = list(ax, true);
+      throw error(detail::concat("unknown ", ax.option, " '", *ax.given, "'; valid ", ax.option + 2,
+                                 with.empty() ? " names: " + list(ax, false)
+                                              : " names with the other two axes as given: " + with,
+                                 " (polymoe list shows every valid triple)"));
+    }
+  std::string msg = detail::concat("(a2a=", a, ", quant=", q, ", kernel=", k, ") is not a valid triple");
+  for (const auto& ax : axes) {
+    const std::string with = list(ax, true);
+    if (!with.empty()) msg += detail::concat("; valid ", ax.option, " for the other two: ", with);
+  }
+  throw error(msg + " (polymoe list shows every valid triple)");
+}
+
+/// The names of the selected alternative.
+inline triple_names names_of(const triple_variant& v) {
+  return std::visit(
+      [](auto t) {
+        using T = decltype(t);
+        return triple_names{T::a2a::name, T::quant::name, T::kernel::name};
+      },
+      v);
+}
+
+}  // namespace polymoe::cli
