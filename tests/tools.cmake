@@ -76,6 +76,9 @@ run_case(deepseek_v3_fp8 deepseek_v3_fp8 1e-5)
 run_case(deepseek_v3_fp8_reference deepseek_v3_fp8 1e-5 --kernel reference)
 # activations quantized too: the format's own error is above the README's 3e-2 guide here (see test_fp8_block)
 run_case(deepseek_v3_fp8_w8a8 deepseek_v3_fp8 5e-2 --quant fp8_block)
+# stored weights of another scheme: dequantized, then quantized to the one asked for
+run_case(deepseek_v3_fp8_as_bf16 deepseek_v3_fp8 1e-2 --quant bf16)
+run_case(gpt_oss_mxfp4_as_fp32 gpt_oss_mxfp4 1e-5 --quant fp32 --kernel tiled)
 
 # --- quantize, then run the quantized checkpoint: the stored weights must give exactly what
 # quantizing on load gives, and stay close to the transformers output.
@@ -190,23 +193,29 @@ tool_expect_error(malformed.no_checkpoint "checkpoint directory '.*' does not ex
 # --- MPI: two ranks write the same file as one process
 if(TARGET polymoe::mpi)
   set(mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-  foreach(spec "deepseek_v3:mpi_ragged:deepseek_v3/io.safetensors" "mixtral:mpi_masked:mixtral/io.safetensors"
-               "deepseek_v3_fp8:mpi_masked:deepseek_v3_fp8/io.safetensors"
-               "gpt_oss_mxfp4:mpi_ragged:gpt_oss_mxfp4/io.safetensors")
+  foreach(spec "deepseek_v3:mpi_ragged:reference" "mixtral:mpi_masked:reference" "deepseek_v3_fp8:mpi_masked:reference"
+               "gpt_oss_mxfp4:mpi_ragged:reference" "deepseek_v3:mpi_ragged:tbb_grouped" "qwen3_moe:mpi_masked:tbb_grouped")
     string(REPLACE ":" ";" spec "${spec}")
     list(GET spec 0 case)
     list(GET spec 1 a2a)
-    list(GET spec 2 input)
-    set(id ${case}_${a2a})
+    list(GET spec 2 kernel)
+    set(id ${case}_${a2a}_${kernel})
     tool_test(mpi.${id}.single SETUP tool_mpi1_${id} COMMAND ${tool} run --checkpoint ${hf}/${case} --layer 0
-              --input ${hf}/${input} --output ${work}/mpi_single_${id}.safetensors --kernel reference)
+              --input ${hf}/${case}/io.safetensors --output ${work}/mpi_single_${id}.safetensors --kernel ${kernel})
     tool_test(mpi.${id}.np2 SETUP tool_mpi2_${id} COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
-              --oversubscribe ${tool} run --checkpoint ${hf}/${case} --layer 0 --input ${hf}/${input}
-              --output ${work}/mpi_np2_${id}.safetensors --kernel reference --a2a ${a2a})
+              --oversubscribe ${tool} run --checkpoint ${hf}/${case} --layer 0 --input ${hf}/${case}/io.safetensors
+              --output ${work}/mpi_np2_${id}.safetensors --kernel ${kernel} --a2a ${a2a})
     set_tests_properties(tool.mpi.${id}.np2 PROPERTIES ENVIRONMENT "${mpi_env}" PROCESSORS 2)
     tool_test(mpi.${id}.same REQUIRES "tool_mpi1_${id};tool_mpi2_${id}" COMMAND ${CMAKE_COMMAND} -E compare_files
               ${work}/mpi_single_${id}.safetensors ${work}/mpi_np2_${id}.safetensors)
   endforeach()
+  # four ranks (16 experts, 4 per rank; 9 tokens split 2/2/2/3)
+  tool_test(mpi.np4.run SETUP tool_mpi4 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe ${tool}
+            run --checkpoint ${hf}/deepseek_v3 --layer 0 --input ${hf}/deepseek_v3/io.safetensors
+            --output ${work}/mpi_np4.safetensors --kernel reference --a2a mpi_ragged)
+  set_tests_properties(tool.mpi.np4.run PROPERTIES ENVIRONMENT "${mpi_env}" PROCESSORS 4)
+  tool_test(mpi.np4.same REQUIRES "tool_mpi4;tool_mpi1_deepseek_v3_mpi_ragged_reference" COMMAND ${CMAKE_COMMAND} -E
+            compare_files ${work}/mpi_single_deepseek_v3_mpi_ragged_reference.safetensors ${work}/mpi_np4.safetensors)
   # router computed by the checkpoint (no router_logits in the input), generated checkpoint
   tool_test(mpi.tiny.np2 SETUP tool_mpi2_tiny REQUIRES tool_mk_tiny COMMAND ${MPIEXEC_EXECUTABLE}
             ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe ${tool} run --checkpoint ${work}/ckpt_tiny --layer 0
@@ -227,7 +236,7 @@ if(TARGET polymoe::mpi)
             ${hf}/qwen3_moe/io.safetensors --tol 1e-5)
 endif()
 
-# --- libFuzzer on the safetensors reader, in a separate clang build made by a test step
+# --- libFuzzer on the safetensors reader and the checkpoint loader, in a separate clang build made by a test step
 find_program(POLYMOE_CLANGXX NAMES clang++ clang++-14)
 if(POLYMOE_CLANGXX)
   set(fuzz_build ${CMAKE_CURRENT_BINARY_DIR}/fuzz_build)
@@ -237,9 +246,19 @@ if(POLYMOE_CLANGXX)
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/build_fuzzer.cmake)
   set_tests_properties(tool.fuzz.build PROPERTIES LABELS fuzz TIMEOUT 600 FIXTURES_SETUP tool_fuzz SKIP_RETURN_CODE 77
                        SKIP_REGULAR_EXPRESSION "polymoe-fuzz: skipped")
-  add_test(NAME tool.fuzz.safetensors
-           COMMAND ${CMAKE_COMMAND} -DBUILD=${fuzz_build} -DCORPUS=${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus_safetensors
-                   -DSECONDS=20 -P ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/run_fuzzer.cmake)
-  set_tests_properties(tool.fuzz.safetensors PROPERTIES LABELS fuzz TIMEOUT 300 FIXTURES_REQUIRED tool_fuzz
-                       SKIP_REGULAR_EXPRESSION "polymoe-fuzz: skipped")
+  foreach(spec "safetensors:fuzz_safetensors:corpus_safetensors" "hf_layer:fuzz_hf_layer:corpus_hf_layer")
+    string(REPLACE ":" ";" spec "${spec}")
+    list(GET spec 0 name)
+    list(GET spec 1 target)
+    list(GET spec 2 corpus)
+    add_test(NAME tool.fuzz.${name}
+             COMMAND ${CMAKE_COMMAND} -DBUILD=${fuzz_build} -DTARGET=${target}
+                     -DCORPUS=${CMAKE_CURRENT_SOURCE_DIR}/fuzz/${corpus} -DSECONDS=20
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/run_fuzzer.cmake)
+    set_tests_properties(tool.fuzz.${name} PROPERTIES LABELS fuzz TIMEOUT 300 FIXTURES_REQUIRED tool_fuzz
+                         SKIP_REGULAR_EXPRESSION "polymoe-fuzz: skipped")
+  endforeach()
 endif()
+
+# --- the checkpoint loader itself (gtest; suite names start with "checkpoint")
+polymoe_add_test(test_hf_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/unit/io/test_hf_checkpoint.cpp)

@@ -1,5 +1,6 @@
 // `polymoe inspect` and `polymoe compare`.
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -106,7 +107,14 @@ shape and bytes.
     return 0;
   }
   const std::string name = a.get("tensor", "output");
-  const double tol = a.has("tol") ? std::stod(a.get("tol")) : 1e-5;
+  double tol = 1e-5;
+  if (a.has("tol")) {
+    const std::string t = a.get("tol");
+    char* end = nullptr;
+    tol = std::strtod(t.c_str(), &end);
+    require(!t.empty() && end == t.c_str() + t.size() && tol >= 0, "compare: --tol must be a non-negative number, got '",
+            t, "'");
+  }
   const Matrix x = got.matrix(name), y = ref.matrix(name);
   require(x.rows() == y.rows() && x.cols() == y.cols(), "compare: '", name, "' is [", x.rows(), ", ", x.cols(),
           "] vs [", y.rows(), ", ", y.cols(), "]");

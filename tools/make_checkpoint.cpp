@@ -184,6 +184,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
   std::printf("polymoe make-checkpoint: preset %s (%s), %lld layer%s, %zu tensors, %.3f GB -> %s\n", p->name, p->about,
               static_cast<long long>(layers), layers == 1 ? "" : "s", out.size(), static_cast<double>(total) / 1e9,
               out_dir.c_str());
+  std::fflush(stdout);
   if (total > (1ull << 30))
     std::fprintf(stderr, "polymoe make-checkpoint: warning: this writes %.1f GB (generated and written one tensor at a "
                          "time; needs that much free disk)\n", static_cast<double>(total) / 1e9);

@@ -207,8 +207,13 @@ int cmd_run(int argc, char** argv) {
                     T ? static_cast<double>(out.cwiseAbs().maxCoeff()) : 0.0);
       }
     }
-  } catch (...) {
-    mpi.abort_all();  // other ranks may be waiting in a collective
+  } catch (const std::exception& ex) {
+    if (mpi.active && mpi.size > 1) {  // other ranks may be waiting in a collective: end them all
+      const std::string what = ex.what();
+      std::cerr << (what.rfind("polymoe: ", 0) == 0 ? "" : "polymoe: ") << what << " (rank " << mpi.rank << ")"
+                << std::endl;
+      mpi.abort_all();
+    }
     throw;
   }
   return 0;

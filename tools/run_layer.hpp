@@ -1,7 +1,8 @@
 #pragma once
 // `polymoe run`: what the layer runner gets and gives back. run_with_quant<Q> is defined in
-// run_layer_impl.hpp and explicitly instantiated in run_q_*.cpp, one file per group of quant
-// schemes, so no translation unit instantiates every layer.
+// run_layer_impl.hpp and explicitly instantiated in run_q_<scheme>.cpp, one file per quant scheme
+// (a scheme added to the pairing table needs its file, else the link fails naming it), so no
+// translation unit instantiates every layer.
 #include <string>
 
 #include <polymoe/io/hf_checkpoint.hpp>

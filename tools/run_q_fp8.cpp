@@ -1,4 +1,5 @@
-// Instantiates the layers of `polymoe run` for: fp8.
+// Instantiates the layers of `polymoe run` whose quant scheme is quant::fp8 (one scheme per file: the
+// layers of one scheme over every dispatcher and kernel are this translation unit's whole cost).
 #include "run_layer_impl.hpp"
 
 namespace polymoe::cli {

@@ -7,6 +7,8 @@
 
 #include <polymoe/polymoe.hpp>
 
+#include "layer_instances.hpp"
+
 namespace polymoe::test {
 
 /// Tolerance (max abs error / max abs output) of a scheme against fp32 ground truth.

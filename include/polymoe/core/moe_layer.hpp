@@ -121,25 +121,11 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   using prepared_type = typename Kernel::template prepared<Quant>;
 
   /// From fp32 weights: quantizes with Quant, then lets Kernel re-lay them.
-  moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a = {}, Kernel kernel = {})
-      : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
-    check_common(w, [](const ExpertWeights& e) { return e.shape; });
-    w.experts.validate("MoeWeights.experts");
-    if (w.shared) w.shared->validate("MoeWeights.shared");
-    prepared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(w.experts)));
-    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(*w.shared)));
-    finish(w);
-  }
+  moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a = {}, Kernel kernel = {});
 
   /// From weights already in Quant's stored form (a pre-quantized checkpoint): no requantization.
   moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a = {}, Kernel kernel = {})
-    requires(!std::is_same_v<quant_weights, ExpertWeights>)
-      : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
-    check_common(w, [](const quant_weights& e) { return e.shape(); });
-    prepared_.emplace(Kernel::template prepare<Quant>(std::move(w.experts)));
-    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(std::move(*w.shared)));
-    finish(w);
-  }
+    requires(!std::is_same_v<quant_weights, ExpertWeights>);
 
   /// As forward(hidden, router_logits), writing into `out` [T, H]: after the first call with a
   /// batch this large, nothing is allocated (with a kernel that allocates nothing itself).
@@ -280,32 +266,10 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
     routed_ = T;
   }
 
-  void run_into(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights, MatrixRef out) {
-    if (hidden.rows() == 0 && !detail::is_collective<A2A>) return;  // other ranks may still send us work
-    auto d = a2a_.dispatch(hidden, ids, weights, cfg_);
-    auto c = a2a_.combine_input(d, out);
-    runner_.template operator()<Quant>(kernel_, d, *prepared_, mlp_, c);
-    a2a_.combine(c, out);
-    if (shared_) add_shared(hidden, out);
-  }
-
-  void add_shared(const MatrixCRef& hidden, MatrixRef out) {
-    const index_t T = hidden.rows();
-    auto ids = top_rows(shared_ids_, T, 1);
-    auto w = top_rows(shared_w_, T, 1);
-    auto y = top_rows(shared_out_, T, cfg_.hidden);
-    ids.setZero();
-    if (cfg_.shared_expert_gate) {
-      w.noalias() = hidden * shared_gate_.transpose();
-      w = w.unaryExpr([](float z) { return 1.0f / (1.0f + std::exp(-z)); });
-    } else {
-      w.setOnes();
-    }
-    DispatchOutput<format::standard> d{hidden, ids, w, 1};
-    CombineInput<format::standard> c{y};
-    shared_runner_.template operator()<Quant>(kernel_, d, *shared_, ExpertMlp{mlp_.activation, false}, c);
-    out += y;
-  }
+  // Defined below the class, not inline: a program may instantiate a layer once (explicit
+  // instantiation) and declare it `extern template` elsewhere, so the kernels compile once.
+  void run_into(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights, MatrixRef out);
+  void add_shared(const MatrixCRef& hidden, MatrixRef out);
 
   MoeConfig cfg_;
   A2A a2a_;
@@ -324,6 +288,58 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   Matrix logits_, shared_w_, shared_out_;
   IdMatrix shared_ids_;
 };
+
+template <class A2A, class Quant, class Kernel, class Path>
+moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a, Kernel kernel)
+    : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+  check_common(w, [](const ExpertWeights& e) { return e.shape; });
+  w.experts.validate("MoeWeights.experts");
+  if (w.shared) w.shared->validate("MoeWeights.shared");
+  prepared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(w.experts)));
+  if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(*w.shared)));
+  finish(w);
+}
+
+template <class A2A, class Quant, class Kernel, class Path>
+moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a, Kernel kernel)
+  requires(!std::is_same_v<quant_weights, ExpertWeights>)
+    : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+  check_common(w, [](const quant_weights& e) { return e.shape(); });
+  prepared_.emplace(Kernel::template prepare<Quant>(std::move(w.experts)));
+  if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(std::move(*w.shared)));
+  finish(w);
+}
+
+template <class A2A, class Quant, class Kernel, class Path>
+void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::run_into(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights,
+                                                              MatrixRef out) {
+  if (hidden.rows() == 0 && !detail::is_collective<A2A>) return;  // other ranks may still send us work
+  auto d = a2a_.dispatch(hidden, ids, weights, cfg_);
+  auto c = a2a_.combine_input(d, out);
+  runner_.template operator()<Quant>(kernel_, d, *prepared_, mlp_, c);
+  a2a_.combine(c, out);
+  if (shared_) add_shared(hidden, out);
+}
+
+template <class A2A, class Quant, class Kernel, class Path>
+void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::add_shared(const MatrixCRef& hidden, MatrixRef out) {
+  const index_t T = hidden.rows();
+  auto ids = top_rows(shared_ids_, T, 1);
+  auto w = top_rows(shared_w_, T, 1);
+  auto y = top_rows(shared_out_, T, cfg_.hidden);
+  ids.setZero();
+  if (cfg_.shared_expert_gate) {
+    w.noalias() = hidden * shared_gate_.transpose();
+    w = w.unaryExpr([](float z) { return 1.0f / (1.0f + std::exp(-z)); });
+  } else {
+    w.setOnes();
+  }
+  DispatchOutput<format::standard> d{hidden, ids, w, 1};
+  CombineInput<format::standard> c{y};
+  shared_runner_.template operator()<Quant>(kernel_, d, *shared_, ExpertMlp{mlp_.activation, false}, c);
+  out += y;
+}
+
 
 }  // namespace detail
 

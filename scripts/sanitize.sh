@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# AddressSanitizer + UndefinedBehaviorSanitizer over a reduced but representative set of tests:
+# input validation and errors (test_bad_input), every valid triple against the reference on random
+# and degenerate shapes (test_kernel_agreement, test_degenerate), the tiled kernel's boundaries
+# (test_tiled), the quant schemes (test_quant), the format adapters (test_permute) and the
+# safetensors/JSON readers and codecs on malformed input (test_safetensors, test_json, test_codecs).
+# ThreadSanitizer is not run: Debian's oneTBB is not instrumented, so TSan reports the scheduler's own
+# synchronisation as races (see docs/reliability.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="$PWD" CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+targets=(test_bad_input test_kernel_agreement test_degenerate test_tiled test_quant test_permute
+         test_safetensors test_json test_codecs)
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYMOE_WARNINGS_AS_ERRORS=OFF \
+  -DPOLYMOE_BUILD_EXAMPLES=OFF -DPOLYMOE_BUILD_BENCH=OFF -DPOLYMOE_BUILD_TOOLS=OFF -DPOLYMOE_WITH_MPI=OFF \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake --build build-asan -j"$(nproc)" --target "${targets[@]}"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+passed=0 failed=0
+for t in "${targets[@]}"; do
+  [ -x "build-asan/tests/$t" ] || { echo "sanitize: $t was not built"; failed=$((failed + 1)); continue; }
+  if "build-asan/tests/$t" --gtest_brief=1 > "build-asan/$t.log" 2>&1; then
+    passed=$((passed + 1)); echo "sanitize: $t clean"
+  else
+    failed=$((failed + 1)); echo "sanitize: $t FAILED"; tail -50 "build-asan/$t.log"
+  fi
+done
+echo "sanitizers: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
