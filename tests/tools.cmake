@@ -246,7 +246,8 @@ if(POLYMOE_CLANGXX)
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/build_fuzzer.cmake)
   set_tests_properties(tool.fuzz.build PROPERTIES LABELS fuzz TIMEOUT 600 FIXTURES_SETUP tool_fuzz SKIP_RETURN_CODE 77
                        SKIP_REGULAR_EXPRESSION "polymoe-fuzz: skipped")
-  foreach(spec "safetensors:fuzz_safetensors:corpus_safetensors" "hf_layer:fuzz_hf_layer:corpus_hf_layer")
+  foreach(spec "safetensors:fuzz_safetensors:corpus_safetensors" "hf_layer:fuzz_hf_layer:corpus_hf_layer"
+               "layer_input:fuzz_layer_input:corpus_layer_input")
     string(REPLACE ":" ";" spec "${spec}")
     list(GET spec 0 name)
     list(GET spec 1 target)

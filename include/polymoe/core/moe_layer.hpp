@@ -125,7 +125,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
 
   /// From weights already in Quant's stored form (a pre-quantized checkpoint): no requantization.
   moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a = {}, Kernel kernel = {})
-    requires(!std::is_same_v<quant_weights, ExpertWeights>);
+    requires(!std::is_same_v<typename Quant::weights, ExpertWeights>);
 
   /// As forward(hidden, router_logits), writing into `out` [T, H]: after the first call with a
   /// batch this large, nothing is allocated (with a kernel that allocates nothing itself).
@@ -302,7 +302,7 @@ moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig 
 
 template <class A2A, class Quant, class Kernel, class Path>
 moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a, Kernel kernel)
-  requires(!std::is_same_v<quant_weights, ExpertWeights>)
+  requires(!std::is_same_v<typename Quant::weights, ExpertWeights>)
     : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
   check_common(w, [](const quant_weights& e) { return e.shape(); });
   prepared_.emplace(Kernel::template prepare<Quant>(std::move(w.experts)));
