@@ -29,137 +29,21 @@
 
 #include <polymoe/polymoe.hpp>
 
+#include "limits.hpp"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
 using namespace polymoe;
-using clock_type = std::chrono::steady_clock;
+using bench::clock_type;
+using bench::Limits;
+using bench::llc_bytes;
+using bench::seconds_since;
 
 namespace {
 
 constexpr index_t H = 2048, I = 768, E = 128, K = 8;
-
-#if defined(__AVX512F__)
-// Horizontal sum (GCC 12 warns inside _mm512_reduce_add_ps).
-float hsum(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float s = 0;
-  for (float x : t) s += x;
-  return s;
-}
-#endif
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-std::size_t llc_bytes() {
-  long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (v > 0) return static_cast<std::size_t>(v);
-  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
-  std::string s;
-  if (f >> s) {
-    std::size_t n = std::stoul(s);
-    if (s.back() == 'K') n <<= 10;
-    if (s.back() == 'M') n <<= 20;
-    return n;
-  }
-  return std::size_t{32} << 20;
-}
-
-// Runs body(t) on `threads` OS threads that start together; returns the seconds from the start
-// signal until the last one finishes.
-template <class Body>
-double run_together(int threads, Body body) {
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) {
-      }
-      body(t);
-    });
-  while (ready.load() < threads) {
-  }
-  const auto t0 = clock_type::now();
-  go.store(true, std::memory_order_release);
-  for (auto& th : pool) th.join();
-  return seconds_since(t0);
-}
-
-// (a) streaming read of a buffer much larger than the LLC: each thread sums its own contiguous
-// part (first touched by that thread), with 8 independent sums and a software prefetch ahead;
-// the best of several passes.
-double dram_read_gbs(std::size_t bytes, int threads) {
-  const std::size_t per = bytes / sizeof(float) / static_cast<std::size_t>(threads) / 1024 * 1024;
-  std::unique_ptr<float[]> buf(new float[per * static_cast<std::size_t>(threads)]);
-  run_together(threads, [&](int t) { std::fill_n(buf.get() + per * static_cast<std::size_t>(t), per, 1.0f); });
-  std::vector<double> sink(static_cast<std::size_t>(threads));
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t = run_together(threads, [&](int id) {
-      const float* p = buf.get() + per * static_cast<std::size_t>(id);
-#if defined(__AVX512F__)
-      __m512 a[8];
-      for (auto& v : a) v = _mm512_setzero_ps();
-      for (std::size_t i = 0; i < per; i += 128) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024 + 64), _MM_HINT_T0);
-        for (int j = 0; j < 8; ++j) a[j] = _mm512_add_ps(a[j], _mm512_loadu_ps(p + i + 16 * j));
-      }
-      for (int j = 1; j < 8; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
-      sink[static_cast<std::size_t>(id)] = hsum(a[0]);
-#else
-      float s = 0;
-      for (std::size_t i = 0; i < per; ++i) s += p[i];
-      sink[static_cast<std::size_t>(id)] = s;
-#endif
-    });
-    best = std::max(best, static_cast<double>(per * sizeof(float)) * threads / t / 1e9);
-  }
-  if (sink[0] == 42) std::printf(" ");
-  return best;
-}
-
-// (b) fp32 FMA peak: 16 independent register-resident FMA chains per thread; the best of 5 passes.
-double fma_peak_gflops(int threads) {
-  const long iters = 4'000'000;
-  std::vector<double> sink(static_cast<std::size_t>(threads));
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t = run_together(threads, [&](int id) {
-#if defined(__AVX512F__)
-      __m512 a[16];
-      for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j + id));
-      const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
-      for (long i = 0; i < iters; ++i)
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
-      __m512 s = a[0];
-      for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, a[j]);
-      sink[static_cast<std::size_t>(id)] = hsum(s);
-#else
-      float a[16 * 8];
-      for (int j = 0; j < 16 * 8; ++j) a[j] = static_cast<float>(j + id);
-      for (long i = 0; i < iters; ++i)
-        for (int j = 0; j < 16 * 8; ++j) a[j] = a[j] * 0.9999999f + 1e-7f;
-      sink[static_cast<std::size_t>(id)] = a[0];
-#endif
-    });
-#if defined(__AVX512F__)
-    const double flops = 2.0 * 16 * 16 * static_cast<double>(iters) * threads;
-#else
-    const double flops = 2.0 * 16 * 8 * static_cast<double>(iters) * threads;
-#endif
-    best = std::max(best, flops / t / 1e9);
-  }
-  if (sink[0] == 42) std::printf(" ");
-  return best;
-}
 
 // Fast random weights (xorshift), in parallel: normal-ish scale 1/sqrt(fan-in) is enough here.
 template <class Out>
@@ -214,16 +98,6 @@ struct Options {
   std::vector<std::string> quants = {"bf16", "fp32"};
   std::vector<index_t> tokens = {1, 16, 64, 512, 2048};
   double seconds = 1.5;  // time per measurement (at least 3 runs)
-};
-
-// The machine's limits, re-measured next to each measurement they are compared with; the best
-// value seen so far is used, so a limit measured while the machine was busy cannot flatter a ratio.
-struct Limits {
-  int threads;
-  std::size_t dram_bytes;
-  double dram_gbs = 0, peak_gflops = 0;
-  double dram() { return dram_gbs = std::max(dram_gbs, dram_read_gbs(dram_bytes, threads)); }
-  double peak() { return peak_gflops = std::max(peak_gflops, fma_peak_gflops(threads)); }
 };
 
 template <class Q>

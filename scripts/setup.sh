@@ -8,6 +8,7 @@ packages=(
   valgrind                                          # the zero-cost (instruction count) tests
   libopenmpi-dev openmpi-bin                        # the MPI dispatchers and their tests
   clang libclang-rt-14-dev                          # the libFuzzer run of the safetensors reader
+  gnuplot-nox                                       # polymoe_bench --plot
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -2,6 +2,7 @@
 // Test support: reads one layer of a ../shared/fixtures/hf case (config.json + model.safetensors +
 // io.safetensors, all written by Hugging Face transformers) into a MoeConfig and fp32 MoeWeights,
 // through polymoe's checkpoint loader (include/polymoe/io/hf_checkpoint.hpp).
+#include "fixtures_root.hpp"
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,7 +15,7 @@
 
 namespace polymoe::test {
 
-inline std::filesystem::path fixtures_dir() { return std::filesystem::path(POLYMOE_FIXTURES_DIR) / "hf"; }
+inline std::filesystem::path fixtures_dir() { return fixtures_root() / "hf"; }
 
 struct HfCase {
   std::string name;

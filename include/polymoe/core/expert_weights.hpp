@@ -30,6 +30,19 @@ inline std::ostream& operator<<(std::ostream& os, const ExpertShape& s) {
             << ", gated=" << s.gated << ", bias=" << s.bias << "}";
 }
 
+/// Throws polymoe::error unless b13 [E, rows13] and b2 [E, H] match `s` (both empty when !s.bias).
+inline void check_biases(const ExpertShape& s, std::string_view what, const Matrix& b13, const Matrix& b2) {
+  require(s.experts > 0 && s.hidden > 0 && s.intermediate > 0, what, ": empty expert shape ", s);
+  if (s.bias) {
+    require(b13.rows() == s.experts && b13.cols() == s.rows13(), what, ": b13 is [", b13.rows(), ", ", b13.cols(),
+            "], expected [", s.experts, ", ", s.rows13(), "]");
+    require(b2.rows() == s.experts && b2.cols() == s.hidden, what, ": b2 is [", b2.rows(), ", ", b2.cols(),
+            "], expected [", s.experts, ", ", s.hidden, "]");
+  } else {
+    require(b13.size() == 0 && b2.size() == 0, what, ": biases given but the shape says bias=false");
+  }
+}
+
 struct ExpertWeights {
   ExpertShape shape;
   Matrix w13;
@@ -60,14 +73,7 @@ struct ExpertWeights {
             w13.cols(), "], expected [", s.experts * s.rows13(), ", ", s.hidden, "]");
     require(w2.rows() == s.experts * s.hidden && w2.cols() == s.intermediate, what, ": w2 is [", w2.rows(), ", ",
             w2.cols(), "], expected [", s.experts * s.hidden, ", ", s.intermediate, "]");
-    if (s.bias) {
-      require(b13.rows() == s.experts && b13.cols() == s.rows13(), what, ": b13 is [", b13.rows(), ", ", b13.cols(),
-              "], expected [", s.experts, ", ", s.rows13(), "]");
-      require(b2.rows() == s.experts && b2.cols() == s.hidden, what, ": b2 is [", b2.rows(), ", ", b2.cols(),
-              "], expected [", s.experts, ", ", s.hidden, "]");
-    } else {
-      require(b13.size() == 0 && b2.size() == 0, what, ": biases given but the shape says bias=false");
-    }
+    check_biases(s, what, b13, b2);
   }
 };
 

@@ -54,15 +54,7 @@ inline void require_scales(std::span<const float> s, std::string_view what, std:
 
 /// The store's shape and biases, checked: b13 [E, rows13] and b2 [E, H] when shape.bias, else empty.
 inline ExpertStore checked_store(const ExpertShape& s, std::string_view what, Matrix b13, Matrix b2) {
-  require(s.experts > 0 && s.hidden > 0 && s.intermediate > 0, what, ": empty expert shape ", s);
-  if (s.bias) {
-    require(b13.rows() == s.experts && b13.cols() == s.rows13(), what, ": b13 is [", b13.rows(), ", ", b13.cols(),
-            "], expected [", s.experts, ", ", s.rows13(), "]");
-    require(b2.rows() == s.experts && b2.cols() == s.hidden, what, ": b2 is [", b2.rows(), ", ", b2.cols(),
-            "], expected [", s.experts, ", ", s.hidden, "]");
-  } else {
-    require(b13.size() == 0 && b2.size() == 0, what, ": biases given but the shape says bias=false");
-  }
+  check_biases(s, what, b13, b2);
   return ExpertStore{s, std::move(b13), std::move(b2)};
 }
 

@@ -1,5 +1,6 @@
 // Scalar codecs against torch's own tables (fixtures/hf/dtype_tables.safetensors) and against
 // brute-force nearest-value searches written here, independently of the codecs.
+#include "fixtures_root.hpp"
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -40,7 +41,7 @@ float from_bits(std::uint32_t b) { return std::bit_cast<float>(b); }
 
 const safetensors_file& tables() {
   static const safetensors_file f =
-      safetensors_file::open(std::string(POLYMOE_FIXTURES_DIR) + "/hf/dtype_tables.safetensors");
+      safetensors_file::open(polymoe::test::fixtures_root() / "hf" / "dtype_tables.safetensors");
   return f;
 }
 

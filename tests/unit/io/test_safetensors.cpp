@@ -1,5 +1,6 @@
 // safetensors reader / writer: every fixture file, a write -> read round trip, and malformed files
 // (each must give a polymoe::error naming the problem, never a crash or another exception).
+#include "fixtures_root.hpp"
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace polymoe::io;
 
-const fs::path fixtures = fs::path(POLYMOE_FIXTURES_DIR) / "hf";
+const fs::path fixtures = polymoe::test::fixtures_root() / "hf";
 
 // A scratch folder per test, removed afterwards.
 class safetensors_tmp : public ::testing::Test {

@@ -1,0 +1,569 @@
+// polymoe_bench: microbenchmark of instantiated layers (issue 7). Sweeps the valid (a2a, quant,
+// kernel) triples of polymoe::valid_triples (all local ones or those named), shape presets, token
+// counts and thread counts; reports per point the median / min / max time, tokens/s, GFLOP/s,
+// effective weight GB/s and the ratios to this machine's limits measured in the same run (fp32 FMA
+// peak, int8 VNNI peak, DRAM read bandwidth) and to an in-run baseline (a per-expert Eigen loop in
+// fp32, as a user would write it without polymoe); optionally the PyTorch peer (bench/peer_torch.py)
+// on the same shapes. Run with --help.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <boost/mp11/algorithm.hpp>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include <polymoe/polymoe.hpp>
+
+#include "polymoe_bench.hpp"
+
+#ifndef POLYMOE_SOURCE_DIR
+#define POLYMOE_SOURCE_DIR "."
+#endif
+
+using namespace polymoe;
+using namespace polymoe::bench;
+
+namespace {
+
+static_assert(boost::mp11::mp_size<pairing_table::kernels>::value == 3,
+              "polymoe_bench: a kernel was added to the pairing table; add its polymoe_bench_k_<kernel>.cpp and "
+              "its line in kernel_runners (bench/polymoe_bench.cpp)");
+
+struct kernel_runner {
+  std::string_view name;
+  void (*run)(const sweep&);
+};
+constexpr kernel_runner kernel_runners[] = {{"reference", bench_kernel_reference},
+                                            {"tbb_grouped", bench_kernel_tbb_grouped},
+                                            {"tiled", bench_kernel_tiled}};
+
+const preset presets[] = {
+    {"tiny", 256, 128, 16, 4},          {"mixtral-8x7b", 4096, 14336, 8, 2}, {"qwen3-30b-a3b", 2048, 768, 128, 8},
+    {"deepseek-v3", 7168, 2048, 256, 8}, {"gpt-oss-20b", 2880, 2880, 32, 4},
+};
+
+const char* usage = R"(usage: polymoe_bench [options]
+  --preset LIST    tiny, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-20b (default tiny); real
+                   H/I/E/k, silu-gated, no biases, random weights
+  --experts N      cap the number of experts E (quick runs; said in the output)
+  --tokens LIST    default 1,16,64,512
+  --threads LIST   TBB threads (tbb::global_control), default 1
+  --a2a LIST --quant LIST --kernel LIST   select triples (default: every valid local triple)
+  --reps N         timed forwards per point (default 10; median, min, max)
+  --json FILE --csv FILE   write the records
+  --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)
+  --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
+                   same shapes: rows with a2a=peer, kernel=torch-hf-loop
+  --peer-dtype bf16|fp32   (default bf16)   --peer-reps N (default 3)
+)";
+
+[[noreturn]] void fail(const std::string& m) {
+  std::fprintf(stderr, "polymoe_bench: %s\n", m.c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s, bool normalize = false) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string w; std::getline(ss, w, ',');)
+    if (!w.empty()) {
+      if (normalize)  // "-" and "_" are the same in policy names
+        std::replace(w.begin(), w.end(), '-', '_');
+      v.push_back(w);
+    }
+  return v;
+}
+
+bool in(const std::vector<std::string>& list, std::string_view x) {
+  return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
+}
+
+// ---------------------------------------------------------------- the baseline (no polymoe)
+// What a user writes with Eigen alone: per expert, gather its rows, x·Wgᵀ, x·Wuᵀ, silu(g)·u, ·Wdᵀ,
+// weighted scatter-add. fp32 weights in the canonical layout.
+Matrix baseline_forward(const ExpertWeights& w, const Matrix& x, const IdMatrix& ids, const Matrix& wt) {
+  const index_t T = x.rows(), k = ids.cols(), E = w.shape.experts, I = w.shape.intermediate;
+  Matrix out = Matrix::Zero(T, x.cols());
+  std::vector<std::vector<std::pair<index_t, index_t>>> rows(static_cast<std::size_t>(E));
+  for (index_t t = 0; t < T; ++t)
+    for (index_t j = 0; j < k; ++j) rows[static_cast<std::size_t>(ids(t, j))].emplace_back(t, j);
+  for (index_t e = 0; e < E; ++e) {
+    const auto& r = rows[static_cast<std::size_t>(e)];
+    if (r.empty()) continue;
+    Matrix xs(static_cast<index_t>(r.size()), x.cols());
+    for (std::size_t i = 0; i < r.size(); ++i) xs.row(static_cast<index_t>(i)) = x.row(r[i].first);
+    const auto w13 = w.w13_of(e);
+    const Matrix g = xs * w13.topRows(I).transpose();
+    const Matrix u = xs * w13.bottomRows(I).transpose();
+    const Matrix h = (g.array() / (1.0f + (-g.array()).exp()) * u.array()).matrix();
+    const Matrix y = h * w.w2_of(e).transpose();
+    for (std::size_t i = 0; i < r.size(); ++i)
+      out.row(r[i].first) += wt(r[i].first, r[i].second) * y.row(static_cast<index_t>(i));
+  }
+  return out;
+}
+
+ExpertWeights random_weights(const preset& p) {
+  ExpertWeights w;
+  w.shape = ExpertShape{p.experts, p.hidden, p.intermediate, true, false};
+  w.w13.resize(p.experts * 2 * p.intermediate, p.hidden);
+  w.w2.resize(p.experts * p.hidden, p.intermediate);
+  const auto fill = [](Matrix& m, float scale, std::uint64_t seed) {
+    const auto n = static_cast<std::size_t>(m.size());
+    const std::size_t chunk = std::size_t{1} << 20;
+    tbb::parallel_for(std::size_t{0}, (n + chunk - 1) / chunk, [&](std::size_t c) {
+      std::uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * (c + 1));
+      for (std::size_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        m.data()[i] = (static_cast<float>(x >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+      }
+    });
+  };
+  fill(w.w13, 1.7f / std::sqrt(static_cast<float>(p.hidden)), 42);
+  fill(w.w2, 1.7f / std::sqrt(static_cast<float>(p.intermediate)), 43);
+  return w;
+}
+
+// ---------------------------------------------------------------- progress bar (stderr)
+struct progress {
+  int total = 0, done = 0;
+  clock_type::time_point t0 = clock_type::now();
+  bool drawn = false;
+  void clear() {
+    if (drawn) std::fprintf(stderr, "\r%-78s\r", "");
+    drawn = false;
+  }
+  void draw(const std::string& what) {
+    const double el = seconds_since(t0);
+    if (el < 3 || !isatty(STDERR_FILENO)) return;  // short sweeps, or stderr not a terminal: no bar
+    const int width = 30, fill = total ? width * done / total : width;
+    std::fprintf(stderr, "\r[%s%s] %d/%d %4.0f s %-28.28s", std::string(static_cast<std::size_t>(fill), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - fill), '.').c_str(), done, total, el, what.c_str());
+    std::fflush(stderr);
+    drawn = true;
+  }
+};
+
+std::string num(double v, int prec = 6) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream s;
+  s.precision(prec);
+  s << v;
+  return s.str();
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+struct row {
+  record r;
+  Limits lim;
+  double baseline_s = 0;
+  [[nodiscard]] double gflops() const { return r.flops / r.median_s / 1e9; }
+  [[nodiscard]] double gbps() const { return r.weight_bytes / r.median_s / 1e9; }
+  [[nodiscard]] double base_ratio() const { return baseline_s > 0 ? baseline_s / r.median_s : NAN; }
+};
+
+void print_header() {
+  std::printf("%-9s %-21s %-13s %-13s %5s %3s %10s %10s %10s %10s %9s %8s %6s %6s %6s %7s\n", "a2a", "quant",
+              "kernel", "preset", "T", "thr", "median ms", "min ms", "max ms", "tok/s", "GFLOP/s", "wGB/s", "%FMA",
+              "%VNNI", "%DRAM", "x base");
+}
+
+void print_row(const row& w) {
+  const auto& r = w.r;
+  const bool int8 = r.quant == "int8_w8a8";
+  char vn[16] = "-", base[16] = "-";
+  if (int8) {
+    if (w.lim.vnni_gops > 0)
+      std::snprintf(vn, sizeof vn, "%.1f", 100 * w.gflops() / w.lim.vnni_gops);
+    else
+      std::snprintf(vn, sizeof vn, "n/a");
+  }
+  if (w.baseline_s > 0) std::snprintf(base, sizeof base, "%.2f", w.base_ratio());
+  std::printf("%-9s %-21s %-13s %-13s %5ld %3d %10.3f %10.3f %10.3f %10.1f %9.2f %8.2f %6.1f %6s %6.1f %7s\n",
+              r.a2a.c_str(), r.quant.c_str(), r.kernel.c_str(), r.preset.c_str(), static_cast<long>(r.tokens),
+              r.threads, r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, static_cast<double>(r.tokens) / r.median_s,
+              w.gflops(), w.gbps(), 100 * w.gflops() / w.lim.peak_gflops, vn, 100 * w.gbps() / w.lim.dram_gbs, base);
+  std::fflush(stdout);
+}
+
+void write_json(const std::string& file, const std::vector<row>& rows) {
+  std::ofstream f(file);
+  if (!f) fail("cannot write " + file);
+  f << "[\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& w = rows[i];
+    const auto& r = w.r;
+    f << "  {\"a2a\": " << json_str(r.a2a) << ", \"quant\": " << json_str(r.quant) << ", \"kernel\": "
+      << json_str(r.kernel) << ", \"preset\": " << json_str(r.preset) << ", \"experts\": " << r.experts
+      << ", \"tokens\": " << r.tokens << ", \"threads\": " << r.threads << ", \"median_s\": " << num(r.median_s)
+      << ", \"min_s\": " << num(r.min_s) << ", \"max_s\": " << num(r.max_s)
+      << ", \"tokens_per_s\": " << num(static_cast<double>(r.tokens) / r.median_s) << ", \"gflops\": "
+      << num(w.gflops()) << ", \"weight_gbps\": " << num(w.gbps()) << ", \"fma_peak_gflops\": "
+      << num(w.lim.peak_gflops) << ", \"vnni_peak_gops\": " << (w.lim.vnni_gops > 0 ? num(w.lim.vnni_gops) : "null")
+      << ", \"dram_read_gbps\": " << num(w.lim.dram_gbs) << ", \"fma_ratio\": " << num(w.gflops() / w.lim.peak_gflops)
+      << ", \"vnni_ratio\": " << (w.lim.vnni_gops > 0 ? num(w.gflops() / w.lim.vnni_gops) : "null")
+      << ", \"dram_ratio\": " << num(w.gbps() / w.lim.dram_gbs) << ", \"baseline_ratio\": " << num(w.base_ratio())
+      << ", \"note\": " << json_str(r.note) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  f << "]\n";
+}
+
+void write_csv(const std::string& file, const std::vector<row>& rows) {
+  std::ofstream f(file);
+  if (!f) fail("cannot write " + file);
+  f << "a2a,quant,kernel,preset,experts,tokens,threads,median_s,min_s,max_s,tokens_per_s,gflops,weight_gbps,"
+       "fma_peak_gflops,vnni_peak_gops,dram_read_gbps,baseline_ratio\n";
+  for (const auto& w : rows) {
+    const auto& r = w.r;
+    f << r.a2a << ',' << r.quant << ',' << r.kernel << ',' << r.preset << ',' << r.experts << ',' << r.tokens << ','
+      << r.threads << ',' << num(r.median_s) << ',' << num(r.min_s) << ',' << num(r.max_s) << ','
+      << num(static_cast<double>(r.tokens) / r.median_s) << ',' << num(w.gflops()) << ',' << num(w.gbps()) << ','
+      << num(w.lim.peak_gflops) << ',' << (w.lim.vnni_gops > 0 ? num(w.lim.vnni_gops) : "") << ','
+      << num(w.lim.dram_gbs) << ',' << (w.baseline_s > 0 ? num(w.base_ratio()) : "") << '\n';
+  }
+}
+
+// Throughput against tokens, one line per (a2a, quant, kernel), for the first preset and the
+// largest thread count; the limits as horizontal lines. gnuplot reads a generated script.
+void plot(const std::string& png, const std::vector<row>& rows, const std::string& title) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
+    fail("--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
+  const std::string preset0 = rows.front().r.preset;
+  int thr = 0;
+  for (const auto& w : rows) thr = std::max(thr, w.r.threads);
+  std::map<std::string, std::vector<const row*>> series;
+  const Limits* lim = nullptr;
+  for (const auto& w : rows)
+    if (w.r.preset == preset0 && w.r.threads == thr) {
+      series[w.r.a2a == "local" ? w.r.quant + " / " + w.r.kernel : w.r.a2a + " " + w.r.quant + " / " + w.r.kernel]
+          .push_back(&w);
+      lim = &w.lim;
+    }
+  const std::string gp = png + ".gp";
+  std::ofstream f(gp);
+  if (!f) fail("cannot write " + gp);
+  for (auto& [name, v] : series) {
+    std::sort(v.begin(), v.end(), [](const row* a, const row* b) { return a->r.tokens < b->r.tokens; });
+    f << "$d" << std::distance(series.begin(), series.find(name)) << " << EOD\n";
+    for (const row* w : v) f << w->r.tokens << ' ' << num(w->gflops()) << ' ' << num(w->gbps()) << '\n';
+    f << "EOD\n";
+  }
+  f << "set terminal pngcairo size 1500,640 font 'sans,10' noenhanced\nset output '" << png << "'\n"
+    << "set multiplot layout 1,2 title \"" << title << "\"\n"
+    << "set logscale xy 2\nset format y '%g'\nset grid\nset xlabel 'tokens per forward'\n";
+  const auto lines = [&](const char* col) {
+    std::string s;
+    int i = 0;
+    for (const auto& [name, v] : series) {
+      s += (s.empty() ? "plot " : ", ") + std::string("$d") + std::to_string(i) + " using 1:" + col +
+           " with linespoints lw 2 pt " + std::to_string(i % 13 + 1) + " dt " + std::to_string(i / 8 % 3 + 1) +
+           " title '" + name + "'";
+      ++i;
+    }
+    return s;
+  };
+  // left: GFLOP/s with the compute limits (labelled on the lines); right: weight GB/s with DRAM
+  f << "set title 'throughput (GFLOP/s)'\nset ylabel 'GFLOP/s'\nunset key\nset yrange [*:"
+    << num(2.5 * std::max(lim->peak_gflops, lim->vnni_gops)) << "]\n"
+    << "set label 1 'fp32 FMA peak " << num(lim->peak_gflops, 4) << " GFLOP/s' at graph 0.02, first "
+    << num(lim->peak_gflops * 1.15) << "\n";
+  if (lim->vnni_gops > 0)
+    f << "set label 2 'int8 VNNI peak " << num(lim->vnni_gops, 4) << " GOP/s' at graph 0.02, first "
+      << num(lim->vnni_gops * 1.15) << " tc rgb 'red'\n";
+  f << lines("2") << ", " << num(lim->peak_gflops) << " with lines dt 2 lw 2 lc rgb 'black' notitle";
+  if (lim->vnni_gops > 0) f << ", " << num(lim->vnni_gops) << " with lines dt 3 lw 2 lc rgb 'red' notitle";
+  f << "\nunset label\nset yrange [*:" << num(2.5 * lim->dram_gbs) << "]\nset title 'effective weight GB/s (distinct experts touched x stored bytes / time)'\n"
+    << "set ylabel 'GB/s'\nset key outside right top vertical font 'sans,9'\n"
+    << "set label 1 'DRAM read " << num(lim->dram_gbs, 3) << " GB/s' at graph 0.5, first " << num(lim->dram_gbs * 1.15)
+    << "\n"
+    << lines("3") << ", " << num(lim->dram_gbs) << " with lines dt 2 lw 2 lc rgb 'black' notitle\nunset multiplot\n";
+  f.close();
+  if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) fail("gnuplot failed on " + gp);
+  std::printf("plot: %s (gnuplot script %s; preset %s, %d threads)\n", png.c_str(), gp.c_str(), preset0.c_str(), thr);
+}
+
+// The peer: bench/peer_torch.py on the same shape; its records.
+std::vector<record> run_peer(const preset& p, const options& o, const std::string& dtype, int reps, int threads) {
+  char tmp[] = "/tmp/polymoe_peer_XXXXXX";
+  const int fd = mkstemp(tmp);
+  if (fd < 0) fail("mkstemp failed");
+  close(fd);
+  std::string tokens;
+  for (const auto t : o.tokens) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+  std::ostringstream c;  // (a stream: GCC 12 reports a false -Wrestrict on a chain of string +)
+  c << "/usr/bin/python3 " << POLYMOE_SOURCE_DIR << "/bench/peer_torch.py --hidden " << p.hidden
+    << " --intermediate " << p.intermediate << " --experts " << p.experts << " --topk " << p.top_k << " --tokens "
+    << tokens << " --threads " << threads << " --dtype " << dtype << " --reps " << reps << " --records " << tmp
+    << " > /dev/null";
+  const std::string cmd = c.str();
+  std::vector<record> out;
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "polymoe_bench: the peer failed (%s)\n", cmd.c_str());
+    std::remove(tmp);
+    return out;
+  }
+  // one record per line: tokens median min max distinct
+  std::ifstream f(tmp);
+  for (std::string line; std::getline(f, line);) {
+    std::istringstream l(line);
+    record r;
+    double distinct = 0;
+    long t = 0;
+    if (!(l >> t >> r.median_s >> r.min_s >> r.max_s >> distinct)) continue;
+    r.a2a = "peer";
+    r.quant = dtype;
+    r.kernel = "torch-hf-loop";
+    r.preset = p.name;
+    r.tokens = t;
+    r.experts = p.experts;
+    r.threads = threads;
+    r.flops = flops_per_forward(p, t);
+    r.weight_bytes = distinct * expert_bytes(dtype, p);
+    r.note = "peer_torch.py walks all experts of one copy for decode";
+    out.push_back(r);
+  }
+  std::remove(tmp);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  options o;
+  std::string json, csv, png, peer, peer_dtype = "bf16";
+  int peer_reps = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (i + 1 >= argc) fail(a + " needs a value (see --help)");
+    const std::string v = argv[++i];
+    const auto ints = [&] {
+      std::vector<long> n;
+      for (const auto& w : split(v)) {
+        char* end = nullptr;
+        const long x = std::strtol(w.c_str(), &end, 10);
+        if (*end || x <= 0) fail(a + ": '" + w + "' is not a positive integer");
+        n.push_back(x);
+      }
+      return n;
+    };
+    if (a == "--preset") o.presets = split(v);
+    else if (a == "--a2a") o.a2as = split(v, true);
+    else if (a == "--quant") o.quants = split(v, true);
+    else if (a == "--kernel") o.kernels = split(v, true);
+    else if (a == "--tokens") { o.tokens.clear(); for (long x : ints()) o.tokens.push_back(x); }
+    else if (a == "--threads") { o.threads.clear(); for (long x : ints()) o.threads.push_back(static_cast<int>(x)); }
+    else if (a == "--experts") o.max_experts = ints().at(0);
+    else if (a == "--reps") o.reps = static_cast<int>(ints().at(0));
+    else if (a == "--json") json = v;
+    else if (a == "--csv") csv = v;
+    else if (a == "--plot") png = v;
+    else if (a == "--peer") peer = v;
+    else if (a == "--peer-dtype") peer_dtype = v;
+    else if (a == "--peer-reps") peer_reps = static_cast<int>(ints().at(0));
+    else fail("unknown option " + a + " (see --help)");
+  }
+  if (!peer.empty() && peer != "torch") fail("--peer: only 'torch' is known");
+  if (peer_dtype != "bf16" && peer_dtype != "fp32") fail("--peer-dtype: bf16 or fp32");
+
+  // the selection, checked against the valid triples
+  struct names { std::string_view a, q, k; };
+  std::vector<names> valid;
+  boost::mp11::mp_for_each<valid_triples>([&](auto t) {
+    using T = decltype(t);
+    valid.push_back({boost::mp11::mp_at_c<T, 0>::name, boost::mp11::mp_at_c<T, 1>::name,
+                     boost::mp11::mp_at_c<T, 2>::name});
+  });
+  const auto selected = [&](std::string_view a, std::string_view q, std::string_view k) {
+    return (o.a2as.empty() ? a == "local" : in(o.a2as, a)) && in(o.quants, q) && in(o.kernels, k);
+  };
+  const auto check_axis = [&](const std::vector<std::string>& given, std::string_view names::*field, const char* opt) {
+    for (const auto& g : given)
+      if (std::none_of(valid.begin(), valid.end(), [&](const names& n) { return n.*field == g; })) {
+        std::vector<std::string_view> seen;
+        std::string all;
+        for (const auto& n : valid)
+          if (std::find(seen.begin(), seen.end(), n.*field) == seen.end()) {
+            seen.push_back(n.*field);
+            all += (all.empty() ? "" : ", ") + std::string(n.*field);
+          }
+        fail(std::string(opt) + ": unknown name '" + g + "'; valid: " + all);
+      }
+  };
+  check_axis(o.a2as, &names::a, "--a2a");
+  check_axis(o.quants, &names::q, "--quant");
+  check_axis(o.kernels, &names::k, "--kernel");
+  std::vector<names> chosen;
+  for (const auto& n : valid)
+    if (selected(n.a, n.q, n.k)) chosen.push_back(n);
+  if (chosen.empty()) {
+    std::string all;
+    for (const auto& n : valid)
+      all += (all.empty() ? "" : ", ") + std::string(n.a) + "/" + std::string(n.q) + "/" + std::string(n.k);
+    fail("no valid triple matches the selection; valid (a2a/quant/kernel): " + all);
+  }
+  if (!png.empty() && std::system("command -v gnuplot > /dev/null 2>&1") != 0)
+    fail("--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
+  std::vector<preset> shapes;
+  for (const auto& name : o.presets) {
+    const auto it = std::find_if(std::begin(presets), std::end(presets), [&](const preset& p) { return p.name == name; });
+    if (it == std::end(presets))
+      fail("--preset: unknown '" + name + "'; valid: tiny, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-20b");
+    preset p = *it;
+    if (o.max_experts > 0 && o.max_experts < p.experts) p.experts = std::max(o.max_experts, p.top_k);
+    shapes.push_back(p);
+  }
+
+  const std::size_t llc = llc_bytes();
+  std::printf("polymoe_bench: %zu triple(s), %zu preset(s), tokens", chosen.size(), shapes.size());
+  for (auto t : o.tokens) std::printf(" %ld", static_cast<long>(t));
+  std::printf(", threads");
+  for (auto t : o.threads) std::printf(" %d", t);
+  std::printf(", %d reps; LLC %.1f MB, Eigen threads %d\n", o.reps, static_cast<double>(llc) / 1e6, Eigen::nbThreads());
+  for (const auto& p : shapes) {
+    const auto* it = std::find_if(std::begin(presets), std::end(presets), [&](const preset& q) { return q.name == p.name; });
+    std::printf("preset %s: H=%ld I=%ld E=%ld%s k=%ld, silu-gated, no biases, random weights\n", p.name.c_str(),
+                static_cast<long>(p.hidden), static_cast<long>(p.intermediate), static_cast<long>(p.experts),
+                p.experts != it->experts ? (" (capped by --experts from " + std::to_string(it->experts) + ")").c_str() : "",
+                static_cast<long>(p.top_k));
+  }
+
+  // limits, per thread count
+  std::map<int, Limits> limits;
+  for (int t : o.threads) {
+    Limits& l = limits[t];
+    l.threads = t;
+    l.dram_bytes = std::max<std::size_t>(std::size_t{1} << 30, 4 * llc);
+    l.dram(), l.peak(), l.vnni();
+    std::printf("limits, %d thread(s): DRAM read %.1f GB/s, fp32 FMA peak %.1f GFLOP/s, int8 VNNI peak %s\n", t,
+                l.dram_gbs, l.peak_gflops,
+                l.vnni_gops > 0 ? (std::to_string(static_cast<long>(l.vnni_gops)) + " GOP/s").c_str()
+                                : "n/a (built without __AVX512VNNI__)");
+  }
+
+  progress bar;
+  const auto n_points = static_cast<int>(o.tokens.size() * o.threads.size());
+  bar.total = static_cast<int>(shapes.size()) * (n_points * static_cast<int>(chosen.size() + 1) +
+                                                 (peer.empty() ? 0 : static_cast<int>(o.tokens.size())));
+  std::vector<row> rows;
+  std::map<std::tuple<std::string, index_t, int>, double> baseline;  // (preset, T, threads) -> median s
+  const auto add = [&](record r) {
+    const Limits lim = limits.at(r.threads);
+    row w{std::move(r), lim, 0};
+    const auto b = baseline.find({w.r.preset, w.r.tokens, w.r.threads});
+    if (b != baseline.end()) w.baseline_s = b->second;
+    bar.clear();
+    print_row(w);
+    rows.push_back(std::move(w));
+    ++bar.done;
+    bar.draw(rows.back().r.quant + "/" + rows.back().r.kernel);
+  };
+  // Before each layer (and the baseline and the peer) the limits are re-measured; each keeps the
+  // best value seen, and the final table, JSON, CSV and plot use the best of the whole run, so a
+  // limit measured while the machine was busy cannot flatter a ratio.
+  const auto info = [&](std::string s) {
+    bar.clear();
+    std::printf("%s\n", s.c_str());
+    std::fflush(stdout);
+    bar.draw("limits");
+    for (auto& [t, l] : limits) l.dram(), l.peak(), l.vnni();
+    bar.draw("");
+  };
+
+  for (const auto& p : shapes) {
+    const auto t_make = clock_type::now();
+    const ExpertWeights fp32 = random_weights(p);
+    // the baseline, rotated over copies of the fp32 weights as the layers are
+    {
+      const double layer_bytes = expert_bytes("fp32", p) * static_cast<double>(p.experts);
+      std::string note;
+      const int n = instances_for(layer_bytes, layer_bytes + 1e6, llc, note);
+      std::vector<ExpertWeights> copies(static_cast<std::size_t>(n - 1), fp32);
+      info(detail::concat("[baseline: per-expert Eigen loop, fp32] ", p.name, ": weights made in ",
+                          seconds_since(t_make), " s; ", note));
+      print_header();
+      for (int threads : o.threads) {
+        tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+        for (index_t T : o.tokens) {
+          const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T));
+          const routing_set r = make_routings(T, p.experts, p.top_k, static_cast<std::uint64_t>(T) + 17);
+          const auto V = static_cast<int>(r.ids.size());
+          record rec;
+          rec.a2a = "baseline", rec.quant = "fp32", rec.kernel = "eigen-loop", rec.preset = p.name;
+          rec.tokens = T, rec.experts = p.experts, rec.threads = threads;
+          rec.flops = flops_per_forward(p, T);
+          rec.weight_bytes = r.distinct * expert_bytes("fp32", p);
+          rec.note = note;
+          time_reps(o.reps, std::min(2, V * n), [&](int f) {
+            const int inst = (f / V) % n;
+            const ExpertWeights& w = inst == 0 ? fp32 : copies[static_cast<std::size_t>(inst - 1)];
+            const Matrix out = baseline_forward(w, hidden, r.ids[static_cast<std::size_t>(f % V)], r.weights);
+            if (out.size() && out.data()[0] == 12345.678f) std::printf(" ");
+          }, rec);
+          baseline[{p.name, T, threads}] = rec.median_s;
+          add(std::move(rec));
+        }
+      }
+    }
+    sweep s;
+    s.opt = &o;
+    s.shape = p;
+    s.fp32 = &fp32;
+    s.llc = llc;
+    s.selected = selected;
+    s.report = add;
+    s.info = info;
+    for (const auto& k : kernel_runners)
+      if (std::any_of(chosen.begin(), chosen.end(), [&](const names& n) { return n.k == k.name; })) k.run(s);
+    if (!peer.empty()) {
+      const int thr = o.threads.back();
+      info(detail::concat("[peer: bench/peer_torch.py, PyTorch HF expert loop, ", peer_dtype, ", ", thr,
+                          " threads, ", peer_reps, " reps] ", p.name));
+      for (auto& r : run_peer(p, o, peer_dtype, peer_reps, thr)) add(std::move(r));
+    }
+  }
+  bar.clear();
+  std::printf("limits, best of all passes:");
+  for (auto& [t, l] : limits) {
+    l.dram(), l.peak();
+    std::printf(" %d thr: DRAM %.1f GB/s, FMA %.1f GFLOP/s, VNNI %s;", t, l.dram_gbs, l.peak_gflops,
+                l.vnni_gops > 0 ? std::to_string(static_cast<long>(l.vnni_gops)).c_str() : "n/a");
+  }
+  std::printf("\n\nfinal table, ratios to the best limits of the run (x base = baseline median / median):\n");
+  print_header();
+  for (auto& w : rows) {
+    w.lim = limits.at(w.r.threads);
+    print_row(w);
+  }
+  if (!json.empty()) write_json(json, rows), std::printf("json: %s\n", json.c_str());
+  if (!csv.empty()) write_csv(csv, rows), std::printf("csv: %s\n", csv.c_str());
+  if (!png.empty() && !rows.empty()) {
+    std::string title = "polymoe_bench: " + rows.front().r.preset + " (E=" + std::to_string(rows.front().r.experts) + ")";
+    title += ", " + std::to_string(std::max_element(rows.begin(), rows.end(), [](const row& a, const row& b) {
+                                     return a.r.threads < b.r.threads;
+                                   })->r.threads) + " threads, this machine";
+    plot(png, rows, title);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "polymoe_bench: %s\n", e.what());
+  return 1;
+}

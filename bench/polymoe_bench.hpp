@@ -1,0 +1,169 @@
+#pragma once
+// polymoe_bench: what the main program (polymoe_bench.cpp) and the per-kernel translation units
+// (polymoe_bench_k_<kernel>.cpp, which instantiate bench_kernel<Kernel> over the valid triples of
+// that kernel) share. No translation unit instantiates every layer.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <polymoe/core/expert_weights.hpp>
+#include <polymoe/core/types.hpp>
+
+#include "limits.hpp"
+
+namespace polymoe::bench {
+
+struct preset {
+  std::string name;
+  index_t hidden, intermediate, experts, top_k;
+};
+
+struct options {
+  std::vector<std::string> presets{"tiny"}, a2as, quants, kernels;  // empty: all
+  std::vector<index_t> tokens{1, 16, 64, 512};
+  std::vector<int> threads{1};
+  index_t max_experts = 0;  // --experts N caps E (0: the preset's own)
+  int reps = 10;
+};
+
+/// One measured point (a layer, the baseline or the peer).
+struct record {
+  std::string a2a, quant, kernel, preset;
+  index_t tokens = 0, experts = 0;
+  int threads = 1;
+  double median_s = 0, min_s = 0, max_s = 0;
+  double flops = 0;         // per forward: 2·T·k·rows13·H + 2·T·k·H·I
+  double weight_bytes = 0;  // per forward: distinct experts touched x one expert's stored bytes
+  std::string note;         // how the cache was defeated
+};
+
+/// What one preset's sweep hands a kernel's translation unit.
+struct sweep {
+  const options* opt = nullptr;
+  preset shape;
+  const ExpertWeights* fp32 = nullptr;  // random weights of the preset, fp32 canonical layout
+  std::size_t llc = 0;
+  std::function<bool(std::string_view a2a, std::string_view quant, std::string_view kernel)> selected;
+  std::function<void(record)> report;     // one finished point
+  std::function<void(std::string)> info;  // a line for the log (stdout)
+};
+
+template <class Kernel>
+void bench_kernel(const sweep& s);
+void bench_kernel_reference(const sweep& s);
+void bench_kernel_tbb_grouped(const sweep& s);
+void bench_kernel_tiled(const sweep& s);
+
+/// Nominal stored bits per weight of a scheme, scales included (the bytes a forward must read).
+inline double bits_per_weight(std::string_view quant, index_t hidden) {
+  if (quant == "fp32") return 32;
+  if (quant == "bf16") return 16;
+  if (quant == "fp8") return 8;
+  if (quant == "fp8_block" || quant == "fp8_block_weight_only") return 8 + 32.0 / (128 * 128);
+  if (quant == "int8_w8a8") return 8 + 32.0 / static_cast<double>(hidden);  // per output channel scale
+  if (quant == "mxfp4") return 4 + 8.0 / 32;                               // E8M0 scale per 32
+  if (quant == "nvfp4" || quant == "nvfp4_w4a4") return 4 + 8.0 / 16;      // E4M3 scale per 16
+  return 32;
+}
+
+/// Bytes of one expert (3·H·I weights) in a scheme's storage.
+inline double expert_bytes(std::string_view quant, const preset& p) {
+  return 3.0 * static_cast<double>(p.hidden) * static_cast<double>(p.intermediate) *
+         bits_per_weight(quant, p.hidden) / 8;
+}
+
+/// Copies of a layer needed so that one full cycle (all experts of all copies) reads more than
+/// 2 x LLC; capped by memory (`cap_note` says so when capped).
+inline int instances_for(double layer_bytes, double footprint_per_instance, std::size_t llc, std::string& note) {
+  int n = static_cast<int>(2.0 * static_cast<double>(llc) / layer_bytes) + 1;
+  const double avail = static_cast<double>(available_memory_bytes());
+  if (avail > 0) {
+    const int fit = std::max(1, static_cast<int>(0.6 * avail / footprint_per_instance));
+    if (fit < n) {
+      note = "memory too small: " + std::to_string(fit) + " of " + std::to_string(n) + " instances fit, cycle " +
+             std::to_string(static_cast<long>(fit * layer_bytes / 1e6)) + " MB < 2xLLC, partly served from cache";
+      return fit;
+    }
+  }
+  note = std::to_string(n) + " instance" + (n > 1 ? "s" : "") + " x " +
+         std::to_string(static_cast<long>(layer_bytes / 1e6)) + " MB cycled > 2xLLC " +
+         std::to_string(static_cast<long>(2 * static_cast<double>(llc) / 1e6)) + " MB";
+  return n;
+}
+
+/// Routings for T tokens: when T·k < E, consecutive windows of an expert cursor, so a cycle of
+/// ceil(E / (T·k)) forwards walks every expert (disjoint experts from one forward to the next);
+/// otherwise 4 random routings (k distinct experts per token). Weights 1/k.
+struct routing_set {
+  std::vector<IdMatrix> ids;
+  Matrix weights;
+  double distinct = 0;  // mean distinct experts per forward
+};
+
+inline routing_set make_routings(index_t T, index_t E, index_t k, std::uint64_t seed) {
+  routing_set r;
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  const auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
+  const bool walk = T * k < E;
+  const index_t variants = walk ? (E + T * k - 1) / (T * k) : 4;
+  r.weights = Matrix::Constant(T, k, 1.0f / static_cast<float>(k));
+  index_t cursor = 0;
+  for (index_t v = 0; v < variants; ++v) {
+    IdMatrix id(T, k);
+    std::vector<std::int32_t> perm(static_cast<std::size_t>(E));
+    for (index_t t = 0; t < T; ++t) {
+      for (index_t e = 0; e < E; ++e) perm[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(e);
+      for (index_t j = 0; j < k; ++j) {
+        if (walk) {
+          id(t, j) = static_cast<std::int32_t>(cursor++ % E);
+        } else {
+          const auto pick = static_cast<std::size_t>(j) + next() % static_cast<std::size_t>(E - j);
+          std::swap(perm[static_cast<std::size_t>(j)], perm[pick]);
+          id(t, j) = perm[static_cast<std::size_t>(j)];
+        }
+      }
+    }
+    std::vector<char> used(static_cast<std::size_t>(E), 0);
+    for (index_t i = 0; i < id.size(); ++i) used[static_cast<std::size_t>(id.data()[i])] = 1;
+    r.distinct += static_cast<double>(std::count(used.begin(), used.end(), 1)) / static_cast<double>(variants);
+    r.ids.push_back(std::move(id));
+  }
+  return r;
+}
+
+inline Matrix random_hidden(index_t T, index_t H, std::uint64_t seed) {
+  Matrix m(T, H);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
+  for (index_t i = 0; i < m.size(); ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    m.data()[i] = static_cast<float>(static_cast<double>(x >> 11) / 9007199254740992.0 * 2 - 1);
+  }
+  return m;
+}
+
+/// Times `reps` calls of fn(f) (f = 0, 1, ...) after `warm` untimed ones; fills median/min/max.
+template <class Fn>
+void time_reps(int reps, int warm, Fn fn, record& r) {
+  int f = 0;
+  for (; f < warm; ++f) fn(f);
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i, ++f) {
+    const auto t0 = clock_type::now();
+    fn(f);
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  r.min_s = t.front();
+  r.max_s = t.back();
+  r.median_s = t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+inline double flops_per_forward(const preset& p, index_t T) {
+  const double tk = static_cast<double>(T) * static_cast<double>(p.top_k);
+  const double H = static_cast<double>(p.hidden), I = static_cast<double>(p.intermediate);
+  return 2 * tk * (2 * I) * H + 2 * tk * H * I;
+}
+
+}  // namespace polymoe::bench
