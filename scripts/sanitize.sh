@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # AddressSanitizer + UndefinedBehaviorSanitizer over a reduced but representative set of tests:
-# input validation and errors (test_bad_input), every valid triple against the reference on random
-# and degenerate shapes (test_kernel_agreement, test_degenerate), the tiled kernel's boundaries
-# (test_tiled), the quant schemes (test_quant), the format adapters (test_permute) and the
+# input validation and errors (test_bad_input), every valid triple (every quant scheme and kernel)
+# against the reference on random and degenerate shapes and thread counts (test_kernel_agreement),
+# the tiled kernel's boundaries (test_tiled), the format adapters (test_permute) and the
 # safetensors/JSON readers and codecs on malformed input (test_safetensors, test_json, test_codecs).
+# Left out to keep CI short: test_quant and test_degenerate (their code paths run in
+# test_kernel_agreement; T = 65536 under ASan alone takes minutes).
 # ThreadSanitizer is not run: Debian's oneTBB is not instrumented, so TSan reports the scheduler's own
 # synchronisation as races (see docs/reliability.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="$PWD" CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
-targets=(test_bad_input test_kernel_agreement test_degenerate test_tiled test_quant test_permute
-         test_safetensors test_json test_codecs)
+targets=(test_bad_input test_kernel_agreement test_tiled test_permute test_safetensors test_json test_codecs)
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYMOE_WARNINGS_AS_ERRORS=OFF \
   -DPOLYMOE_BUILD_EXAMPLES=OFF -DPOLYMOE_BUILD_BENCH=OFF -DPOLYMOE_BUILD_TOOLS=OFF -DPOLYMOE_WITH_MPI=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
