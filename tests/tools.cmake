@@ -56,7 +56,7 @@ tool_expect_error(cli.unknown_kernel "unknown --kernel 'fast'.*reference" ${tool
                   --layer 0 --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --kernel fast)
 tool_expect_error(cli.invalid_triple "not a valid triple.*valid --kernel for the other two: reference, tbb_grouped"
                   ${tool} run --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
-                  --output ${work}/never.safetensors --quant fp8 --kernel tiled)
+                  --output ${work}/never.safetensors --quant nvfp4_w4a4 --kernel tiled)
 tool_expect_error(cli.missing_option "missing the option --layer" ${tool} run --checkpoint ${hf}/mixtral
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors)
 tool_expect_error(cli.layer_out_of_range "layer 5 is out of range" ${tool} run --checkpoint ${hf}/mixtral --layer 5
@@ -74,6 +74,8 @@ run_case(gpt_oss_mxfp4 gpt_oss_mxfp4 1e-5)
 run_case(gpt_oss_mxfp4_reference gpt_oss_mxfp4 1e-5 --kernel reference)
 run_case(deepseek_v3_fp8 deepseek_v3_fp8 1e-5)
 run_case(deepseek_v3_fp8_reference deepseek_v3_fp8 1e-5 --kernel reference)
+run_case(gpt_oss_mxfp4_tiled gpt_oss_mxfp4 1e-5 --kernel tiled)
+run_case(deepseek_v3_fp8_tiled deepseek_v3_fp8 1e-5 --kernel tiled)
 # activations quantized too: the format's own error is above the README's 3e-2 guide here (see test_fp8_block)
 run_case(deepseek_v3_fp8_w8a8 deepseek_v3_fp8 5e-2 --quant fp8_block)
 # stored weights of another scheme: dequantized, then quantized to the one asked for

@@ -1,4 +1,4 @@
 # Compile-fail cases of the quant schemes (issue 3).
 # A kernel that does not implement a scheme: the message, and the list of what it does implement.
 polymoe_compile_fail(kernel_lacks_scheme
-  "schemes_this_kernel_implements<polymoe::quant::fp32, polymoe::quant::bf16>.*polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis does not implement the Quant scheme")
+  "schemes_this_kernel_implements<polymoe::quant::fp32, polymoe::quant::bf16, polymoe::quant::fp8, [^>]*polymoe::quant::nvfp4>.*polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis does not implement the Quant scheme")

@@ -6,8 +6,14 @@
 #include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
+#include <polymoe/kernels/tiled/int8.hpp>
 #include <polymoe/quant/bf16.hpp>
 #include <polymoe/quant/fp32.hpp>
+#include <polymoe/quant/fp8.hpp>
+#include <polymoe/quant/fp8_block.hpp>
+#include <polymoe/quant/int8_w8a8.hpp>
+#include <polymoe/quant/mxfp4.hpp>
+#include <polymoe/quant/nvfp4.hpp>
 
 namespace polymoe::kernel {
 
@@ -18,34 +24,151 @@ namespace tiled_detail {
 template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
-                "polymoe: kernel::tiled implements quant::fp32 and quant::bf16 only; use one of them or "
-                "kernel::reference / kernel::tbb_grouped for this scheme");
+                "polymoe: kernel::tiled does not implement this quant scheme (it runs fp32, bf16, fp8, fp8_block, "
+                "fp8_block_weight_only, int8_w8a8, mxfp4 and nvfp4); use kernel::reference or "
+                "kernel::tbb_grouped for it");
 };
+
+namespace kt = kernels::tiled;
+
+/// Biases of expert e as the packers want them: a row pointer or nullptr.
+template <class Store>
+auto bias_rows(const Store& w) {
+  return std::pair{[&w](index_t e) { return w.b13_of(e); }, [&w](index_t e) { return w.b2_of(e); }};
+}
 
 template <>
 struct scheme<quant::fp32> {
-  using weight = float;
-  static constexpr bool round_bf16 = false;  // quant::fp32::quantize_activation is the identity
-  static kernels::tiled::PackedExperts<float> pack(const quant::fp32::weights& w) {
+  using packed = kt::PackedExperts<float>;
+  using inputs = kt::keep_inputs;  // quant::fp32::quantize_activation is the identity
+  static packed pack(const quant::fp32::weights& w) {
     const ExpertShape s = w.shape();
     return kernels::tiled::pack_experts<float>(
         s, [&](index_t e, index_t r, index_t c) { return w.w13(e * s.rows13() + r, c); },
-        [&](index_t e, index_t r, index_t c) { return w.w2(e * s.hidden + r, c); },
-        [&](index_t e) { return w.b13_of(e); }, [&](index_t e) { return w.b2_of(e); });
+        [&](index_t e, index_t r, index_t c) { return w.w2(e * s.hidden + r, c); }, bias_rows(w).first,
+        bias_rows(w).second);
   }
 };
 
 template <>
 struct scheme<quant::bf16> {
-  using weight = std::uint16_t;
-  static constexpr bool round_bf16 = true;  // quant::bf16::quantize_activation rounds to bf16
-  static kernels::tiled::PackedExperts<std::uint16_t> pack(const quant::bf16::weights& w) {
+  using packed = kt::PackedExperts<std::uint16_t>;
+  using inputs = kt::bf16_inputs;  // quant::bf16::quantize_activation rounds to bf16
+  static packed pack(const quant::bf16::weights& w) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
     return kernels::tiled::pack_experts<std::uint16_t>(
         s, [&](index_t e, index_t r, index_t c) { return w.w13[static_cast<std::size_t>((e * R + r) * H + c)]; },
         [&](index_t e, index_t r, index_t c) { return w.w2[static_cast<std::size_t>((e * H + r) * I + c)]; },
-        [&](index_t e) { return w.b13_of(e); }, [&](index_t e) { return w.b2_of(e); });
+        bias_rows(w).first, bias_rows(w).second);
+  }
+};
+
+
+template <>
+struct scheme<quant::fp8> {
+  using packed = kt::QPackedExperts<kt::fp8_format>;
+  using inputs = kt::quantized_inputs<quant::fp8>;
+  static packed pack(const quant::fp8::weights& w) {
+    const ExpertShape s = w.shape();
+    const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
+    const auto [b13, b2] = bias_rows(w);
+    return kt::pack_quantized<kt::fp8_format>(
+        s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
+        [&](index_t e, index_t, index_t) { return w.w13_scale[static_cast<std::size_t>(e)]; },
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
+        [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
+        [&](index_t e, index_t, index_t) { return w.w2_scale[static_cast<std::size_t>(e)]; },
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2);
+  }
+};
+
+template <>
+struct scheme<quant::fp8_block> {
+  using packed = kt::QPackedExperts<kt::fp8_format>;
+  using inputs = kt::quantized_inputs<quant::fp8_block>;
+  static_assert(kt::fp8_format::group == quant::fp8_block::block && quant::fp8_block::block % kt::panel_cols == 0,
+                "a panel must lie inside one 128-column scale block");
+  static packed pack(const quant::fp8_block::weights& w) {
+    const ExpertShape s = w.shape();
+    const index_t H = s.hidden, I = s.intermediate, R = s.rows13(), parts = s.gated ? 2 : 1;
+    const index_t gH = quant::fp8_block::grid(H), gI = quant::fp8_block::grid(I), B = quant::fp8_block::block;
+    const auto [b13, b2] = bias_rows(w);
+    return kt::pack_quantized<kt::fp8_format>(
+        s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
+        [&](index_t e, index_t r, index_t g) {  // part (gate / up), then the row's block row
+          return w.w13_scale_inv[static_cast<std::size_t>(((e * parts + r / I) * gI + (r % I) / B) * gH + g)];
+        },
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
+        [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
+        [&](index_t e, index_t r, index_t g) {
+          return w.w2_scale_inv[static_cast<std::size_t>((e * gH + r / B) * gI + g)];
+        },
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2);
+  }
+};
+
+template <>
+struct scheme<quant::fp8_block_weight_only> : scheme<quant::fp8_block> {
+  using inputs = kt::keep_inputs;
+};
+
+/// E2M1 code (a nibble, element 2i low) of element k of a packed row.
+[[nodiscard]] inline std::uint8_t nibble(const std::uint8_t* row, index_t k) noexcept {
+  const std::uint8_t byte = row[k / 2];
+  return static_cast<std::uint8_t>(k % 2 ? byte >> 4 : byte & 0xF);
+}
+
+template <>
+struct scheme<quant::mxfp4> {
+  using packed = kt::QPackedExperts<kt::mxfp4_format>;
+  using inputs = kt::keep_inputs;
+  static packed pack(const quant::mxfp4::weights& w) {
+    const ExpertShape s = w.shape();
+    const index_t H = s.hidden, R = s.rows13(), nbH = quant::mxfp4::blocks_per_row(H);
+    const index_t nbI = quant::mxfp4::blocks_per_row(s.intermediate);
+    const auto [b13, b2] = bias_rows(w);
+    return kt::pack_quantized<kt::mxfp4_format>(
+        s, [&](index_t e, index_t r, index_t k) { return nibble(w.w13_blocks.data() + (e * R + r) * nbH * 16, k); },
+        [&](index_t e, index_t r, index_t g) { return w.w13_scales[static_cast<std::size_t>((e * R + r) * nbH + g)]; },
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
+        [&](index_t e, index_t r, index_t k) { return nibble(w.w2_blocks.data() + (e * H + r) * nbI * 16, k); },
+        [&](index_t e, index_t r, index_t g) { return w.w2_scales[static_cast<std::size_t>((e * H + r) * nbI + g)]; },
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2);
+  }
+};
+
+template <>
+struct scheme<quant::nvfp4> {
+  using packed = kt::QPackedExperts<kt::nvfp4_format>;
+  using inputs = kt::keep_inputs;
+  static packed pack(const quant::nvfp4::weights& w) {
+    const ExpertShape s = w.shape();
+    const index_t H = s.hidden, R = s.rows13(), nbH = quant::nvfp4::blocks_per_row(H);
+    const index_t nbI = quant::nvfp4::blocks_per_row(s.intermediate);
+    const auto [b13, b2] = bias_rows(w);
+    return kt::pack_quantized<kt::nvfp4_format>(
+        s, [&](index_t e, index_t r, index_t k) { return nibble(w.w13.data() + (e * R + r) * nbH * 8, k); },
+        [&](index_t e, index_t r, index_t g) { return w.w13_scale[static_cast<std::size_t>((e * R + r) * nbH + g)]; },
+        w.w13_scale_2,
+        [&](index_t e, index_t r, index_t k) { return nibble(w.w2.data() + (e * H + r) * nbI * 8, k); },
+        [&](index_t e, index_t r, index_t g) { return w.w2_scale[static_cast<std::size_t>((e * H + r) * nbI + g)]; },
+        w.w2_scale_2, b13, b2);
+  }
+};
+
+template <>
+struct scheme<quant::int8_w8a8> {
+  using packed = kt::Int8PackedExperts;
+  static packed pack(const quant::int8_w8a8::weights& w) {
+    const ExpertShape s = w.shape();
+    const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
+    const auto [b13, b2] = bias_rows(w);
+    return kt::pack_int8(
+        s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
+        [&](index_t e, index_t r) { return w.w13_scale[static_cast<std::size_t>(e * R + r)]; },
+        [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
+        [&](index_t e, index_t r) { return w.w2_scale[static_cast<std::size_t>(e * H + r)]; }, b13, b2);
   }
 };
 
@@ -56,8 +179,11 @@ struct scheme<quant::bf16> {
 /// (portable loops without AVX-512) with the activation fused into the first GEMM and the routing
 /// weight into the second, a GEMV-like path for one or two rows per expert (decode), and one
 /// oneTBB loop per GEMM over (row block x panel) of all experts at once. Bitwise independent of
-/// the thread count; allocates nothing per forward after warm-up. Implements quant::fp32 and
-/// quant::bf16 on the standard format.
+/// the thread count; allocates nothing per forward after warm-up. Implements, on the standard
+/// format: fp32 and bf16 (bf16 widened in registers); fp8, fp8_block(_weight_only), mxfp4 and
+/// nvfp4 with their codes kept in the panels and widened in registers or per L1 slab
+/// (kernels/tiled/qpanel.hpp); int8_w8a8 with integer VNNI GEMMs (kernels/tiled/int8.hpp).
+/// nvfp4_w4a4 is not implemented (its fp4 x fp4 product needs a micro-kernel of its own).
 ///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled> layer(cfg, weights);
 struct tiled {
@@ -65,7 +191,7 @@ struct tiled {
   static constexpr std::string_view name = "tiled";
 
   template <class Q>
-  using prepared = kernels::tiled::Prepared<typename tiled_detail::scheme<Q>::weight>;
+  using prepared = kernels::tiled::Prepared<typename tiled_detail::scheme<Q>::packed>;
 
   template <class Q>
   static prepared<Q> prepare(typename Q::weights w) {
@@ -75,7 +201,10 @@ struct tiled {
   template <class Q>
   void run(const DispatchOutput<format::standard>& d, const prepared<Q>& p, const ExpertMlp& mlp,
            CombineInput<format::standard> c) const {
-    kernels::tiled::forward_standard<tiled_detail::scheme<Q>::round_bf16>(d, p, mlp, c.out);
+    if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
+      kernels::tiled::forward_int8(d, p, mlp, c.out);
+    else
+      kernels::tiled::forward_standard<typename tiled_detail::scheme<Q>::inputs>(d, p, mlp, c.out);
   }
 };
 

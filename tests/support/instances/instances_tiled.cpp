@@ -1,9 +1,19 @@
-// Explicit instantiations of every local layer whose kernel is tiled (see layer_instances.hpp).
+// Explicit instantiations of the local layers whose kernel is tiled, float, bf16 and fp8 schemes
+// (see layer_instances.hpp; the tiled layers are split over two files to share the compile time).
 #define POLYMOE_DEFINE_LAYER_INSTANCES
 #include "layer_instances.hpp"
 
 #define POLYMOE_INSTANTIATE_IF_tiled(A, Q, K) POLYMOE_INSTANTIATE_##K(A, Q)
-#define POLYMOE_INSTANTIATE_tiled(A, Q) template class POLYMOE_LAYER_IMPL(A, Q, tiled);
+#define POLYMOE_INSTANTIATE_tiled(A, Q) POLYMOE_TILED_##Q(A)
 #define POLYMOE_INSTANTIATE_reference(A, Q)
 #define POLYMOE_INSTANTIATE_tbb_grouped(A, Q)
+#define POLYMOE_TILED_fp32(A) template class POLYMOE_LAYER_IMPL(A, fp32, tiled);
+#define POLYMOE_TILED_bf16(A) template class POLYMOE_LAYER_IMPL(A, bf16, tiled);
+#define POLYMOE_TILED_fp8(A) template class POLYMOE_LAYER_IMPL(A, fp8, tiled);
+#define POLYMOE_TILED_fp8_block(A) template class POLYMOE_LAYER_IMPL(A, fp8_block, tiled);
+#define POLYMOE_TILED_fp8_block_weight_only(A) template class POLYMOE_LAYER_IMPL(A, fp8_block_weight_only, tiled);
+#define POLYMOE_TILED_int8_w8a8(A)
+#define POLYMOE_TILED_mxfp4(A)
+#define POLYMOE_TILED_nvfp4(A)
+#define POLYMOE_TILED_nvfp4_w4a4(A)
 POLYMOE_LOCAL_TRIPLES(POLYMOE_INSTANTIATE_IF_tiled)

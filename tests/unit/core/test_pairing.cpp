@@ -76,8 +76,9 @@ static_assert(is_diag<diag<a2a::local, archetypes::UnlistedScheme, kernel::refer
 static_assert(is_diag<diag<a2a::local, quant::fp32, archetypes::NotAPolicy>, diagnostic::kernel_axis_is_not_an_expert_kernel>);
 static_assert(is_diag<diag<a2a::local, quant::fp32, archetypes::UnlistedKernel>, diagnostic::kernel_not_in_pairing_table>);
 static_assert(quant_scheme<quant::mxfp4> && quant_scheme<quant::nvfp4_w4a4> && quant_scheme<quant::fp8_block_weight_only>);
-static_assert(!can_make_layer<a2a::local, quant::mxfp4, kernel::tiled>);
-static_assert(is_diag<diag<a2a::local, quant::mxfp4, kernel::tiled>, diagnostic::kernel_does_not_implement_quant_scheme>);
+static_assert(can_make_layer<a2a::local, quant::mxfp4, kernel::tiled>);
+static_assert(!can_make_layer<a2a::local, quant::nvfp4_w4a4, kernel::tiled>);
+static_assert(is_diag<diag<a2a::local, quant::nvfp4_w4a4, kernel::tiled>, diagnostic::kernel_does_not_implement_quant_scheme>);
 
 TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
   // The specification of the table, written out by hand: adding a policy updates this list on
@@ -88,13 +89,14 @@ TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
   });
   const std::vector<std::string> expected = {"local/fp32/reference", "local/fp32/tbb_grouped", "local/fp32/tiled",
                                              "local/bf16/reference", "local/bf16/tbb_grouped", "local/bf16/tiled",
-                                             "local/fp8/reference", "local/fp8/tbb_grouped",
+                                             "local/fp8/reference", "local/fp8/tbb_grouped", "local/fp8/tiled",
                                              "local/fp8_block/reference", "local/fp8_block/tbb_grouped",
-                                             "local/fp8_block_weight_only/reference",
+                                             "local/fp8_block/tiled", "local/fp8_block_weight_only/reference",
                                              "local/fp8_block_weight_only/tbb_grouped",
-                                             "local/int8_w8a8/reference", "local/int8_w8a8/tbb_grouped",
-                                             "local/mxfp4/reference", "local/mxfp4/tbb_grouped",
-                                             "local/nvfp4/reference", "local/nvfp4/tbb_grouped",
+                                             "local/fp8_block_weight_only/tiled", "local/int8_w8a8/reference",
+                                             "local/int8_w8a8/tbb_grouped", "local/int8_w8a8/tiled",
+                                             "local/mxfp4/reference", "local/mxfp4/tbb_grouped", "local/mxfp4/tiled",
+                                             "local/nvfp4/reference", "local/nvfp4/tbb_grouped", "local/nvfp4/tiled",
                                              "local/nvfp4_w4a4/reference", "local/nvfp4_w4a4/tbb_grouped"};
   EXPECT_EQ(got, expected);
 }

@@ -83,7 +83,7 @@ void check_against_reference(const Shape& s, unsigned seed) {
   ASSERT_EQ(got.rows(), s.T);
   ASSERT_EQ(got.cols(), s.H);
   if (s.T == 0) return;
-  EXPECT_LE(test::relative_error(got, want), test::kernel_tolerance<Q>)
+  EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>)
       << "T=" << s.T << " H=" << s.H << " I=" << s.I << " E=" << s.E << " k=" << s.k << " act=" << to_string(s.act);
   // Repeated runs give the same bits.
   EXPECT_TRUE((layer.forward_routed(hidden, r.ids, r.weights).array() == got.array()).all());

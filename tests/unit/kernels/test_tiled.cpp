@@ -3,6 +3,7 @@
 // no heap allocation per forward after warm-up.
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <new>
@@ -57,15 +58,26 @@ void expect_agrees(const MoeConfig& cfg, const Matrix& hidden, const Routing& r,
   MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w);
   const Matrix want = ref.forward_routed(hidden, r.ids, r.weights);
   const Matrix got = layer.forward_routed(hidden, r.ids, r.weights);
-  EXPECT_LE(test::relative_error(got, want), test::kernel_tolerance<Q>)
+  EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>)
       << Q::name << " T=" << hidden.rows() << " H=" << cfg.hidden << " I=" << cfg.intermediate
       << " act=" << to_string(cfg.activation);
 }
 
+/// Every scheme kernel::tiled implements; the portable build takes one scheme per code path
+/// (fp8 and fp8_block widen E4M3 alike, fp8_block_weight_only differs only in its inputs) to keep
+/// its compile time, which the explicit instances do not share.
 template <class F>
-void for_both_schemes(F&& f) {
+void for_every_scheme(F&& f) {
   f.template operator()<quant::fp32>();
   f.template operator()<quant::bf16>();
+  f.template operator()<quant::fp8_block>();
+  f.template operator()<quant::int8_w8a8>();
+  f.template operator()<quant::mxfp4>();
+  f.template operator()<quant::nvfp4>();
+#if !defined(POLYMOE_TILED_PORTABLE)
+  f.template operator()<quant::fp8>();
+  f.template operator()<quant::fp8_block_weight_only>();
+#endif
 }
 
 TEST(Tiled, RowBlockAndTileBoundaries) {
@@ -82,7 +94,7 @@ TEST(Tiled, RowBlockAndTileBoundaries) {
       if (r.ids(t, 1) == 0) r.ids(t, 1) = 1;
     }
     SCOPED_TRACE(n);
-    for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 11u); });
+    for_every_scheme([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 11u); });
   }
 }
 
@@ -100,7 +112,7 @@ TEST(Tiled, SizesThatAreNotMultiplesOfThePanel) {
         std::mt19937 rng(static_cast<unsigned>(hi.H * 31 + hi.I));
         const Matrix hidden = test::random_matrix(rng, 29, hi.H);
         const Routing r = test::random_routing(rng, 29, 6, 3);
-        for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 5u); });
+        for_every_scheme([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 5u); });
       }
 }
 
@@ -110,7 +122,7 @@ TEST(Tiled, DecodeBatches) {
     std::mt19937 rng(static_cast<unsigned>(T));
     const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
     const Routing r = test::random_routing(rng, T, 16, 4);
-    for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 3u); });
+    for_every_scheme([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 3u); });
   }
 }
 
@@ -120,7 +132,7 @@ TEST(Tiled, WeightOnInput) {
   std::mt19937 rng(4);
   const Matrix hidden = test::random_matrix(rng, 23, cfg.hidden);
   const Routing r = test::random_routing(rng, 23, 4, 1);
-  for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 9u); });
+  for_every_scheme([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 9u); });
 }
 
 TEST(Tiled, SkippedSlots) {
@@ -149,7 +161,7 @@ TEST(Tiled, BitwiseIndependentOfThreadCount) {
   Routing r = test::random_routing(rng, 301, 8, 2);
   for (index_t t = 0; t < 301; ++t)  // skew: expert 7 almost never, expert 0 often
     if (r.ids(t, 0) == 7 && t % 50) r.ids(t, 0) = r.ids(t, 1) == 0 ? 1 : 0;
-  for_both_schemes([&]<class Q>() {
+  for_every_scheme([&]<class Q>() {
     MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w);
     Matrix first;
     for (int threads : {1, 2, 3, 7}) {
@@ -174,7 +186,7 @@ TEST(Tiled, NoHeapAllocationAfterWarmUp) {
   const MoeConfig cfg = config(96, 40, 8, 2);
   std::mt19937 rng(2);
   const MoeWeights w = test::random_weights(rng, cfg);
-  for_both_schemes([&]<class Q>() {
+  for_every_scheme([&]<class Q>() {
     const auto prepared = kernel::tiled::prepare<Q>(Q::quantize(w.experts));
     const ExpertMlp mlp{ActivationParams{}, false};
     for (index_t T : {index_t{1}, index_t{64}}) {
@@ -205,6 +217,86 @@ TEST(Tiled, VectorBf16RoundingIsTheCodec) {
   kt::round_bf16(got.data(), static_cast<index_t>(got.size()));
   for (std::size_t i = 0; i < xs.size(); ++i)
     EXPECT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i])) << i;
+}
+
+// ---- quantized panels: the widened weight is the codec's value, for every code ----------------
+
+template <class F, class Expect>
+void expect_widening(std::uint8_t max_code, Expect expect) {
+  // One panel of K k-rows: k-row k holds code (k + c) % (max_code + 1) in column c, and every
+  // group's scales cycle through their codes too.
+  const index_t K = 4 * F::group;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * F::row_bytes), 0);
+  kt::AlignedBuffer<typename F::scale_type> scales(static_cast<std::size_t>(F::groups(K) * kt::panel_cols));
+  const auto code_at = [&](index_t k, index_t c) {
+    const auto q = static_cast<std::uint8_t>((k + c) % (max_code + 1));
+    // E4M3's NaN codes (0x7F, 0xFF) never reach a kernel: the policies reject them at load.
+    return F::code == kt::qcode::e4m3 && (q & 0x7F) == 0x7F ? static_cast<std::uint8_t>(q - 1) : q;
+  };
+  for (index_t k = 0; k < K; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const auto [byte, shift] = kt::code_position<F>(c);
+      codes[static_cast<std::size_t>(k * F::row_bytes + byte)] |= static_cast<std::uint8_t>(code_at(k, c) << shift);
+    }
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    if constexpr (F::scale == kt::qscale::f32)
+      scales.data()[i] = 0.001f * static_cast<float>(i + 1);
+    else if constexpr (F::scale == kt::qscale::e8m0)
+      scales.data()[i] = static_cast<std::uint8_t>((i * 37) % 255);  // every code but the NaN 0xFF
+    else
+      scales.data()[i] = static_cast<std::uint8_t>((i * 37) % 127);  // positive E4M3 codes, no NaN 0x7F
+  }
+  const kt::QPanel<F> panel{codes.data(), scales.data(), 0.37f};
+  alignas(64) float slab[4 * 128 * kt::panel_cols];
+  kt::expand(panel, 0, K, slab);
+  int wrong = 0;
+  for (index_t k = 0; k < K; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const float want = expect(code_at(k, c), scales.data()[(k / F::group) * kt::panel_cols + c], panel.global);
+      const float got = slab[k * kt::panel_cols + c];
+      if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(want) && ++wrong <= 5)
+        ADD_FAILURE() << "k " << k << " column " << c << ": " << got << " != " << want;
+    }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(Tiled, QuantizedPanelsWidenToTheCodecValues) {
+  // E4M3: 0..0x7E and 0x80..0xFE (no NaN); fp32 scale.
+  expect_widening<kt::fp8_format>(0xFF, [](std::uint8_t q, float s, float) { return codecs::e4m3_to_float(q) * s; });
+  expect_widening<kt::mxfp4_format>(15, [](std::uint8_t q, std::uint8_t s, float) {
+    return codecs::e2m1_to_float(q) * codecs::e8m0_to_float(s);
+  });
+  expect_widening<kt::nvfp4_format>(15, [](std::uint8_t q, std::uint8_t s, float g) {
+    return codecs::e2m1_to_float(q) * codecs::e4m3_to_float(s) * g;
+  });
+}
+
+TEST(Tiled, Int8ActivationQuantizationIsThePolicy) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (index_t n : {index_t{1}, index_t{15}, index_t{16}, index_t{37}, index_t{257}}) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (float& v : x) v = u(rng);
+    x[0] = 3.5f;  // amax: 3.5 / (3.5/127) = 127 exactly
+    if (n > 3) x[3] = 3.5f / 127.0f * 2.5f;  // a tie: rounds to even (2)
+    const index_t n4 = kt::padded_k(n);
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(n4), 0);
+    const float s = kt::quantize_row_u8(x.data(), n, n4, q.data());
+    std::vector<float> want = x;
+    quant::int8_w8a8::quantize_activation(want);
+    for (index_t i = 0; i < n4; ++i) {
+      if (i >= n) {
+        EXPECT_EQ(q[static_cast<std::size_t>(i)], 128) << "padding";
+        continue;
+      }
+      EXPECT_EQ(static_cast<float>(static_cast<int>(q[static_cast<std::size_t>(i)]) - 128) * s,
+                want[static_cast<std::size_t>(i)])
+          << "n " << n << " element " << i;
+    }
+  }
+  std::vector<float> bad = {1.0f, std::numeric_limits<float>::infinity()};
+  std::uint8_t q[4];
+  EXPECT_TRUE(std::isnan(kt::quantize_row_u8(bad.data(), 2, 4, q))) << "a non-finite row has no scale";
 }
 
 }  // namespace

@@ -95,10 +95,14 @@ TEST(QuantFp8Block, FixtureFromCheckpointMatchesTransformers) {
   const double wo_tbb = run.operator()<quant::fp8_block_weight_only, kernel::tbb_grouped>();
   const double aq_ref = run.operator()<quant::fp8_block, kernel::reference>();
   const double aq_tbb = run.operator()<quant::fp8_block, kernel::tbb_grouped>();
-  std::printf("deepseek_v3_fp8: weight-only %.3g / %.3g, activations quantized %.3g / %.3g\n", wo_ref, wo_tbb,
-              aq_ref, aq_tbb);
+  const double wo_tiled = run.operator()<quant::fp8_block_weight_only, kernel::tiled>();
+  const double aq_tiled = run.operator()<quant::fp8_block, kernel::tiled>();
+  std::printf("deepseek_v3_fp8: weight-only %.3g / %.3g / %.3g, activations quantized %.3g / %.3g / %.3g "
+              "(reference / tbb_grouped / tiled)\n", wo_ref, wo_tbb, wo_tiled, aq_ref, aq_tbb, aq_tiled);
   EXPECT_LE(wo_ref, 1e-5);
   EXPECT_LE(wo_tbb, 1e-5);
+  EXPECT_LE(wo_tiled, 1e-5);
+  EXPECT_LE(aq_tiled, 5e-2);
   // Quantizing both GEMM inputs to E4M3 (3 mantissa bits, about 2.4% RMS relative error per
   // element) costs 3.9e-2 here: 3.1e-2 from the input rows alone, 2.4e-2 from the down-projection
   // input alone. That is the format's own error, above the 3e-2 guide of fixtures/README.md.

@@ -67,11 +67,14 @@ TEST(QuantMxfp4, FixtureFromBlocksMatchesTransformers) {
   const auto qc = test::load_gpt_oss_mxfp4();
   MoeLayer<a2a::local, quant::mxfp4, kernel::reference> ref(qc.cfg, qc.weights);
   MoeLayer<a2a::local, quant::mxfp4, kernel::tbb_grouped> tbb(qc.cfg, qc.weights);
+  MoeLayer<a2a::local, quant::mxfp4, kernel::tiled> tiled(qc.cfg, qc.weights);
   const double e_ref = test::relative_error(ref.forward(qc.hidden, qc.router_logits), qc.expected);
   const double e_tbb = test::relative_error(tbb.forward(qc.hidden, qc.router_logits), qc.expected);
-  std::printf("gpt_oss_mxfp4: reference %.3g, tbb_grouped %.3g\n", e_ref, e_tbb);
+  const double e_tiled = test::relative_error(tiled.forward(qc.hidden, qc.router_logits), qc.expected);
+  std::printf("gpt_oss_mxfp4: reference %.3g, tbb_grouped %.3g, tiled %.3g\n", e_ref, e_tbb, e_tiled);
   EXPECT_LE(e_ref, 1e-5);
   EXPECT_LE(e_tbb, 1e-5);
+  EXPECT_LE(e_tiled, 1e-5);
   EXPECT_LE(test::relative_error(ref.forward(qc.hidden), qc.expected), 1e-5);  // the layer's own router
 }
 

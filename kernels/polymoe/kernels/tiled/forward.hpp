@@ -13,6 +13,7 @@
 // Workspace that grows to the largest batch seen and is reused: after warm-up a forward allocates
 // nothing.
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -23,6 +24,7 @@
 #include <polymoe/kernels/tiled/decode.hpp>
 #include <polymoe/kernels/tiled/epilogue.hpp>
 #include <polymoe/kernels/tiled/prepack.hpp>
+#include <polymoe/kernels/tiled/qpanel.hpp>
 #include <polymoe/kernels/tiled/sort.hpp>
 
 namespace polymoe::kernels::tiled {
@@ -41,14 +43,37 @@ struct Workspace {
   std::vector<float> x;              ///< rounded (or weighted) input rows, when the scheme needs a copy
   std::vector<float> act;            ///< [N, I] activations, sorted-row order
   std::vector<float> y;              ///< [N, H] weighted expert outputs, sorted-row order
+  // int8 W8A8 only (int8.hpp): quantized GEMM inputs, offset by 128, and their per-row scales.
+  std::vector<std::uint8_t> xq, hq;
+  std::vector<float> xs, hs;
+  std::vector<const std::uint8_t*> aq_rows;
+  std::vector<float> a_scales;
 };
 
-/// Packed weights and the workspace of one layer. `run` is const, the workspace is mutable: one
-/// layer is not run from two threads at once (MoeLayer's documented rule).
-template <class W>
+/// Packed weights (PackedExperts<W>, QPackedExperts<F> or Int8PackedExperts) and the workspace of
+/// one layer. `run` is const, the workspace is mutable: one layer is not run from two threads at
+/// once (MoeLayer's documented rule).
+template <class Packed>
 struct Prepared {
-  PackedExperts<W> packed;
+  Packed packed;
   mutable Workspace workspace;
+};
+
+/// What a scheme does to the GEMM inputs (the activation quantization of its quant policy):
+/// keep them (fp32 and weight-only schemes), round them to bf16 (fused into the epilogue), or
+/// quantize each row as the quant policy's quantize_activation does.
+struct keep_inputs {
+  static constexpr bool round_bf16 = false, per_row = false;
+  static void row(std::span<float>) noexcept {}
+};
+struct bf16_inputs {
+  static constexpr bool round_bf16 = true, per_row = false;
+  static void row(std::span<float>) noexcept {}
+};
+template <class Q>
+struct quantized_inputs {
+  static constexpr bool round_bf16 = false, per_row = true;
+  static void row(std::span<float> r) noexcept { Q::quantize_activation(r); }
 };
 
 namespace detail {
@@ -79,6 +104,64 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
   }
 }
 
+/// The same for a quantized panel: widened in registers for one or two rows (decode), else a slab
+/// at a time into an L1 buffer that all the block's tiles share (see qpanel.hpp).
+template <class F, class RowOf>
+inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& panel, float* c) {
+  const float* rows[max_tile_rows];
+#if defined(POLYMOE_TILED_AVX512)
+  if (m <= decode_rows) {
+    for (index_t i = 0; i < m; ++i) rows[i] = row(i);
+    if (m == 1)
+      decode_qtile<1>(rows, K, panel, c);
+    else
+      decode_qtile<2>(rows, K, panel, c);
+    return;
+  }
+#endif
+  constexpr index_t kb = k_block<float>;
+  alignas(64) float slab[kb * panel_cols];
+  for (index_t k0 = 0; k0 < K; k0 += kb) {
+    const index_t k1 = std::min(K, k0 + kb);
+    expand(panel, k0, k1, slab);
+    for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
+      const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
+      for (int i = 0; i < n; ++i) rows[i] = row(r0 + i) + k0;
+      tile_rows(n, rows, 0, k1 - k0, slab, c + r0 * panel_cols, k0 > 0, nullptr, 0);
+    }
+  }
+}
+
+/// First-GEMM epilogue of a finished tile c[b.rows][64]: bias, activation (rounded to bf16 if
+/// RoundBf16) into the block's rows of act [N, I].
+template <bool RoundBf16>
+inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, float* c, float* act) {
+  const index_t I = pk.shape.intermediate, act_cols = pk.act_cols();
+  const float* bias = pk.bias13(b.expert, cb);
+  const index_t n = std::min(act_cols, I - cb * act_cols);
+  for (index_t i = 0; i < b.rows; ++i) {
+    float* ci = c + i * panel_cols;
+    for (index_t q = 0; q < panel_cols; ++q) ci[q] += bias[q];
+    activate<RoundBf16>(mlp.activation, ci, pk.shape.gated ? ci + panel_cols / 2 : nullptr,
+                        act + (b.begin + i) * I + cb * act_cols, n);
+  }
+}
+
+/// Second-GEMM epilogue: y[row] = (c + bias) · routing weight (1 when it scaled the input).
+template <class WeightOf>
+inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, const float* c,
+                    const ExpertRows& sr, WeightOf weight_of, float* y) {
+  const index_t H = pk.shape.hidden;
+  const float* bias = pk.bias2(b.expert, cb);
+  const index_t n = std::min(panel_cols, H - cb * panel_cols);
+  for (index_t i = 0; i < b.rows; ++i) {
+    const float wt = mlp.weight_on_input ? 1.0f : weight_of(sr.slot_of[static_cast<std::size_t>(b.begin + i)]);
+    const float* ci = c + i * panel_cols;
+    float* yi = y + (b.begin + i) * H + cb * panel_cols;
+    for (index_t q = 0; q < n; ++q) yi[q] = (ci[q] + bias[q]) * wt;
+  }
+}
+
 template <class F>
 inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
@@ -88,25 +171,50 @@ inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
 
 }  // namespace detail
 
-/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]). RoundBf16: the scheme rounds every GEMM input
-/// row to bf16 (quant::bf16); otherwise inputs are used as they are (quant::fp32).
-template <bool RoundBf16, class W>
-void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<W>& p, const ExpertMlp& mlp,
-                      MatrixRef out) {
-  const PackedExperts<W>& pk = p.packed;
-  Workspace& ws = p.workspace;
-  const ExpertShape& s = pk.shape;
-  const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+/// Checks the shapes of a forward's operands and sorts its pairs by expert.
+inline void begin_forward(const DispatchOutput<format::standard>& d, const ExpertShape& s, MatrixRef out,
+                          Workspace& ws) {
+  const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden;
   require(d.hidden.cols() == H, "tiled kernel: hidden has ", d.hidden.cols(), " columns, weights expect ", H);
   require(out.rows() == T && out.cols() == H, "tiled kernel: output is [", out.rows(), ", ", out.cols(),
           "], expected [", T, ", ", H, "]");
   require(d.ids.rows() == T && d.weights.rows() == T && d.weights.cols() == k, "tiled kernel: ids are [",
           d.ids.rows(), ", ", k, "] and weights [", d.weights.rows(), ", ", d.weights.cols(), "] for ", T, " tokens");
+  sort_by_expert(d.ids, s.experts, block_rows, ws.sorted);
+}
 
-  ExpertRows& sr = ws.sorted;
-  sort_by_expert(d.ids, s.experts, block_rows, sr);
+/// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32).
+inline void sum_slots(const ExpertRows& sr, const std::vector<float>& y, index_t k, MatrixRef out) {
+  const index_t T = out.rows(), H = out.cols();
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t t = r.begin(); t != r.end(); ++t) {
+      float* o = out.row(t).data();
+      std::fill_n(o, H, 0.0f);
+      for (index_t j = 0; j < k; ++j) {
+        const index_t row = sr.row_of[static_cast<std::size_t>(t * k + j)];
+        if (row < 0) continue;
+        const float* yr = y.data() + row * H;
+        for (index_t c = 0; c < H; ++c) o[c] += yr[c];
+      }
+    }
+  });
+}
+
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]). Act says what the scheme does to each GEMM
+/// input row (keep_inputs, bf16_inputs, quantized_inputs<Q>); Packed is PackedExperts<W> or
+/// QPackedExperts<F>.
+template <class Act, class Packed>
+void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<Packed>& p, const ExpertMlp& mlp,
+                      MatrixRef out) {
+  const Packed& pk = p.packed;
+  Workspace& ws = p.workspace;
+  const ExpertShape& s = pk.shape;
+  const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+  begin_forward(d, s, out, ws);
+  const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
+  constexpr bool RoundBf16 = Act::round_bf16;
 
   // Input rows: the caller's rows when the scheme keeps them as they are, else rounded copies
   // (one per token, or one per pair when the routing weight scales the input).
@@ -121,15 +229,17 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
         float* dst = ws.x.data() + n * H;
         for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
         if constexpr (RoundBf16) round_bf16(dst, H);
+        Act::row(std::span<float>(dst, static_cast<std::size_t>(H)));
         ws.a_rows[static_cast<std::size_t>(n)] = dst;
       }
     });
-  } else if constexpr (RoundBf16) {
+  } else if constexpr (RoundBf16 || Act::per_row) {
     ws.x.resize(static_cast<std::size_t>(T * H));
     tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t t = r.begin(); t != r.end(); ++t) {
         std::copy_n(d.hidden.row(t).data(), H, ws.x.data() + t * H);
-        round_bf16(ws.x.data() + t * H, H);
+        if constexpr (RoundBf16) round_bf16(ws.x.data() + t * H, H);
+        Act::row(std::span<float>(ws.x.data() + t * H, static_cast<std::size_t>(H)));
       }
     });
     for (index_t n = 0; n < N; ++n) ws.a_rows[static_cast<std::size_t>(n)] = ws.x.data() + (sr.slot_of[static_cast<std::size_t>(n)] / k) * H;
@@ -140,22 +250,20 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   // GEMM 1 + activation.
   ws.act.resize(static_cast<std::size_t>(N * I));
   make_tasks(sr, pk.panels13, ws.tasks13);
-  const index_t act_cols = pk.act_cols();
   detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
     alignas(64) float c[block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[static_cast<std::size_t>(b.begin + i)]; }, H,
                               pk.panel13(b.expert, cb), c);
-    const float* bias = pk.bias13(b.expert, cb);
-    const index_t n = std::min(act_cols, I - cb * act_cols);
-    for (index_t i = 0; i < b.rows; ++i) {
-      float* ci = c + i * panel_cols;
-      for (index_t q = 0; q < panel_cols; ++q) ci[q] += bias[q];
-      activate<RoundBf16>(mlp.activation, ci, s.gated ? ci + panel_cols / 2 : nullptr,
-                          ws.act.data() + (b.begin + i) * I + cb * act_cols, n);
-    }
+    detail::finish13<RoundBf16>(mlp, pk, b, cb, c, ws.act.data());
   });
+
+  if constexpr (Act::per_row)
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t n = r.begin(); n != r.end(); ++n)
+        Act::row(std::span<float>(ws.act.data() + n * I, static_cast<std::size_t>(I)));
+    });
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
@@ -166,29 +274,11 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
                               pk.panel2(b.expert, cb), c);
-    const float* bias = pk.bias2(b.expert, cb);
-    const index_t n = std::min(panel_cols, H - cb * panel_cols);
-    for (index_t i = 0; i < b.rows; ++i) {
-      const float wt = mlp.weight_on_input ? 1.0f : weight_of(sr.slot_of[static_cast<std::size_t>(b.begin + i)]);
-      const float* ci = c + i * panel_cols;
-      float* yi = ws.y.data() + (b.begin + i) * H + cb * panel_cols;
-      for (index_t q = 0; q < n; ++q) yi[q] = (ci[q] + bias[q]) * wt;
-    }
+    detail::finish2(mlp, pk, b, cb, c, sr, weight_of, ws.y.data());
   });
 
   // Top-k sum in slot order.
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t t = r.begin(); t != r.end(); ++t) {
-      float* o = out.row(t).data();
-      std::fill_n(o, H, 0.0f);
-      for (index_t j = 0; j < k; ++j) {
-        const index_t row = sr.row_of[static_cast<std::size_t>(t * k + j)];
-        if (row < 0) continue;
-        const float* yr = ws.y.data() + row * H;
-        for (index_t c = 0; c < H; ++c) o[c] += yr[c];
-      }
-    }
-  });
+  sum_slots(sr, ws.y, k, out);
 }
 
 }  // namespace polymoe::kernels::tiled

@@ -39,30 +39,71 @@ template <class W>
   }
 }
 
-/// All experts' weights of one layer in panel layout; W is float (fp32) or std::uint16_t (bf16 bits).
-template <class W>
-struct PackedExperts {
+/// What every packed layout of the tiled kernel shares: the panel grid of both GEMMs and the
+/// biases in panel column order.
+struct PanelGrid {
   ExpertShape shape;
-  index_t panels13 = 0;  ///< panels per expert in the first GEMM
-  index_t panels2 = 0;   ///< panels per expert in the second GEMM
-  AlignedBuffer<W> w13;  ///< [E][panels13][H][64]
-  AlignedBuffer<W> w2;   ///< [E][panels2][I][64]
+  index_t panels13 = 0;      ///< panels per expert in the first GEMM
+  index_t panels2 = 0;       ///< panels per expert in the second GEMM
   AlignedBuffer<float> b13;  ///< [E][panels13][64], panel column order, zero without biases
   AlignedBuffer<float> b2;   ///< [E][panels2][64]
 
   /// Intermediate columns one first-GEMM panel produces (32 gated, 64 non-gated).
   [[nodiscard]] index_t act_cols() const noexcept { return shape.gated ? panel_cols / 2 : panel_cols; }
-  [[nodiscard]] const W* panel13(index_t e, index_t cb) const noexcept {
-    return w13.data() + (e * panels13 + cb) * shape.hidden * panel_cols;
-  }
-  [[nodiscard]] const W* panel2(index_t e, index_t cb) const noexcept {
-    return w2.data() + (e * panels2 + cb) * shape.intermediate * panel_cols;
-  }
   [[nodiscard]] const float* bias13(index_t e, index_t cb) const noexcept {
     return b13.data() + (e * panels13 + cb) * panel_cols;
   }
   [[nodiscard]] const float* bias2(index_t e, index_t cb) const noexcept {
     return b2.data() + (e * panels2 + cb) * panel_cols;
+  }
+  /// Canonical w13 row of column c of first-GEMM panel cb, or -1 for padding.
+  [[nodiscard]] index_t row13(index_t cb, index_t c) const noexcept {
+    const index_t I = shape.intermediate;
+    if (shape.gated) {
+      const index_t j = cb * (panel_cols / 2) + c % (panel_cols / 2);
+      return j >= I ? -1 : (c < panel_cols / 2 ? j : I + j);
+    }
+    const index_t j = cb * panel_cols + c;
+    return j >= I ? -1 : j;
+  }
+  /// Canonical w2 row of column c of second-GEMM panel cb, or -1 for padding.
+  [[nodiscard]] index_t row2(index_t cb, index_t c) const noexcept {
+    const index_t r = cb * panel_cols + c;
+    return r >= shape.hidden ? -1 : r;
+  }
+
+  /// Sets the grid for shape s and packs the biases (`b13(e)` / `b2(e)`: a bias row or nullptr).
+  template <class B13, class B2>
+  void init(const ExpertShape& s, B13 b13_of, B2 b2_of) {
+    shape = s;
+    panels13 = (s.intermediate + act_cols() - 1) / act_cols();
+    panels2 = (s.hidden + panel_cols - 1) / panel_cols;
+    b13 = AlignedBuffer<float>(static_cast<std::size_t>(s.experts * panels13 * panel_cols));
+    b2 = AlignedBuffer<float>(static_cast<std::size_t>(s.experts * panels2 * panel_cols));
+    for (index_t e = 0; e < s.experts; ++e) {
+      const float* x13 = b13_of(e);
+      const float* x2 = b2_of(e);
+      for (index_t cb = 0; cb < panels13; ++cb)
+        for (index_t c = 0; c < panel_cols; ++c)
+          if (const index_t r = row13(cb, c); x13 && r >= 0) b13.data()[(e * panels13 + cb) * panel_cols + c] = x13[r];
+      for (index_t cb = 0; cb < panels2; ++cb)
+        for (index_t c = 0; c < panel_cols; ++c)
+          if (const index_t r = row2(cb, c); x2 && r >= 0) b2.data()[(e * panels2 + cb) * panel_cols + c] = x2[r];
+    }
+  }
+};
+
+/// All experts' weights of one layer in panel layout; W is float (fp32) or std::uint16_t (bf16 bits).
+template <class W>
+struct PackedExperts : PanelGrid {
+  AlignedBuffer<W> w13;  ///< [E][panels13][H][64]
+  AlignedBuffer<W> w2;   ///< [E][panels2][I][64]
+
+  [[nodiscard]] const W* panel13(index_t e, index_t cb) const noexcept {
+    return w13.data() + (e * panels13 + cb) * shape.hidden * panel_cols;
+  }
+  [[nodiscard]] const W* panel2(index_t e, index_t cb) const noexcept {
+    return w2.data() + (e * panels2 + cb) * shape.intermediate * panel_cols;
   }
   /// Bytes of one expert's packed weights (what a decode step streams per expert used).
   [[nodiscard]] index_t expert_bytes() const noexcept {
@@ -75,48 +116,23 @@ struct PackedExperts {
 template <class W, class W13, class W2, class B13, class B2>
 PackedExperts<W> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 b13, B2 b2) {
   PackedExperts<W> p;
-  p.shape = s;
+  p.init(s, b13, b2);
   const index_t E = s.experts, H = s.hidden, I = s.intermediate;
-  p.panels13 = (I + p.act_cols() - 1) / p.act_cols();
-  p.panels2 = (H + panel_cols - 1) / panel_cols;
   const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
   p.w13 = AlignedBuffer<W>(n(E * p.panels13 * H * panel_cols));
   p.w2 = AlignedBuffer<W>(n(E * p.panels2 * I * panel_cols));
-  p.b13 = AlignedBuffer<float>(n(E * p.panels13 * panel_cols));
-  p.b2 = AlignedBuffer<float>(n(E * p.panels2 * panel_cols));
-  // Source row of w13 for panel column c of panel cb, or -1 for padding.
-  const auto row13 = [&](index_t cb, index_t c) -> index_t {
-    if (s.gated) {
-      const index_t j = cb * (panel_cols / 2) + c % (panel_cols / 2);
-      return j >= I ? -1 : (c < panel_cols / 2 ? j : I + j);
-    }
-    const index_t j = cb * panel_cols + c;
-    return j >= I ? -1 : j;
-  };
   tbb::parallel_for(index_t{0}, E, [&](index_t e) {
-    const float* bias13 = b13(e);
-    const float* bias2 = b2(e);
     for (index_t cb = 0; cb < p.panels13; ++cb) {
       W* dst = p.w13.data() + (e * p.panels13 + cb) * H * panel_cols;
-      float* bdst = p.b13.data() + (e * p.panels13 + cb) * panel_cols;
-      for (index_t c = 0; c < panel_cols; ++c) {
-        const index_t r = row13(cb, c);
-        if (r < 0) continue;
-        const index_t slot = storage_slot<W>(c);
-        for (index_t k = 0; k < H; ++k) dst[k * panel_cols + slot] = w13(e, r, k);
-        if (bias13) bdst[c] = bias13[r];
-      }
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row13(cb, c); r >= 0)
+          for (index_t k = 0; k < H; ++k) dst[k * panel_cols + storage_slot<W>(c)] = w13(e, r, k);
     }
     for (index_t cb = 0; cb < p.panels2; ++cb) {
       W* dst = p.w2.data() + (e * p.panels2 + cb) * I * panel_cols;
-      float* bdst = p.b2.data() + (e * p.panels2 + cb) * panel_cols;
-      for (index_t c = 0; c < panel_cols; ++c) {
-        const index_t r = cb * panel_cols + c;
-        if (r >= H) break;
-        const index_t slot = storage_slot<W>(c);
-        for (index_t k = 0; k < I; ++k) dst[k * panel_cols + slot] = w2(e, r, k);
-        if (bias2) bdst[c] = bias2[r];
-      }
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row2(cb, c); r >= 0)
+          for (index_t k = 0; k < I; ++k) dst[k * panel_cols + storage_slot<W>(c)] = w2(e, r, k);
     }
   });
   return p;

@@ -1,0 +1,313 @@
+#pragma once
+// The tiled kernel for int8 W8A8: integer GEMMs with AVX512-VNNI (vpdpbusd: unsigned 8-bit
+// activations times signed 8-bit weights, four products summed into each 32-bit lane).
+//
+// vpdpbusd wants one unsigned operand, so an activation q in [-128, 127] travels as q + 128 and
+// each column subtracts 128 · sum_k w[k][c], computed once at prepack:
+//   sum_k q[k]·w[k][c] = sum_k (q[k] + 128)·w[k][c] − 128·sum_k w[k][c]      (exact in int32)
+// The result is then scaled: (acc − comp[c]) · s_row · s_col — the int8_w8a8 policy's values
+// (x ≈ q · s_row, W = w · s_col), summed exactly and rounded once instead of once per product.
+//
+// Layout: a panel's k-row quad (4 consecutive k) is 256 bytes, [64 columns][4 k]; K is padded to a
+// multiple of 4 with zero weights. Activations are quantized once per row into a padded buffer
+// (per token for the first GEMM, per sorted row for the second) as the policy's
+// quantize_activation does it: s = amax / 127, round to nearest even, saturate. A row holding a
+// non-finite value cannot be quantized; its scale is NaN, so its outputs are NaN (the reference
+// keeps such a row in fp32 and gets NaN or ±Inf there).
+//
+// Without AVX512-VNNI (or with POLYMOE_TILED_PORTABLE) a portable loop computes the same integers.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include <polymoe/kernels/quantize/common.hpp>
+#include <polymoe/kernels/quantize/int8.hpp>
+#include <polymoe/kernels/tiled/forward.hpp>
+
+#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512VNNI__)
+#define POLYMOE_TILED_VNNI 1
+#endif
+
+namespace polymoe::kernels::tiled {
+
+/// k of one vpdpbusd lane.
+inline constexpr index_t int8_quad = 4;
+/// Largest reduction length whose int32 sums cannot overflow: K · 255 · 128 < 2^31.
+inline constexpr index_t int8_max_k = 65536;
+
+[[nodiscard]] constexpr index_t padded_k(index_t K) noexcept { return (K + int8_quad - 1) / int8_quad * int8_quad; }
+
+/// One int8 panel: codes [K4/4][64][4], the compensation 128·sum_k w and the weight scales [64].
+struct I8Panel {
+  const std::int8_t* codes;
+  const std::int32_t* comp;
+  const float* scale;
+};
+
+/// All experts' int8 weights of one layer.
+struct Int8PackedExperts : PanelGrid {
+  AlignedBuffer<std::int8_t> w13, w2;    ///< [E][panels][K4/4][64][4]
+  AlignedBuffer<std::int32_t> c13, c2;   ///< [E][panels][64]
+  AlignedBuffer<float> s13, s2;          ///< [E][panels][64]
+
+  [[nodiscard]] I8Panel panel13(index_t e, index_t cb) const noexcept {
+    const index_t i = e * panels13 + cb;
+    return {w13.data() + i * padded_k(shape.hidden) * panel_cols, c13.data() + i * panel_cols,
+            s13.data() + i * panel_cols};
+  }
+  [[nodiscard]] I8Panel panel2(index_t e, index_t cb) const noexcept {
+    const index_t i = e * panels2 + cb;
+    return {w2.data() + i * padded_k(shape.intermediate) * panel_cols, c2.data() + i * panel_cols,
+            s2.data() + i * panel_cols};
+  }
+  [[nodiscard]] index_t expert_bytes() const noexcept {
+    return (panels13 * padded_k(shape.hidden) + panels2 * padded_k(shape.intermediate)) * panel_cols +
+           (panels13 + panels2) * panel_cols * 8;
+  }
+};
+
+/// Packs from the policy's storage: q13(e, r, k) / q2(e, r, k) the int8 weight of canonical row r,
+/// s13(e, r) / s2(e, r) its scale.
+template <class Q13, class S13, class Q2, class S2, class B13, class B2>
+Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2, B13 b13, B2 b2) {
+  require(s.hidden <= int8_max_k && s.intermediate <= int8_max_k, "tiled kernel: int8 W8A8 sums in int32 need "
+          "hidden and intermediate <= ", int8_max_k, ", got ", s.hidden, " and ", s.intermediate);
+  Int8PackedExperts p;
+  p.init(s, b13, b2);
+  const index_t E = s.experts, H4 = padded_k(s.hidden), I4 = padded_k(s.intermediate);
+  const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
+  p.w13 = AlignedBuffer<std::int8_t>(n(E * p.panels13 * H4 * panel_cols));
+  p.w2 = AlignedBuffer<std::int8_t>(n(E * p.panels2 * I4 * panel_cols));
+  p.c13 = AlignedBuffer<std::int32_t>(n(E * p.panels13 * panel_cols));
+  p.c2 = AlignedBuffer<std::int32_t>(n(E * p.panels2 * panel_cols));
+  p.s13 = AlignedBuffer<float>(n(E * p.panels13 * panel_cols));
+  p.s2 = AlignedBuffer<float>(n(E * p.panels2 * panel_cols));
+  const auto fill = [](std::int8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q, float sc) {
+    std::int32_t sum = 0;
+    for (index_t k = 0; k < K; ++k) {
+      const std::int8_t v = q(k);
+      codes[(k / int8_quad) * panel_cols * int8_quad + c * int8_quad + k % int8_quad] = v;
+      sum += v;
+    }
+    comp[c] = 128 * sum;
+    scale[c] = sc;
+  };
+  tbb::parallel_for(index_t{0}, E, [&](index_t e) {
+    for (index_t cb = 0; cb < p.panels13; ++cb) {
+      const index_t i = e * p.panels13 + cb;
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row13(cb, c); r >= 0)
+          fill(p.w13.data() + i * H4 * panel_cols, p.c13.data() + i * panel_cols, p.s13.data() + i * panel_cols,
+               s.hidden, c, [&](index_t k) { return q13(e, r, k); }, s13(e, r));
+    }
+    for (index_t cb = 0; cb < p.panels2; ++cb) {
+      const index_t i = e * p.panels2 + cb;
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row2(cb, c); r >= 0)
+          fill(p.w2.data() + i * I4 * panel_cols, p.c2.data() + i * panel_cols, p.s2.data() + i * panel_cols,
+               s.intermediate, c, [&](index_t k) { return q2(e, r, k); }, s2(e, r));
+    }
+  });
+  return p;
+}
+
+/// Quantizes x[0..n) into q[0..n4) (q + 128, padding 128) and returns its scale, as
+/// quant::int8_w8a8::quantize_activation does; NaN for a row holding a non-finite value.
+inline float quantize_row_u8(const float* x, index_t n, index_t n4, std::uint8_t* q) noexcept {
+  std::fill(q + n, q + n4, std::uint8_t{128});
+  if (!quantize::all_finite(x, n)) {
+    std::fill_n(q, n, std::uint8_t{128});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float s = quantize::int8_scale(quantize::amax(x, n));
+  index_t i = 0;
+#if defined(POLYMOE_TILED_AVX512)
+  const __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+  for (; i + 16 <= n; i += 16) {
+    // x / s (a division, as the policy), clamped, rounded to nearest even: an exact integer.
+    const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), vs), lo), hi);
+    const __m512i r = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i),
+                     _mm512_cvtepi32_epi8(_mm512_add_epi32(r, _mm512_set1_epi32(128))));
+  }
+#endif
+  for (; i < n; ++i) q[i] = static_cast<std::uint8_t>(quantize::round_to_int8(x[i] / s) + 128);
+  return s;
+}
+
+#if defined(POLYMOE_TILED_VNNI)
+
+/// C[MR][64] (+)= sum over quads [q0, q1) of a[r][4q..4q+4) · panel[q][:][4] in int32. With
+/// `prefetch`, also fetches the panel 4 KiB ahead (the decode path streams from memory).
+template <int MR>
+inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const std::int8_t* panel, std::int32_t* c,
+                    bool accumulate, bool prefetch) noexcept {
+  __m512i acc[MR][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v)
+      acc[r][v] = accumulate ? _mm512_load_si512(c + r * panel_cols + 16 * v) : _mm512_setzero_si512();
+  const std::int8_t* wq = panel + q0 * panel_cols * int8_quad;
+  for (index_t q = q0; q < q1; ++q, wq += panel_cols * int8_quad) {
+    if (prefetch)
+      for (int b = 0; b < 256; b += 64) _mm_prefetch(reinterpret_cast<const char*>(wq) + 4096 + b, _MM_HINT_T0);
+    const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + 64);
+    const __m512i w2 = _mm512_load_si512(wq + 128), w3 = _mm512_load_si512(wq + 192);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      std::int32_t quad;
+      std::memcpy(&quad, a[r] + q * int8_quad, sizeof quad);
+      const __m512i x = _mm512_set1_epi32(quad);
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], x, w0);
+      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x, w1);
+      acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], x, w2);
+      acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], x, w3);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_store_si512(c + r * panel_cols + 16 * v, acc[r][v]);
+}
+
+#else  // portable
+
+template <int MR>
+inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const std::int8_t* panel, std::int32_t* c,
+                    bool accumulate, bool) noexcept {
+  if (!accumulate) std::fill_n(c, MR * panel_cols, 0);
+  for (index_t q = q0; q < q1; ++q)
+    for (int r = 0; r < MR; ++r)
+      for (index_t p = 0; p < panel_cols; ++p) {
+        std::int32_t sum = 0;
+        for (index_t j = 0; j < int8_quad; ++j)
+          sum += static_cast<std::int32_t>(a[r][q * int8_quad + j]) *
+                 static_cast<std::int32_t>(panel[(q * panel_cols + p) * int8_quad + j]);
+        c[r * panel_cols + p] += sum;
+      }
+}
+
+#endif
+
+namespace detail {
+
+/// Rows [0, m) of a row block (quantized, padded to K4) times one int8 panel, scaled to fp32:
+/// c[i][p] = (acc − comp[p]) · scale(i) · s_col[p].
+template <class RowOf, class ScaleOf>
+inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4, const I8Panel& panel, float* c) {
+  alignas(64) std::int32_t acc[block_rows * panel_cols];
+  const std::uint8_t* rows[max_tile_rows];
+  constexpr index_t qb = 32768 / (panel_cols * int8_quad);  // quads per 32 KiB slab of the panel
+  const index_t Q = K4 / int8_quad;
+  const bool decode = m <= decode_rows;
+  for (index_t q0 = 0; q0 < Q; q0 += qb) {
+    const index_t q1 = std::min(Q, q0 + qb);
+    for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
+      const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
+      for (int i = 0; i < n; ++i) rows[i] = row(r0 + i);
+      std::int32_t* ci = acc + r0 * panel_cols;
+      switch (n) {
+        case 1: tile_i8<1>(rows, q0, q1, panel.codes, ci, q0 > 0, decode); break;
+        case 2: tile_i8<2>(rows, q0, q1, panel.codes, ci, q0 > 0, decode); break;
+        case 3: tile_i8<3>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
+        case 4: tile_i8<4>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
+        case 5: tile_i8<5>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
+        default: tile_i8<6>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
+      }
+    }
+  }
+  for (index_t i = 0; i < m; ++i) {
+    const float sr = scale(i);
+    for (index_t p = 0; p < panel_cols; ++p)
+      c[i * panel_cols + p] =
+          static_cast<float>(acc[i * panel_cols + p] - panel.comp[p]) * sr * panel.scale[p];
+  }
+}
+
+}  // namespace detail
+
+/// The forward pass of forward_standard (see forward.hpp) with int8 GEMMs.
+template <class Unused = void>
+void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8PackedExperts>& p,
+                  const ExpertMlp& mlp, MatrixRef out) {
+  const Int8PackedExperts& pk = p.packed;
+  Workspace& ws = p.workspace;
+  const ExpertShape& s = pk.shape;
+  const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+  const index_t H4 = padded_k(H), I4 = padded_k(I);
+  begin_forward(d, s, out, ws);
+  const ExpertRows& sr = ws.sorted;
+  const index_t N = sr.rows();
+  const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
+  const auto at = [](auto& v, index_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
+
+  // Quantized inputs: one per token, or one per pair when the routing weight scales the input.
+  ws.aq_rows.resize(static_cast<std::size_t>(N));
+  ws.a_scales.resize(static_cast<std::size_t>(N));
+  if (mlp.weight_on_input) {
+    ws.x.resize(static_cast<std::size_t>(N * H));
+    ws.xq.resize(static_cast<std::size_t>(N * H4));
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t n = r.begin(); n != r.end(); ++n) {
+        const index_t slot = at(sr.slot_of, n);
+        const float wt = weight_of(slot);
+        const float* src = d.hidden.row(slot / k).data();
+        float* tmp = ws.x.data() + n * H;
+        for (index_t c = 0; c < H; ++c) tmp[c] = src[c] * wt;
+        at(ws.a_scales, n) = quantize_row_u8(tmp, H, H4, ws.xq.data() + n * H4);
+        at(ws.aq_rows, n) = ws.xq.data() + n * H4;
+      }
+    });
+  } else {
+    ws.xq.resize(static_cast<std::size_t>(T * H4));
+    ws.xs.resize(static_cast<std::size_t>(T));
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t t = r.begin(); t != r.end(); ++t)
+        at(ws.xs, t) = quantize_row_u8(d.hidden.row(t).data(), H, H4, ws.xq.data() + t * H4);
+    });
+    for (index_t n = 0; n < N; ++n) {
+      const index_t t = at(sr.slot_of, n) / k;
+      at(ws.aq_rows, n) = ws.xq.data() + t * H4;
+      at(ws.a_scales, n) = at(ws.xs, t);
+    }
+  }
+
+  // GEMM 1 + activation (fp32), then the activations quantized per row.
+  ws.act.resize(static_cast<std::size_t>(N * I));
+  make_tasks(sr, pk.panels13, ws.tasks13);
+  detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
+    alignas(64) float c[block_rows * panel_cols];
+    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const index_t cb = task.panel;
+    detail::block_times_i8panel(
+        b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
+        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c);
+    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data());
+  });
+  ws.hq.resize(static_cast<std::size_t>(N * I4));
+  ws.hs.resize(static_cast<std::size_t>(N));
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t n = r.begin(); n != r.end(); ++n)
+      at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * I4);
+  });
+
+  // GEMM 2, bias and routing weight.
+  ws.y.resize(static_cast<std::size_t>(N * H));
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
+    alignas(64) float c[block_rows * panel_cols];
+    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const index_t cb = task.panel;
+    detail::block_times_i8panel(
+        b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * I4; },
+        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c);
+    detail::finish2(mlp, pk, b, cb, c, sr, weight_of, ws.y.data());
+  });
+
+  sum_slots(sr, ws.y, k, out);
+}
+
+}  // namespace polymoe::kernels::tiled

@@ -1,0 +1,282 @@
+#pragma once
+// Quantized panels: the tiled kernel's layout for E4M3 (fp8) and E2M1 (MXFP4, NVFP4) weights.
+//
+// The panel grid is the one of prepack.hpp (64 output columns per panel, gate and up halves side
+// by side), but a k-row keeps the checkpoint's codes: 64 bytes of E4M3, or 32 bytes of E2M1
+// nibbles. Scales are stored per panel, per group of G consecutive k, per column: [K/G][64] —
+// fp32 for fp8 (G = 128: DeepSeek-V3's blocks; a per-tensor scale is repeated), E8M0 codes for
+// MXFP4 (G = 32), E4M3 codes for NVFP4 (G = 16, with the fp32 weight_scale_2 of the expert and
+// projection kept beside the panel). No dequantized copy of the weights exists in memory:
+//
+//   decode (one or two rows per expert): each k-row is widened to four fp32 vectors in registers
+//     (E2M1: a 16-entry lookup with vpermps on the nibble; E4M3: shifts into the fp32 bit
+//     pattern and one exact multiply by 2^120) and multiplied by its group's scales;
+//   prefill: the same widening writes a 32 KiB slab of the panel into an L1 buffer once per row
+//     block, and the fp32 micro-kernel runs all the block's tiles over it.
+//
+// The widened weight is exactly the scheme's dequantized value, computed in the same order as the
+// quant policies' dequantize (e4m3 · s; e2m1 · 2^e; (e2m1 · e4m3) · scale_2), so the tiled kernel
+// differs from the reference only in the order of the sums.
+//
+// E2M1 k-row layout: byte j of half h (j < 16, h < 2) holds column 32h + j in its low nibble and
+// column 32h + 16 + j in its high nibble, so one byte-to-dword widening of 16 bytes serves two
+// vectors (the nibble itself, and the byte shifted right by 4: vpermps reads only the index's low
+// four bits).
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <tbb/parallel_for.h>
+
+#include <polymoe/kernels/codecs/e2m1.hpp>
+#include <polymoe/kernels/codecs/e4m3.hpp>
+#include <polymoe/kernels/codecs/e8m0.hpp>
+#include <polymoe/kernels/tiled/microkernel.hpp>
+
+namespace polymoe::kernels::tiled {
+
+enum class qcode { e4m3, e2m1 };        ///< how one weight is coded
+enum class qscale { f32, e8m0, e4m3 };  ///< how a group's scale is coded
+
+/// A quantized weight format: element code, scale code and k per scale group.
+template <qcode C, qscale S, index_t G>
+struct qformat {
+  static constexpr qcode code = C;
+  static constexpr qscale scale = S;
+  static constexpr index_t group = G;
+  static constexpr index_t row_bytes = C == qcode::e4m3 ? panel_cols : panel_cols / 2;
+  using scale_type = std::conditional_t<S == qscale::f32, float, std::uint8_t>;
+
+  /// Scale groups of a reduction of length K.
+  [[nodiscard]] static constexpr index_t groups(index_t K) noexcept { return (K + G - 1) / G; }
+};
+
+using fp8_format = qformat<qcode::e4m3, qscale::f32, 128>;
+using mxfp4_format = qformat<qcode::e2m1, qscale::e8m0, 32>;
+using nvfp4_format = qformat<qcode::e2m1, qscale::e4m3, 16>;
+
+/// One quantized panel: codes [K][row_bytes], scales [groups(K)][64], and the factor applied after
+/// the group scale (NVFP4's weight_scale_2; 1 otherwise).
+template <class F>
+struct QPanel {
+  const std::uint8_t* codes;
+  const typename F::scale_type* scales;
+  float global;
+};
+
+/// All experts' quantized weights of one layer.
+template <class F>
+struct QPackedExperts : PanelGrid {
+  using format = F;
+  AlignedBuffer<std::uint8_t> w13, w2;               ///< [E][panels][K][row_bytes]
+  AlignedBuffer<typename F::scale_type> s13, s2;     ///< [E][panels][groups(K)][64]
+  std::vector<float> g13, g2;                        ///< [E]
+
+  [[nodiscard]] QPanel<F> panel13(index_t e, index_t cb) const noexcept {
+    const index_t H = shape.hidden, i = e * panels13 + cb;
+    return {w13.data() + i * H * F::row_bytes, s13.data() + i * F::groups(H) * panel_cols,
+            g13[static_cast<std::size_t>(e)]};
+  }
+  [[nodiscard]] QPanel<F> panel2(index_t e, index_t cb) const noexcept {
+    const index_t I = shape.intermediate, i = e * panels2 + cb;
+    return {w2.data() + i * I * F::row_bytes, s2.data() + i * F::groups(I) * panel_cols,
+            g2[static_cast<std::size_t>(e)]};
+  }
+  /// Bytes of one expert's packed weights and scales (what a decode step streams per expert used).
+  [[nodiscard]] index_t expert_bytes() const noexcept {
+    const index_t H = shape.hidden, I = shape.intermediate, sb = sizeof(typename F::scale_type);
+    return panels13 * (H * F::row_bytes + F::groups(H) * panel_cols * sb) +
+           panels2 * (I * F::row_bytes + F::groups(I) * panel_cols * sb);
+  }
+};
+
+/// Where column c of a panel lives in a k-row: byte, and shift of its code in that byte.
+template <class F>
+[[nodiscard]] constexpr std::pair<index_t, int> code_position(index_t c) noexcept {
+  if constexpr (F::code == qcode::e4m3) {
+    return {c, 0};
+  } else {
+    return {(c / 32) * 16 + c % 16, (c % 32) >= 16 ? 4 : 0};
+  }
+}
+
+/// Packs quantized weights from the scheme's own storage. code13(e, r, k) is the code (a byte, or a
+/// nibble in its low four bits) of canonical w13 row r, column k of expert e; scale13(e, r, g) the
+/// scale of row r's group g; global13 [E] the factor after it (NVFP4), likewise for w2.
+template <class F, class C13, class S13, class C2, class S2, class B13, class B2>
+QPackedExperts<F> pack_quantized(const ExpertShape& s, C13 code13, S13 scale13, std::vector<float> global13, C2 code2,
+                                 S2 scale2, std::vector<float> global2, B13 b13, B2 b2) {
+  QPackedExperts<F> p;
+  p.init(s, b13, b2);
+  const index_t E = s.experts, H = s.hidden, I = s.intermediate;
+  const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
+  p.w13 = AlignedBuffer<std::uint8_t>(n(E * p.panels13 * H * F::row_bytes));
+  p.w2 = AlignedBuffer<std::uint8_t>(n(E * p.panels2 * I * F::row_bytes));
+  p.s13 = AlignedBuffer<typename F::scale_type>(n(E * p.panels13 * F::groups(H) * panel_cols));
+  p.s2 = AlignedBuffer<typename F::scale_type>(n(E * p.panels2 * F::groups(I) * panel_cols));
+  p.g13 = std::move(global13);
+  p.g2 = std::move(global2);
+  const auto fill = [&](std::uint8_t* codes, typename F::scale_type* scales, index_t K, index_t c, auto code,
+                        auto scale) {
+    const auto [byte, shift] = code_position<F>(c);
+    for (index_t k = 0; k < K; ++k)
+      codes[k * F::row_bytes + byte] |= static_cast<std::uint8_t>((code(k) & (shift ? 0xF : 0xFF)) << shift);
+    for (index_t g = 0; g < F::groups(K); ++g) scales[g * panel_cols + c] = scale(g);
+  };
+  tbb::parallel_for(index_t{0}, E, [&](index_t e) {
+    for (index_t cb = 0; cb < p.panels13; ++cb) {
+      const index_t i = e * p.panels13 + cb;
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row13(cb, c); r >= 0)
+          fill(p.w13.data() + i * H * F::row_bytes, p.s13.data() + i * F::groups(H) * panel_cols, H, c,
+               [&](index_t k) { return code13(e, r, k); }, [&](index_t g) { return scale13(e, r, g); });
+    }
+    for (index_t cb = 0; cb < p.panels2; ++cb) {
+      const index_t i = e * p.panels2 + cb;
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row2(cb, c); r >= 0)
+          fill(p.w2.data() + i * I * F::row_bytes, p.s2.data() + i * F::groups(I) * panel_cols, I, c,
+               [&](index_t k) { return code2(e, r, k); }, [&](index_t g) { return scale2(e, r, g); });
+    }
+  });
+  return p;
+}
+
+#if defined(POLYMOE_TILED_AVX512)
+
+// GCC 12 reports the deliberately undefined pass-through operand of the masked builtins behind
+// _mm512_cvtepu8_epi32 / _mm512_permutexvar_ps as "used uninitialized" once they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace simd {
+
+/// E4M3 codes (one per 32-bit lane, no NaN codes) to fp32, exactly: sign to bit 31, exponent and
+/// mantissa to bits 26..20, then · 2^120 (re-biases 7 -> 127; subnormal codes land on fp32
+/// subnormals, which the multiply scales exactly).
+inline __m512 e4m3_to_ps(__m512i c) noexcept {
+  __m512i t = _mm512_srai_epi32(_mm512_slli_epi32(c, 24), 4);
+  t = _mm512_and_si512(t, _mm512_set1_epi32(static_cast<int>(0x87F00000u)));
+  return _mm512_mul_ps(_mm512_castsi512_ps(t), _mm512_set1_ps(0x1p120f));
+}
+
+inline __m512i widen16(const std::uint8_t* p) noexcept {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+}  // namespace simd
+
+/// The scales of group g of a panel, as four fp32 vectors.
+template <class F>
+inline void load_group_scales(const QPanel<F>& p, index_t g, __m512 (&s)[4]) noexcept {
+  const auto* sg = p.scales + g * panel_cols;
+  for (int v = 0; v < 4; ++v) {
+    if constexpr (F::scale == qscale::f32) {
+      s[v] = _mm512_load_ps(sg + 16 * v);
+    } else if constexpr (F::scale == qscale::e8m0) {  // 2^(code - 127), subnormal 2^-127 included
+      const __m512i e = _mm512_sub_epi32(simd::widen16(sg + 16 * v), _mm512_set1_epi32(127));
+      s[v] = _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_cvtepi32_ps(e));
+    } else {
+      s[v] = simd::e4m3_to_ps(simd::widen16(sg + 16 * v));
+    }
+  }
+}
+
+/// k-row k of a panel as four fp32 vectors (the dequantized weights), given its group's scales.
+template <class F>
+inline void load_qrow(const QPanel<F>& p, index_t k, const __m512 (&s)[4], __m512 (&w)[4]) noexcept {
+  const std::uint8_t* row = p.codes + k * F::row_bytes;
+  if constexpr (F::code == qcode::e4m3) {
+    for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(simd::e4m3_to_ps(simd::widen16(row + 16 * v)), s[v]);
+  } else {
+    constexpr const float* e = codecs::e2m1_values;
+    const __m512 lut = _mm512_setr_ps(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], -e[0], -e[1], -e[2], -e[3],
+                                      -e[4], -e[5], -e[6], -e[7]);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i c = simd::widen16(row + 16 * h);
+      w[2 * h] = _mm512_mul_ps(_mm512_permutexvar_ps(c, lut), s[2 * h]);
+      w[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), lut), s[2 * h + 1]);
+    }
+  }
+  if constexpr (F::scale == qscale::e4m3) {
+    const __m512 g = _mm512_set1_ps(p.global);
+    for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(w[v], g);
+  }
+}
+
+/// slab[k − k0][64] = the dequantized k-rows [k0, k1) of a panel.
+template <class F>
+inline void expand(const QPanel<F>& p, index_t k0, index_t k1, float* slab) noexcept {
+  __m512 s[4], w[4];
+  index_t g = -1;
+  for (index_t k = k0; k < k1; ++k, slab += panel_cols) {
+    if (k / F::group != g) load_group_scales(p, g = k / F::group, s);
+    load_qrow(p, k, s, w);
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(slab + 16 * v, w[v]);
+  }
+}
+
+/// C[M][64] = sum over k in [0, K) of a[r][k] · W[k][:] for M = 1 or 2, widening in registers (the
+/// decode path; two accumulator sets, even and odd k, as in decode.hpp).
+template <int M, class F>
+inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, float* c) noexcept {
+  constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads
+  __m512 even[M][4], odd[M][4], s[4], w[4], u[4];
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < 4; ++v) even[r][v] = odd[r][v] = _mm512_setzero_ps();
+  for (index_t g0 = 0; g0 < K; g0 += F::group) {
+    load_group_scales(p, g0 / F::group, s);
+    const index_t g1 = std::min(K, g0 + F::group);
+    index_t k = g0;
+    for (; k + 1 < g1; k += 2) {
+      const char* next = reinterpret_cast<const char*>(p.codes + k * F::row_bytes) + ahead;
+      for (index_t b = 0; b < 2 * F::row_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+      load_qrow(p, k, s, w);
+      load_qrow(p, k + 1, s, u);
+      for (int r = 0; r < M; ++r) {
+        const __m512 x = _mm512_set1_ps(a[r][k]), y = _mm512_set1_ps(a[r][k + 1]);
+        for (int v = 0; v < 4; ++v) {
+          even[r][v] = _mm512_fmadd_ps(x, w[v], even[r][v]);
+          odd[r][v] = _mm512_fmadd_ps(y, u[v], odd[r][v]);
+        }
+      }
+    }
+    if (k < g1) {
+      load_qrow(p, k, s, w);
+      for (int r = 0; r < M; ++r) {
+        const __m512 x = _mm512_set1_ps(a[r][k]);
+        for (int v = 0; v < 4; ++v) even[r][v] = _mm512_fmadd_ps(x, w[v], even[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, _mm512_add_ps(even[r][v], odd[r][v]));
+}
+
+#pragma GCC diagnostic pop
+
+#else  // portable
+
+/// slab[k − k0][64] = the dequantized k-rows [k0, k1) of a panel.
+template <class F>
+inline void expand(const QPanel<F>& p, index_t k0, index_t k1, float* slab) noexcept {
+  for (index_t k = k0; k < k1; ++k, slab += panel_cols)
+    for (index_t c = 0; c < panel_cols; ++c) {
+      const auto [byte, shift] = code_position<F>(c);
+      const std::uint8_t code = static_cast<std::uint8_t>(p.codes[k * F::row_bytes + byte] >> shift);
+      const auto sc = p.scales[(k / F::group) * panel_cols + c];
+      if constexpr (F::code == qcode::e4m3) {
+        slab[c] = codecs::e4m3_to_float(code) * sc;
+      } else if constexpr (F::scale == qscale::e8m0) {
+        slab[c] = codecs::e2m1_to_float(code & 0xF) * codecs::e8m0_to_float(sc);
+      } else {
+        slab[c] = codecs::e2m1_to_float(code & 0xF) * codecs::e4m3_to_float(sc) * p.global;
+      }
+    }
+}
+
+#endif
+
+}  // namespace polymoe::kernels::tiled

@@ -1,0 +1,19 @@
+// Explicit instantiations of the local layers whose kernel is tiled, int8 and 4-bit schemes
+// (see layer_instances.hpp; the tiled layers are split over two files to share the compile time).
+#define POLYMOE_DEFINE_LAYER_INSTANCES
+#include "layer_instances.hpp"
+
+#define POLYMOE_INSTANTIATE_IF_tiled(A, Q, K) POLYMOE_INSTANTIATE_##K(A, Q)
+#define POLYMOE_INSTANTIATE_tiled(A, Q) POLYMOE_TILED_##Q(A)
+#define POLYMOE_INSTANTIATE_reference(A, Q)
+#define POLYMOE_INSTANTIATE_tbb_grouped(A, Q)
+#define POLYMOE_TILED_fp32(A)
+#define POLYMOE_TILED_bf16(A)
+#define POLYMOE_TILED_fp8(A)
+#define POLYMOE_TILED_fp8_block(A)
+#define POLYMOE_TILED_fp8_block_weight_only(A)
+#define POLYMOE_TILED_int8_w8a8(A) template class POLYMOE_LAYER_IMPL(A, int8_w8a8, tiled);
+#define POLYMOE_TILED_mxfp4(A) template class POLYMOE_LAYER_IMPL(A, mxfp4, tiled);
+#define POLYMOE_TILED_nvfp4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4, tiled);
+#define POLYMOE_TILED_nvfp4_w4a4(A)
+POLYMOE_LOCAL_TRIPLES(POLYMOE_INSTANTIATE_IF_tiled)
