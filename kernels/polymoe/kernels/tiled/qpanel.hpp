@@ -184,6 +184,20 @@ inline void load_group_scales(const QPanel<F>& p, index_t g, __m512 (&s)[4]) noe
   }
 }
 
+/// The E2M1 values of k-row k, unscaled (the group scale is applied to the group's sum).
+template <class F>
+inline void load_e2m1_row(const QPanel<F>& p, index_t k, __m512 (&w)[4]) noexcept {
+  constexpr const float* e = codecs::e2m1_values;
+  const __m512 lut = _mm512_setr_ps(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], -e[0], -e[1], -e[2], -e[3],
+                                    -e[4], -e[5], -e[6], -e[7]);
+  const std::uint8_t* row = p.codes + k * F::row_bytes;
+  for (int h = 0; h < 2; ++h) {
+    const __m512i c = simd::widen16(row + 16 * h);
+    w[2 * h] = _mm512_permutexvar_ps(c, lut);
+    w[2 * h + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), lut);
+  }
+}
+
 /// k-row k of a panel as four fp32 vectors (the dequantized weights), given its group's scales.
 template <class F>
 inline void load_qrow(const QPanel<F>& p, index_t k, const __m512 (&s)[4], __m512 (&w)[4]) noexcept {
@@ -191,14 +205,8 @@ inline void load_qrow(const QPanel<F>& p, index_t k, const __m512 (&s)[4], __m51
   if constexpr (F::code == qcode::e4m3) {
     for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(simd::e4m3_to_ps(simd::widen16(row + 16 * v)), s[v]);
   } else {
-    constexpr const float* e = codecs::e2m1_values;
-    const __m512 lut = _mm512_setr_ps(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], -e[0], -e[1], -e[2], -e[3],
-                                      -e[4], -e[5], -e[6], -e[7]);
-    for (int h = 0; h < 2; ++h) {
-      const __m512i c = simd::widen16(row + 16 * h);
-      w[2 * h] = _mm512_mul_ps(_mm512_permutexvar_ps(c, lut), s[2 * h]);
-      w[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), lut), s[2 * h + 1]);
-    }
+    load_e2m1_row(p, k, w);
+    for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(w[v], s[v]);
   }
   if constexpr (F::scale == qscale::e4m3) {
     const __m512 g = _mm512_set1_ps(p.global);
@@ -219,40 +227,72 @@ inline void expand(const QPanel<F>& p, index_t k0, index_t k1, float* slab) noex
 }
 
 /// C[M][64] = sum over k in [0, K) of a[r][k] · W[k][:] for M = 1 or 2, widening in registers (the
-/// decode path; two accumulator sets, even and odd k, as in decode.hpp).
+/// decode path). E4M3 panels: each weight scaled, two accumulator sets (even and odd k) as in
+/// decode.hpp. E2M1 panels: the unscaled E2M1 values are summed over a scale group and the sum is
+/// scaled once per group (for MXFP4 the scale is a power of two, so this changes no bit of a
+/// group's sum; NVFP4's (e4m3 · scale_2) is rounded once per group instead of once per weight).
 template <int M, class F>
 inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, float* c) noexcept {
   constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads
-  __m512 even[M][4], odd[M][4], s[4], w[4], u[4];
-  for (int r = 0; r < M; ++r)
-    for (int v = 0; v < 4; ++v) even[r][v] = odd[r][v] = _mm512_setzero_ps();
-  for (index_t g0 = 0; g0 < K; g0 += F::group) {
-    load_group_scales(p, g0 / F::group, s);
-    const index_t g1 = std::min(K, g0 + F::group);
-    index_t k = g0;
-    for (; k + 1 < g1; k += 2) {
-      const char* next = reinterpret_cast<const char*>(p.codes + k * F::row_bytes) + ahead;
-      for (index_t b = 0; b < 2 * F::row_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
-      load_qrow(p, k, s, w);
-      load_qrow(p, k + 1, s, u);
-      for (int r = 0; r < M; ++r) {
-        const __m512 x = _mm512_set1_ps(a[r][k]), y = _mm512_set1_ps(a[r][k + 1]);
-        for (int v = 0; v < 4; ++v) {
-          even[r][v] = _mm512_fmadd_ps(x, w[v], even[r][v]);
-          odd[r][v] = _mm512_fmadd_ps(y, u[v], odd[r][v]);
+  __m512 s[4], w[4];
+  if constexpr (F::code == qcode::e2m1) {
+    __m512 acc[M][4], blk[M][4];
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (index_t g0 = 0; g0 < K; g0 += F::group) {
+      const index_t g1 = std::min(K, g0 + F::group);
+      for (int r = 0; r < M; ++r)
+        for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_setzero_ps();
+      for (index_t k = g0; k < g1; ++k) {
+        if (k % 2 == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(p.codes + k * F::row_bytes) + ahead, _MM_HINT_T0);
+        load_e2m1_row(p, k, w);
+        for (int r = 0; r < M; ++r) {
+          const __m512 x = _mm512_set1_ps(a[r][k]);
+          for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_fmadd_ps(x, w[v], blk[r][v]);
+        }
+      }
+      load_group_scales(p, g0 / F::group, s);
+      if constexpr (F::scale == qscale::e4m3)
+        for (int v = 0; v < 4; ++v) s[v] = _mm512_mul_ps(s[v], _mm512_set1_ps(p.global));
+      for (int r = 0; r < M; ++r)
+        for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(blk[r][v], s[v], acc[r][v]);
+    }
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
+  } else {
+    __m512 even[M][4], odd[M][4], u[4];
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < 4; ++v) even[r][v] = odd[r][v] = _mm512_setzero_ps();
+    for (index_t g0 = 0; g0 < K; g0 += F::group) {
+      load_group_scales(p, g0 / F::group, s);
+      const index_t g1 = std::min(K, g0 + F::group);
+      index_t k = g0;
+      for (; k + 1 < g1; k += 2) {
+        const char* next = reinterpret_cast<const char*>(p.codes + k * F::row_bytes) + ahead;
+        for (index_t b = 0; b < 2 * F::row_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+        load_qrow(p, k, s, w);
+        load_qrow(p, k + 1, s, u);
+        for (int r = 0; r < M; ++r) {
+          const __m512 x = _mm512_set1_ps(a[r][k]), y = _mm512_set1_ps(a[r][k + 1]);
+          for (int v = 0; v < 4; ++v) {
+            even[r][v] = _mm512_fmadd_ps(x, w[v], even[r][v]);
+            odd[r][v] = _mm512_fmadd_ps(y, u[v], odd[r][v]);
+          }
+        }
+      }
+      if (k < g1) {
+        load_qrow(p, k, s, w);
+        for (int r = 0; r < M; ++r) {
+          const __m512 x = _mm512_set1_ps(a[r][k]);
+          for (int v = 0; v < 4; ++v) even[r][v] = _mm512_fmadd_ps(x, w[v], even[r][v]);
         }
       }
     }
-    if (k < g1) {
-      load_qrow(p, k, s, w);
-      for (int r = 0; r < M; ++r) {
-        const __m512 x = _mm512_set1_ps(a[r][k]);
-        for (int v = 0; v < 4; ++v) even[r][v] = _mm512_fmadd_ps(x, w[v], even[r][v]);
-      }
-    }
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < 4; ++v)
+        _mm512_store_ps(c + r * panel_cols + 16 * v, _mm512_add_ps(even[r][v], odd[r][v]));
   }
-  for (int r = 0; r < M; ++r)
-    for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, _mm512_add_ps(even[r][v], odd[r][v]));
 }
 
 #pragma GCC diagnostic pop
