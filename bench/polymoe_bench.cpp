@@ -32,7 +32,7 @@ using namespace polymoe::bench;
 
 namespace {
 
-static_assert(boost::mp11::mp_size<pairing_table::kernels>::value == 3,
+static_assert(boost::mp11::mp_size<pairing_table::kernels>::value == 4,
               "polymoe_bench: a kernel was added to the pairing table; add its polymoe_bench_k_<kernel>.cpp and "
               "its line in kernel_runners (bench/polymoe_bench.cpp)");
 
@@ -42,7 +42,8 @@ struct kernel_runner {
 };
 constexpr kernel_runner kernel_runners[] = {{"reference", bench_kernel_reference},
                                             {"tbb_grouped", bench_kernel_tbb_grouped},
-                                            {"tiled", bench_kernel_tiled}};
+                                            {"tiled", bench_kernel_tiled},
+                                            {"tiled_amx", bench_kernel_tiled_amx}};
 
 const preset presets[] = {
     {"tiny", 256, 128, 16, 4},          {"mixtral-8x7b", 4096, 14336, 8, 2}, {"qwen3-30b-a3b", 2048, 768, 128, 8},

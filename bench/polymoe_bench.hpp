@@ -55,6 +55,7 @@ void bench_kernel(const sweep& s);
 void bench_kernel_reference(const sweep& s);
 void bench_kernel_tbb_grouped(const sweep& s);
 void bench_kernel_tiled(const sweep& s);
+void bench_kernel_tiled_amx(const sweep& s);
 
 /// Nominal stored bits per weight of a scheme, scales included (the bytes a forward must read).
 inline double bits_per_weight(std::string_view quant, index_t hidden) {

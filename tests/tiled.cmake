@@ -3,3 +3,8 @@
 polymoe_add_test(test_tiled ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled.cpp)
 polymoe_add_test(test_tiled_portable NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled.cpp)
 target_compile_definitions(test_tiled_portable PRIVATE POLYMOE_TILED_PORTABLE)
+# kernel::tiled_amx (issue 10): as the project builds it (here -march=native: AMX-targeted on an AMX
+# machine, no run-time test) and a build without AMX in the target, which detects it at run time.
+polymoe_add_test(test_tiled_amx ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled_amx.cpp)
+polymoe_add_test(test_tiled_amx_dispatch NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled_amx.cpp)
+target_compile_options(test_tiled_amx_dispatch PRIVATE -mno-amx-tile -mno-amx-bf16 -mno-amx-int8)

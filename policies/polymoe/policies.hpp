@@ -9,6 +9,7 @@
 #include <polymoe/kernel/reference.hpp>
 #include <polymoe/kernel/tbb_grouped.hpp>
 #include <polymoe/kernel/tiled.hpp>
+#include <polymoe/kernel/tiled_amx.hpp>
 #include <polymoe/quant/bf16.hpp>
 #include <polymoe/quant/fp32.hpp>
 #include <polymoe/quant/fp8.hpp>

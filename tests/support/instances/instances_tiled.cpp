@@ -7,6 +7,7 @@
 #define POLYMOE_INSTANTIATE_tiled(A, Q) POLYMOE_TILED_##Q(A)
 #define POLYMOE_INSTANTIATE_reference(A, Q)
 #define POLYMOE_INSTANTIATE_tbb_grouped(A, Q)
+#define POLYMOE_INSTANTIATE_tiled_amx(A, Q)
 #define POLYMOE_TILED_fp32(A) template class POLYMOE_LAYER_IMPL(A, fp32, tiled);
 #define POLYMOE_TILED_bf16(A) template class POLYMOE_LAYER_IMPL(A, bf16, tiled);
 #define POLYMOE_TILED_fp8(A) template class POLYMOE_LAYER_IMPL(A, fp8, tiled);

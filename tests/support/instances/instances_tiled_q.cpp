@@ -1,4 +1,4 @@
-// Explicit instantiations of the local layers whose kernel is tiled, int8 and 4-bit schemes
+// Explicit instantiations of the local layers whose kernel is tiled, int8 and 4-bit schemes, and tiled_amx
 // (see layer_instances.hpp; the tiled layers are split over two files to share the compile time).
 #define POLYMOE_DEFINE_LAYER_INSTANCES
 #include "layer_instances.hpp"
@@ -7,6 +7,7 @@
 #define POLYMOE_INSTANTIATE_tiled(A, Q) POLYMOE_TILED_##Q(A)
 #define POLYMOE_INSTANTIATE_reference(A, Q)
 #define POLYMOE_INSTANTIATE_tbb_grouped(A, Q)
+#define POLYMOE_INSTANTIATE_tiled_amx(A, Q) template class POLYMOE_LAYER_IMPL(A, Q, tiled_amx);
 #define POLYMOE_TILED_fp32(A)
 #define POLYMOE_TILED_bf16(A)
 #define POLYMOE_TILED_fp8(A)

@@ -44,7 +44,8 @@ struct Workspace {
   std::vector<float> act;            ///< [N, I] activations, sorted-row order
   std::vector<float> y;              ///< [N, H] weighted expert outputs, sorted-row order
   // int8 W8A8 only (int8.hpp): quantized GEMM inputs, offset by 128, and their per-row scales.
-  std::vector<std::uint8_t> xq, hq;
+  std::vector<std::uint8_t> xq, hq, xg;  // xg: xq gathered in sorted order (AMX)
+  std::vector<std::uint16_t> a16, h16;   // bf16 GEMM inputs in sorted order (AMX)
   std::vector<float> xs, hs;
   std::vector<const std::uint8_t*> aq_rows;
   std::vector<float> a_scales;

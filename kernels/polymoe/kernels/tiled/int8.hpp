@@ -24,6 +24,7 @@
 
 #include <polymoe/kernels/quantize/common.hpp>
 #include <polymoe/kernels/quantize/int8.hpp>
+#include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 
 #if defined(POLYMOE_TILED_AVX512) && defined(__AVX512VNNI__)
@@ -51,6 +52,7 @@ struct Int8PackedExperts : PanelGrid {
   AlignedBuffer<std::int8_t> w13, w2;    ///< [E][panels][K4/4][64][4]
   AlignedBuffer<std::int32_t> c13, c2;   ///< [E][panels][64]
   AlignedBuffer<float> s13, s2;          ///< [E][panels][64]
+  bool use_amx = false;                  ///< tiled_amx: tdpbusd for blocks of amx_min_rows() rows or more
 
   [[nodiscard]] I8Panel panel13(index_t e, index_t cb) const noexcept {
     const index_t i = e * panels13 + cb;
@@ -194,11 +196,31 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 
 namespace detail {
 
+/// c[i][p] = (acc[i][p] − comp[p]) · scale(i) · s_col[p] for rows [0, m).
+template <class ScaleOf>
+inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8Panel& panel, float* c) {
+  for (index_t i = 0; i < m; ++i) {
+    const float sr = scale(i);
+    for (index_t p = 0; p < panel_cols; ++p)
+      c[i * panel_cols + p] = static_cast<float>(acc[i * panel_cols + p] - panel.comp[p]) * sr * panel.scale[p];
+  }
+}
+
 /// Rows [0, m) of a row block (quantized, padded to K4) times one int8 panel, scaled to fp32:
-/// c[i][p] = (acc − comp[p]) · scale(i) · s_col[p].
+/// c[i][p] = (acc − comp[p]) · scale(i) · s_col[p]. `tiles`: the rows are also contiguous at
+/// row(0) with stride K4 (and 16 more readable) and AMX may run them.
 template <class RowOf, class ScaleOf>
-inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4, const I8Panel& panel, float* c) {
+inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4, const I8Panel& panel, float* c,
+                                bool tiles = false) {
   alignas(64) std::int32_t acc[block_rows * panel_cols];
+#if defined(POLYMOE_TILED_AMX_CODE)
+  if (tiles && m >= amx_min_rows(amx_min_rows_int8) && K4 % 64 == 0) {
+    amx::int8_block(row(0), K4, m, K4, panel.codes, acc);
+    return scale_i8(m, acc, scale, panel, c);
+  }
+#else
+  (void)tiles;
+#endif
   const std::uint8_t* rows[max_tile_rows];
   constexpr index_t qb = 32768 / (panel_cols * int8_quad);  // quads per 32 KiB slab of the panel
   const index_t Q = K4 / int8_quad;
@@ -219,12 +241,7 @@ inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4,
       }
     }
   }
-  for (index_t i = 0; i < m; ++i) {
-    const float sr = scale(i);
-    for (index_t p = 0; p < panel_cols; ++p)
-      c[i * panel_cols + p] =
-          static_cast<float>(acc[i * panel_cols + p] - panel.comp[p]) * sr * panel.scale[p];
-  }
+  scale_i8(m, acc, scale, panel, c);
 }
 
 }  // namespace detail
@@ -247,9 +264,11 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   // Quantized inputs: one per token, or one per pair when the routing weight scales the input.
   ws.aq_rows.resize(static_cast<std::size_t>(N));
   ws.a_scales.resize(static_cast<std::size_t>(N));
+  const bool tiles = pk.use_amx;
+  constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
   if (mlp.weight_on_input) {
     ws.x.resize(static_cast<std::size_t>(N * H));
-    ws.xq.resize(static_cast<std::size_t>(N * H4));
+    ws.xq.resize(static_cast<std::size_t>((N + spare) * H4));
     tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t slot = at(sr.slot_of, n);
@@ -268,11 +287,19 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
       for (index_t t = r.begin(); t != r.end(); ++t)
         at(ws.xs, t) = quantize_row_u8(d.hidden.row(t).data(), H, H4, ws.xq.data() + t * H4);
     });
-    for (index_t n = 0; n < N; ++n) {
-      const index_t t = at(sr.slot_of, n) / k;
-      at(ws.aq_rows, n) = ws.xq.data() + t * H4;
-      at(ws.a_scales, n) = at(ws.xs, t);
-    }
+    if (tiles) ws.xg.resize(static_cast<std::size_t>((N + spare) * H4));
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 64), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t n = r.begin(); n != r.end(); ++n) {
+        const index_t t = at(sr.slot_of, n) / k;
+        at(ws.a_scales, n) = at(ws.xs, t);
+        if (tiles) {  // the tiles want a block's rows contiguous: a copy in sorted order
+          std::copy_n(ws.xq.data() + t * H4, H4, ws.xg.data() + n * H4);
+          at(ws.aq_rows, n) = ws.xg.data() + n * H4;
+        } else {
+          at(ws.aq_rows, n) = ws.xq.data() + t * H4;
+        }
+      }
+    });
   }
 
   // GEMM 1 + activation (fp32), then the activations quantized per row.
@@ -284,10 +311,10 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     const index_t cb = task.panel;
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
-        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c);
+        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data());
   });
-  ws.hq.resize(static_cast<std::size_t>(N * I4));
+  ws.hq.resize(static_cast<std::size_t>((N + spare) * I4));
   ws.hs.resize(static_cast<std::size_t>(N));
   tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n)
@@ -303,7 +330,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     const index_t cb = task.panel;
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * I4; },
-        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c);
+        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles);
     detail::finish2(mlp, pk, b, cb, c, sr, weight_of, ws.y.data());
   });
 

@@ -93,46 +93,59 @@ struct PanelGrid {
   }
 };
 
-/// All experts' weights of one layer in panel layout; W is float (fp32) or std::uint16_t (bf16 bits).
-template <class W>
+/// Where weight (k, column c) of a panel lives: panel[k][storage_slot(c)], K rows.
+struct row_layout {
+  [[nodiscard]] static constexpr index_t rows(index_t K) noexcept { return K; }
+  template <class W>
+  [[nodiscard]] static constexpr index_t slot(index_t k, index_t c) noexcept {
+    return k * panel_cols + storage_slot<W>(c);
+  }
+};
+
+/// All experts' weights of one layer in panel layout; W is float (fp32) or std::uint16_t (bf16
+/// bits); Layout places the weights inside a panel (row_layout, or amx.hpp's tile layout).
+template <class W, class Layout = row_layout>
 struct PackedExperts : PanelGrid {
-  AlignedBuffer<W> w13;  ///< [E][panels13][H][64]
-  AlignedBuffer<W> w2;   ///< [E][panels2][I][64]
+  AlignedBuffer<W> w13;  ///< [E][panels13][rows(H) · 64]
+  AlignedBuffer<W> w2;   ///< [E][panels2][rows(I) · 64]
+  bool use_amx = false;  ///< tiled_amx: run the tiles (decided at prepare)
 
   [[nodiscard]] const W* panel13(index_t e, index_t cb) const noexcept {
-    return w13.data() + (e * panels13 + cb) * shape.hidden * panel_cols;
+    return w13.data() + (e * panels13 + cb) * Layout::rows(shape.hidden) * panel_cols;
   }
   [[nodiscard]] const W* panel2(index_t e, index_t cb) const noexcept {
-    return w2.data() + (e * panels2 + cb) * shape.intermediate * panel_cols;
+    return w2.data() + (e * panels2 + cb) * Layout::rows(shape.intermediate) * panel_cols;
   }
   /// Bytes of one expert's packed weights (what a decode step streams per expert used).
   [[nodiscard]] index_t expert_bytes() const noexcept {
-    return (panels13 * shape.hidden + panels2 * shape.intermediate) * panel_cols * static_cast<index_t>(sizeof(W));
+    return (panels13 * Layout::rows(shape.hidden) + panels2 * Layout::rows(shape.intermediate)) * panel_cols *
+           static_cast<index_t>(sizeof(W));
   }
 };
 
 /// Packs from the canonical layout. `w13(e, row, k)` and `w2(e, row, k)` return the stored weight
 /// (float or bf16 bits) of expert e; `b13(e)` / `b2(e)` return its bias row or nullptr.
-template <class W, class W13, class W2, class B13, class B2>
-PackedExperts<W> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 b13, B2 b2) {
-  PackedExperts<W> p;
+template <class W, class Layout = row_layout, class W13, class W2, class B13, class B2>
+PackedExperts<W, Layout> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 b13, B2 b2) {
+  PackedExperts<W, Layout> p;
   p.init(s, b13, b2);
   const index_t E = s.experts, H = s.hidden, I = s.intermediate;
+  const index_t RH = Layout::rows(H), RI = Layout::rows(I);
   const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
-  p.w13 = AlignedBuffer<W>(n(E * p.panels13 * H * panel_cols));
-  p.w2 = AlignedBuffer<W>(n(E * p.panels2 * I * panel_cols));
+  p.w13 = AlignedBuffer<W>(n(E * p.panels13 * RH * panel_cols));
+  p.w2 = AlignedBuffer<W>(n(E * p.panels2 * RI * panel_cols));
   tbb::parallel_for(index_t{0}, E, [&](index_t e) {
     for (index_t cb = 0; cb < p.panels13; ++cb) {
-      W* dst = p.w13.data() + (e * p.panels13 + cb) * H * panel_cols;
+      W* dst = p.w13.data() + (e * p.panels13 + cb) * RH * panel_cols;
       for (index_t c = 0; c < panel_cols; ++c)
         if (const index_t r = p.row13(cb, c); r >= 0)
-          for (index_t k = 0; k < H; ++k) dst[k * panel_cols + storage_slot<W>(c)] = w13(e, r, k);
+          for (index_t k = 0; k < H; ++k) dst[Layout::template slot<W>(k, c)] = w13(e, r, k);
     }
     for (index_t cb = 0; cb < p.panels2; ++cb) {
-      W* dst = p.w2.data() + (e * p.panels2 + cb) * I * panel_cols;
+      W* dst = p.w2.data() + (e * p.panels2 + cb) * RI * panel_cols;
       for (index_t c = 0; c < panel_cols; ++c)
         if (const index_t r = p.row2(cb, c); r >= 0)
-          for (index_t k = 0; k < I; ++k) dst[k * panel_cols + storage_slot<W>(c)] = w2(e, r, k);
+          for (index_t k = 0; k < I; ++k) dst[Layout::template slot<W>(k, c)] = w2(e, r, k);
     }
   });
   return p;

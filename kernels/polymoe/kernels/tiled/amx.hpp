@@ -1,0 +1,298 @@
+#pragma once
+// AMX tile micro-kernels for kernel::tiled_amx: bf16 (tdpbf16ps) and int8 W8A8 (tdpbusd).
+//
+// ISA choice. A build whose compiler targets AMX (__AMX_TILE__, __AMX_BF16__ and __AMX_INT8__
+// defined, e.g. -march=sapphirerapids, or POLYMOE_AMX=ON) uses the tiles unconditionally: there is
+// no run-time test, only Linux's permission request, and a machine that refuses it is an error at
+// prepare. Any other x86-64 build detects AMX at prepare time (CPUID leaf 7: amx-tile, amx-bf16,
+// amx-int8; XCR0 bits 17-18 enabled by the OS; arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)) and
+// falls back to the AVX-512 micro-kernels when any of them is missing. The tile code itself is
+// compiled for every x86-64 build (function target attributes), so CI keeps compiling it.
+//
+// Tiles: one configuration for both types, eight tiles of 16 rows x 64 bytes. C tiles are 16 rows
+// x 16 columns of fp32 / int32; a row block (up to 48 rows) runs in row groups of 16; the weights
+// of a panel are walked in slabs of 32 KiB (8 k-blocks x 4 column tiles of 1 KiB), so every row
+// group after the first reads them from L1.
+//
+//   bf16 weights, AMX layout: per panel [K32/32][4 column tiles][16 k-pairs][16 columns][2] — the
+//     B operand of tdpbf16ps, 1 KiB a tile, K padded to a multiple of 32 with zeros. Rows of A are
+//     bf16, K32 long, one buffer for the whole batch in sorted-row order.
+//   int8 weights: the VNNI layout of int8.hpp is already a B operand of tdpbusd ([quad][64][4]:
+//     a tile is 16 quads at a stride of 256 bytes); K must be a multiple of 64.
+//
+// Few rows per block (decode) do not fill a tile: below amx_min_rows a block runs an AVX-512 FMA
+// loop over the same AMX layout (bf16) or the VNNI kernel (int8). The threshold was measured
+// (docs/benchmarks.md, issue 10).
+#include <cstdint>
+#include <cstdlib>
+
+#include <polymoe/core/error.hpp>
+#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/kernels/tiled/epilogue.hpp>
+#include <polymoe/kernels/tiled/microkernel.hpp>
+
+#if defined(POLYMOE_TILED_AVX512) && defined(__x86_64__) && defined(__linux__)
+#define POLYMOE_TILED_AMX_CODE 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace polymoe::kernels::tiled {
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(POLYMOE_TILED_AMX_CODE)
+inline constexpr bool amx_target = true;  ///< the build targets AMX: no run-time detection
+#else
+inline constexpr bool amx_target = false;
+#endif
+
+/// Rows per block from which the tiles are used (below: AVX-512), bf16 and int8. Measured on the
+/// 2-core machine (docs/benchmarks.md, issue 10): bf16 blocks of 8 rows ran faster on tiles than on
+/// the FMA loop, blocks of 4 slower; int8 blocks of up to 32 rows ran as fast or faster on VNNI.
+inline constexpr index_t amx_min_rows_bf16 = 8;
+inline constexpr index_t amx_min_rows_int8 = 33;
+
+/// The threshold in use: the default above, or POLYMOE_AMX_MIN_ROWS from the environment (a tuning
+/// knob for the benchmark that measures the defaults; it sets both).
+inline index_t amx_min_rows(index_t default_rows) noexcept {
+  static const long env = [] {
+    const char* s = std::getenv("POLYMOE_AMX_MIN_ROWS");
+    return s ? std::strtol(s, nullptr, 10) : 0L;
+  }();
+  return env > 0 ? static_cast<index_t>(env) : default_rows;
+}
+
+/// Why AMX cannot run here, or nullptr when it can (the answer is computed once per process; the
+/// permission request is part of it).
+inline const char* amx_unavailable_reason() noexcept {
+#if defined(POLYMOE_TILED_AMX_CODE)
+  static const char* const reason = []() -> const char* {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "CPUID leaf 7 is missing";
+    if (!((d >> 24) & 1u) || !((d >> 22) & 1u) || !((d >> 25) & 1u))
+      return "the CPU lacks amx-tile, amx-bf16 or amx-int8";
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return "the OS has not enabled XSAVE";
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((lo >> 17) & 3u) != 3u) return "the OS has not enabled the tile state (XCR0 bits 17-18)";
+    constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) != 0)
+      return "Linux refused the tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return nullptr;
+  }();
+  return reason;
+#else
+  return "this build has no AVX-512 / x86-64 Linux AMX code";
+#endif
+}
+
+/// Whether a tiled_amx layer prepared now runs its tiles: always for an AMX-targeted build (an
+/// error if the machine refuses), else when amx_unavailable_reason() is nullptr.
+inline bool amx_enabled() {
+  if constexpr (amx_target) {
+    const char* why = amx_unavailable_reason();
+    require(why == nullptr, "polymoe: this build targets AMX but ", why ? why : "");
+    return true;
+  } else {
+    return amx_unavailable_reason() == nullptr;
+  }
+}
+
+/// Elements of a bf16 AMX k-block and tile.
+inline constexpr index_t amx_kb = 32;
+inline constexpr index_t amx_tile_elems = 512;  ///< 16 k-pairs x 16 columns x 2
+
+[[nodiscard]] constexpr index_t padded_k32(index_t K) noexcept { return (K + amx_kb - 1) / amx_kb * amx_kb; }
+
+/// Where weight (k, column c) of a panel lives in the bf16 AMX layout.
+[[nodiscard]] constexpr index_t amx_bf16_slot(index_t k, index_t c) noexcept {
+  return ((k / amx_kb) * 4 + c / 16) * amx_tile_elems + ((k % amx_kb) / 2) * 32 + (c % 16) * 2 + k % 2;
+}
+
+/// The bf16 AMX layout as a PackedExperts layout.
+struct amx_layout {
+  [[nodiscard]] static constexpr index_t rows(index_t K) noexcept { return padded_k32(K); }
+  template <class W>
+  [[nodiscard]] static constexpr index_t slot(index_t k, index_t c) noexcept {
+    return amx_bf16_slot(k, c);
+  }
+};
+using AmxBf16Experts = PackedExperts<std::uint16_t, amx_layout>;
+
+#if defined(POLYMOE_TILED_AMX_CODE)
+
+#define POLYMOE_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,amx-int8")))
+
+namespace amx {
+
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+/// Eight tiles of 16 rows x 64 bytes (loaded per block: other code on the thread may reconfigure).
+POLYMOE_AMX_TARGET inline void configure() noexcept {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
+  _tile_loadconfig(&cfg);
+}
+
+/// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block).
+inline constexpr index_t slab_kb = 8;
+
+/// Fetches the 4 KiB of one k-block of the next slab while the first row group runs this one (the
+/// tile loads themselves would wait on memory).
+inline void prefetch_4k(const void* p) noexcept {
+  const char* c = static_cast<const char*>(p);
+  for (int b = 0; b < 4096; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
+}
+
+/// c[48][64] (rows [0, roundup(m, 16)) written) = A · panel, A bf16 [rows][lda] (lda >= K32, at
+/// least roundup(m, 16) readable rows), panel in the bf16 AMX layout.
+POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
+                                          const std::uint16_t* panel, float* c) noexcept {
+  configure();
+  const index_t nkb = K32 / amx_kb;
+  const auto ldab = static_cast<long>(lda * 2);
+  for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
+    const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
+    for (index_t r0 = 0; r0 < m; r0 += 16) {
+      float* cr = c + r0 * panel_cols;
+      if (s0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, cr, 256);
+        _tile_loadd(1, cr + 16, 256);
+        _tile_loadd(2, cr + 32, 256);
+        _tile_loadd(3, cr + 48, 256);
+      }
+      const std::uint16_t* ar = a + r0 * lda;
+      for (index_t kb = s0; kb < s1; ++kb) {
+        const std::uint16_t* b = panel + kb * 4 * amx_tile_elems;
+        if (r0 == 0 && kb + slab_kb < nkb) prefetch_4k(b + slab_kb * 4 * amx_tile_elems);
+        _tile_loadd(4, ar + kb * amx_kb, ldab);
+        _tile_loadd(5, b, 64);
+        _tile_loadd(6, b + amx_tile_elems, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(7, b + 2 * amx_tile_elems, 64);
+        _tile_dpbf16ps(1, 4, 6);
+        _tile_loadd(5, b + 3 * amx_tile_elems, 64);
+        _tile_dpbf16ps(2, 4, 7);
+        _tile_dpbf16ps(3, 4, 5);
+      }
+      _tile_stored(0, cr, 256);
+      _tile_stored(1, cr + 16, 256);
+      _tile_stored(2, cr + 32, 256);
+      _tile_stored(3, cr + 48, 256);
+    }
+  }
+}
+
+/// acc[48][64] int32 = A · panel, A u8 [rows][lda] (q + 128; lda >= K4, K4 % 64 == 0, at least
+/// roundup(m, 16) readable rows), panel in the VNNI layout of int8.hpp.
+POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
+                                          const std::int8_t* panel, std::int32_t* acc) noexcept {
+  configure();
+  const index_t nkb = K4 / 64;  // 64 k = 16 quads per tile
+  for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
+    const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
+    for (index_t r0 = 0; r0 < m; r0 += 16) {
+      std::int32_t* cr = acc + r0 * panel_cols;
+      if (s0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, cr, 256);
+        _tile_loadd(1, cr + 16, 256);
+        _tile_loadd(2, cr + 32, 256);
+        _tile_loadd(3, cr + 48, 256);
+      }
+      const std::uint8_t* ar = a + r0 * lda;
+      for (index_t kb = s0; kb < s1; ++kb) {
+        const std::int8_t* b = panel + kb * 16 * 256;
+        if (r0 == 0 && kb + slab_kb < nkb) prefetch_4k(b + slab_kb * 16 * 256);
+        _tile_loadd(4, ar + kb * 64, static_cast<long>(lda));
+        _tile_loadd(5, b, 256);
+        _tile_loadd(6, b + 64, 256);
+        _tile_dpbusd(0, 4, 5);
+        _tile_loadd(7, b + 128, 256);
+        _tile_dpbusd(1, 4, 6);
+        _tile_loadd(5, b + 192, 256);
+        _tile_dpbusd(2, 4, 7);
+        _tile_dpbusd(3, 4, 5);
+      }
+      _tile_stored(0, cr, 256);
+      _tile_stored(1, cr + 16, 256);
+      _tile_stored(2, cr + 32, 256);
+      _tile_stored(3, cr + 48, 256);
+    }
+  }
+}
+
+}  // namespace amx
+
+#undef POLYMOE_AMX_TARGET
+
+#endif  // POLYMOE_TILED_AMX_CODE
+
+#if defined(POLYMOE_TILED_AVX512)
+
+/// dst[0..n32) = bf16(src[i] · wt) for i < n (round to nearest even, as codecs::float_to_bf16),
+/// then zeros.
+inline void to_bf16_row(const float* src, float wt, index_t n, index_t n32, std::uint16_t* dst) noexcept {
+  index_t i = 0;
+  const __m512 w = _mm512_set1_ps(wt);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = simd::round_bf16(_mm512_mul_ps(_mm512_loadu_ps(src + i), w));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+  }
+  for (; i < n; ++i) dst[i] = codecs::float_to_bf16(src[i] * wt);
+  for (; i < n32; ++i) dst[i] = 0;
+}
+
+/// C[MR][64] = sum over k in [0, K) of a[r][k] · W[k][:], a bf16 rows, W a panel in the bf16 AMX
+/// layout: the AVX-512 path for blocks of few rows. Each 64-byte line holds 16 columns x (k, k+1).
+template <int MR>
+inline void amx_layout_tile(const std::uint16_t* const* a, index_t K, const std::uint16_t* panel, float* c) noexcept {
+  __m512 acc[MR][4];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const auto widen = [](std::uint16_t b) { return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(b) << 16)); };
+  for (index_t k = 0; k < K; k += 2) {
+    const std::uint16_t* line = panel + amx_bf16_slot(k, 0);
+    for (int v = 0; v < 4; ++v)  // the same lines of the next k-block
+      _mm_prefetch(reinterpret_cast<const char*>(line + v * amx_tile_elems) + 4096, _MM_HINT_T0);
+    __m512 lo[4], hi[4];
+    for (int v = 0; v < 4; ++v) {
+      const __m512i w = _mm512_load_si512(line + v * amx_tile_elems);
+      lo[v] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      hi[v] = _mm512_castsi512_ps(_mm512_and_si512(w, hi_mask));
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m512 x = widen(a[r][k]), y = widen(a[r][k + 1]);  // rows are padded to an even length
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(y, hi[v], _mm512_fmadd_ps(x, lo[v], acc[r][v]));
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
+}
+
+#else  // portable
+
+inline void to_bf16_row(const float* src, float wt, index_t n, index_t n32, std::uint16_t* dst) noexcept {
+  for (index_t i = 0; i < n; ++i) dst[i] = codecs::float_to_bf16(src[i] * wt);
+  for (index_t i = n; i < n32; ++i) dst[i] = 0;
+}
+
+#endif
+
+}  // namespace polymoe::kernels::tiled

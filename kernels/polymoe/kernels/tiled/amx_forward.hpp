@@ -1,0 +1,113 @@
+#pragma once
+// kernel::tiled_amx's forward pass for bf16 weights: forward_standard's pipeline (sort, GEMM 1 +
+// activation, GEMM 2 + routing weight, slot-order sum; see forward.hpp) with the GEMM inputs kept
+// as bf16 rows in sorted order, so that a row block is one strided tile operand, and the weights
+// in the tile layout of amx.hpp. Blocks of amx_min_rows() rows or more run tdpbf16ps when the
+// layer was prepared with AMX enabled; smaller blocks (decode), or every block without AMX, run
+// amx_layout_tile, an AVX-512 loop over the same layout.
+#include <algorithm>
+
+#include <polymoe/kernels/tiled/amx.hpp>
+#include <polymoe/kernels/tiled/forward.hpp>
+
+namespace polymoe::kernels::tiled {
+
+namespace detail {
+
+/// c[m][64] = rows [0, m) of A (bf16, stride lda, padded to an even length) times an AMX-layout
+/// panel, without tiles.
+inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, index_t K, const std::uint16_t* panel,
+                            float* c) noexcept {
+#if defined(POLYMOE_TILED_AVX512)
+  const std::uint16_t* rows[max_tile_rows];
+  for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
+    const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
+    for (int i = 0; i < n; ++i) rows[i] = a + (r0 + i) * lda;
+    float* cr = c + r0 * panel_cols;
+    switch (n) {
+      case 1: amx_layout_tile<1>(rows, K, panel, cr); break;
+      case 2: amx_layout_tile<2>(rows, K, panel, cr); break;
+      case 3: amx_layout_tile<3>(rows, K, panel, cr); break;
+      case 4: amx_layout_tile<4>(rows, K, panel, cr); break;
+      case 5: amx_layout_tile<5>(rows, K, panel, cr); break;
+      default: amx_layout_tile<6>(rows, K, panel, cr); break;
+    }
+  }
+#else
+  for (index_t i = 0; i < m; ++i)
+    for (index_t p = 0; p < panel_cols; ++p) {
+      float sum = 0.0f;
+      for (index_t k = 0; k < K; ++k)
+        sum += codecs::bf16_to_float(a[i * lda + k]) * codecs::bf16_to_float(panel[amx_bf16_slot(k, p)]);
+      c[i * panel_cols + p] = sum;
+    }
+#endif
+}
+
+/// Rows [0, m) of A times one panel: tiles when enabled and the block is large enough.
+inline void amx_block_times_panel(bool tiles, index_t m, const std::uint16_t* a, index_t lda, index_t K,
+                                  const std::uint16_t* panel, float* c) noexcept {
+#if defined(POLYMOE_TILED_AMX_CODE)
+  if (tiles && m >= amx_min_rows(amx_min_rows_bf16)) return amx::bf16_block(a, lda, m, padded_k32(K), panel, c);
+#else
+  (void)tiles;
+#endif
+  amx_layout_rows(m, a, lda, K, panel, c);
+}
+
+}  // namespace detail
+
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for quant::bf16 (inputs rounded to bf16).
+template <class Unused = void>
+void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<AmxBf16Experts>& p,
+                      const ExpertMlp& mlp, MatrixRef out) {
+  const AmxBf16Experts& pk = p.packed;
+  Workspace& ws = p.workspace;
+  const ExpertShape& s = pk.shape;
+  const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate, H32 = padded_k32(H), I32 = padded_k32(I);
+  begin_forward(d, s, out, ws);
+  const ExpertRows& sr = ws.sorted;
+  const index_t N = sr.rows();
+  const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
+  constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
+
+  // bf16 input rows in sorted order (weighted first when the routing weight scales the input).
+  ws.a16.resize(static_cast<std::size_t>((N + spare) * H32));
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t n = r.begin(); n != r.end(); ++n) {
+      const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
+      to_bf16_row(d.hidden.row(slot / k).data(), mlp.weight_on_input ? weight_of(slot) : 1.0f, H, H32,
+                  ws.a16.data() + n * H32);
+    }
+  });
+
+  // GEMM 1 + activation (rounded to bf16 as the scheme's next input).
+  ws.act.resize(static_cast<std::size_t>(N * I));
+  make_tasks(sr, pk.panels13, ws.tasks13);
+  detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
+    alignas(64) float c[block_rows * panel_cols];
+    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * H32, H32, H,
+                                  pk.panel13(b.expert, task.panel), c);
+    detail::finish13<true>(mlp, pk, b, task.panel, c, ws.act.data());
+  });
+  ws.h16.resize(static_cast<std::size_t>((N + spare) * I32));
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t n = r.begin(); n != r.end(); ++n) to_bf16_row(ws.act.data() + n * I, 1.0f, I, I32, ws.h16.data() + n * I32);
+  });
+
+  // GEMM 2, bias and routing weight.
+  ws.y.resize(static_cast<std::size_t>(N * H));
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
+    alignas(64) float c[block_rows * panel_cols];
+    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * I32, I32, I,
+                                  pk.panel2(b.expert, task.panel), c);
+    detail::finish2(mlp, pk, b, task.panel, c, sr, weight_of, ws.y.data());
+  });
+
+  sum_slots(sr, ws.y, k, out);
+}
+
+}  // namespace polymoe::kernels::tiled

@@ -1,0 +1,148 @@
+// kernel::tiled_amx (issue 10) against the reference kernel, and its AMX tile kernels against the
+// AVX-512 kernels they replace. Built twice: test_tiled_amx with the project's flags (an AMX-targeted
+// build on an AMX machine: no run-time test) and test_tiled_amx_dispatch without AMX in the target
+// (-mno-amx-*: AMX detected at run time). On a machine without AMX the tests of the tiles themselves
+// are skipped with the reason; the layer tests then check the AVX-512 fallback.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include "test_util.hpp"
+
+using namespace polymoe;
+
+namespace {
+
+namespace kt = kernels::tiled;
+
+MoeConfig config(index_t H, index_t I, index_t E, index_t k, bool bias = false) {
+  MoeConfig cfg;
+  cfg.hidden = H;
+  cfg.intermediate = I;
+  cfg.num_experts = E;
+  cfg.router.top_k = k;
+  cfg.expert_bias = bias;
+  cfg.activation = bias ? Activation::swiglu_oai : Activation::silu_gated;
+  return cfg;
+}
+
+template <class Q>
+void expect_agrees(const MoeConfig& cfg, index_t T, unsigned seed) {
+  std::mt19937 rng(seed);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+  const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
+  MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
+  MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+  const Matrix want = ref.forward_routed(hidden, r.ids, r.weights);
+  const Matrix got = layer.forward_routed(hidden, r.ids, r.weights);
+  EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>)
+      << Q::name << " T=" << T << " H=" << cfg.hidden << " I=" << cfg.intermediate;
+}
+
+template <class F>
+void for_both_schemes(F&& f) {
+  f.template operator()<quant::bf16>();
+  f.template operator()<quant::int8_w8a8>();
+}
+
+TEST(TiledAmx, SaysWhetherItRunsTiles) {
+  const char* why = kt::amx_unavailable_reason();
+  std::printf("AMX: %s (build %s)\n", why ? why : "available", kt::amx_target ? "targets AMX" : "detects at run time");
+  if (kt::amx_target) {
+    EXPECT_EQ(why, nullptr) << "an AMX-targeted build must run on an AMX machine";
+  }
+  EXPECT_EQ(kt::amx_enabled(), why == nullptr);
+}
+
+TEST(TiledAmx, AgreesWithTheReferenceAcrossBlockSizes) {
+  // Few experts, so that blocks run from 1 row (decode, AVX-512) to 48 (three tile row groups);
+  // H a multiple of 64 (int8 tiles) and not (int8 falls back to VNNI), I not a multiple of 32.
+  for (const index_t H : {index_t{128}, index_t{200}})
+    for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}}) {
+      SCOPED_TRACE(T);
+      for_both_schemes([&]<class Q>() { expect_agrees<Q>(config(H, 72, 4, 2), T, static_cast<unsigned>(T + H)); });
+    }
+}
+
+TEST(TiledAmx, BiasesAndWeightOnInput) {
+  for_both_schemes([&]<class Q>() { expect_agrees<Q>(config(64, 40, 3, 2, true), 50, 3u); });
+  MoeConfig cfg = config(128, 64, 4, 1);
+  cfg.router_weight_on_input = true;
+  for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, 60, 4u); });
+}
+
+TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
+  const MoeConfig cfg = config(192, 96, 6, 2);
+  std::mt19937 rng(8);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 150, cfg.hidden);
+  const Routing r = test::random_routing(rng, 150, 6, 2);
+  for_both_schemes([&]<class Q>() {
+    MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+    Matrix first;
+    for (int threads : {1, 2, 7}) {
+      tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+      const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
+      if (first.size() == 0)
+        first = out;
+      else
+        EXPECT_TRUE((out.array() == first.array()).all()) << Q::name << ", " << threads << " threads";
+    }
+  });
+}
+
+#if defined(POLYMOE_TILED_AMX_CODE)
+
+TEST(TiledAmx, Int8TilesGiveTheVnniIntegers) {
+  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
+  // One panel of K = 640 (10 tiles of 64 k: a second slab) against 48 rows, every value range.
+  constexpr index_t K4 = 640, m = 48;
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127);
+  kt::AlignedBuffer<std::int8_t> panel(static_cast<std::size_t>(K4 * kt::panel_cols));
+  for (std::size_t i = 0; i < panel.size(); ++i) panel.data()[i] = static_cast<std::int8_t>(s8(rng));
+  std::vector<std::uint8_t> a(static_cast<std::size_t>((m + 16) * K4));
+  for (auto& v : a) v = static_cast<std::uint8_t>(u8(rng));
+  alignas(64) std::int32_t tiles[kt::block_rows * kt::panel_cols], want[kt::block_rows * kt::panel_cols];
+  kt::amx::int8_block(a.data(), K4, m, K4, panel.data(), tiles);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t p = 0; p < kt::panel_cols; ++p) {
+      std::int32_t sum = 0;
+      for (index_t k = 0; k < K4; ++k)
+        sum += a[static_cast<std::size_t>(i * K4 + k)] *
+               panel.data()[((k / 4) * kt::panel_cols + p) * 4 + k % 4];
+      want[i * kt::panel_cols + p] = sum;
+    }
+  for (index_t i = 0; i < m * kt::panel_cols; ++i) ASSERT_EQ(tiles[i], want[i]) << "element " << i;
+}
+
+TEST(TiledAmx, Bf16TilesAgreeWithTheFmaLoop) {
+  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
+  for (const index_t m : {index_t{4}, index_t{16}, index_t{17}, index_t{48}}) {
+    constexpr index_t K = 300, K32 = kt::padded_k32(K);  // 10 k-blocks: a second slab
+    std::mt19937 rng(static_cast<unsigned>(m));
+    std::normal_distribution<float> nd;
+    kt::AlignedBuffer<std::uint16_t> panel(static_cast<std::size_t>(K32 * kt::panel_cols));
+    for (index_t k = 0; k < K; ++k)
+      for (index_t c = 0; c < kt::panel_cols; ++c)
+        panel.data()[kt::amx_bf16_slot(k, c)] = codecs::float_to_bf16(nd(rng));
+    std::vector<std::uint16_t> a(static_cast<std::size_t>((m + 16) * K32), 0);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t k = 0; k < K; ++k) a[static_cast<std::size_t>(i * K32 + k)] = codecs::float_to_bf16(nd(rng));
+    alignas(64) float tiles[kt::block_rows * kt::panel_cols], fma[kt::block_rows * kt::panel_cols];
+    kt::amx::bf16_block(a.data(), K32, m, K32, panel.data(), tiles);
+    kt::detail::amx_layout_rows(m, a.data(), K32, K, panel.data(), fma);
+    double worst = 0.0;
+    for (index_t i = 0; i < m * kt::panel_cols; ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(tiles[i] - fma[i])) / (1.0 + std::abs(fma[i])));
+    EXPECT_LE(worst, 1e-5) << "m=" << m;  // the same products, summed in another order
+  }
+}
+
+#endif
+
+}  // namespace
