@@ -89,12 +89,14 @@ TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
   });
   const std::vector<std::string> expected = {"local/fp32/reference", "local/fp32/tbb_grouped", "local/fp32/tiled",
                                              "local/bf16/reference", "local/bf16/tbb_grouped", "local/bf16/tiled",
+                                             "local/bf16/tiled_amx",
                                              "local/fp8/reference", "local/fp8/tbb_grouped", "local/fp8/tiled",
                                              "local/fp8_block/reference", "local/fp8_block/tbb_grouped",
                                              "local/fp8_block/tiled", "local/fp8_block_weight_only/reference",
                                              "local/fp8_block_weight_only/tbb_grouped",
                                              "local/fp8_block_weight_only/tiled", "local/int8_w8a8/reference",
                                              "local/int8_w8a8/tbb_grouped", "local/int8_w8a8/tiled",
+                                             "local/int8_w8a8/tiled_amx",
                                              "local/mxfp4/reference", "local/mxfp4/tbb_grouped", "local/mxfp4/tiled",
                                              "local/nvfp4/reference", "local/nvfp4/tbb_grouped", "local/nvfp4/tiled",
                                              "local/nvfp4_w4a4/reference", "local/nvfp4_w4a4/tbb_grouped"};
