@@ -149,17 +149,55 @@ inline void prefetch_4k(const void* p) noexcept {
   for (int b = 0; b < 4096; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
 }
 
-/// c[48][64] (rows [0, roundup(m, 16)) written) = A · panel, A bf16 [rows][lda] (lda >= K32, at
-/// least roundup(m, 16) readable rows), panel in the bf16 AMX layout.
-POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
-                                          const std::uint16_t* panel, float* c) noexcept {
+/// One k-block of products for bf16: tiles 0-3 (C, fp32) += tile 4 (A) times four B tiles of the
+/// tile layout, 1 KiB apart.
+struct bf16_ops {
+  using a_type = std::uint16_t;
+  using b_type = std::uint16_t;
+  static constexpr index_t a_k = amx_kb;                ///< k per A tile row (64 bytes)
+  static constexpr index_t b_kb = 4 * amx_tile_elems;   ///< B elements per k-block
+  POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
+    _tile_loadd(5, b, 64);
+    _tile_loadd(6, b + amx_tile_elems, 64);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(7, b + 2 * amx_tile_elems, 64);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(5, b + 3 * amx_tile_elems, 64);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+};
+
+/// The same for int8 (C int32, A u8, B s8): the B tiles of the VNNI layout, 16 quads at a stride of
+/// 256 bytes, column tiles 64 bytes apart.
+struct int8_ops {
+  using a_type = std::uint8_t;
+  using b_type = std::int8_t;
+  static constexpr index_t a_k = 64;
+  static constexpr index_t b_kb = 16 * 256;
+  POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
+    _tile_loadd(5, b, 256);
+    _tile_loadd(6, b + 64, 256);
+    _tile_dpbusd(0, 4, 5);
+    _tile_loadd(7, b + 128, 256);
+    _tile_dpbusd(1, 4, 6);
+    _tile_loadd(5, b + 192, 256);
+    _tile_dpbusd(2, 4, 7);
+    _tile_dpbusd(3, 4, 5);
+  }
+};
+
+/// c[48][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
+/// elements (at least roundup(m, 16) readable rows), C fp32 (bf16_ops) or int32 (int8_ops).
+template <class Ops, class C>
+POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
+                                     const typename Ops::b_type* panel, C* c) noexcept {
   configure();
-  const index_t nkb = K32 / amx_kb;
-  const auto ldab = static_cast<long>(lda * 2);
+  const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
     const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
     for (index_t r0 = 0; r0 < m; r0 += 16) {
-      float* cr = c + r0 * panel_cols;
+      C* cr = c + r0 * panel_cols;
       if (s0 == 0) {
         _tile_zero(0);
         _tile_zero(1);
@@ -171,19 +209,12 @@ POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, i
         _tile_loadd(2, cr + 32, 256);
         _tile_loadd(3, cr + 48, 256);
       }
-      const std::uint16_t* ar = a + r0 * lda;
+      const typename Ops::a_type* ar = a + r0 * lda;
       for (index_t kb = s0; kb < s1; ++kb) {
-        const std::uint16_t* b = panel + kb * 4 * amx_tile_elems;
-        if (r0 == 0 && kb + slab_kb < nkb) prefetch_4k(b + slab_kb * 4 * amx_tile_elems);
-        _tile_loadd(4, ar + kb * amx_kb, ldab);
-        _tile_loadd(5, b, 64);
-        _tile_loadd(6, b + amx_tile_elems, 64);
-        _tile_dpbf16ps(0, 4, 5);
-        _tile_loadd(7, b + 2 * amx_tile_elems, 64);
-        _tile_dpbf16ps(1, 4, 6);
-        _tile_loadd(5, b + 3 * amx_tile_elems, 64);
-        _tile_dpbf16ps(2, 4, 7);
-        _tile_dpbf16ps(3, 4, 5);
+        const typename Ops::b_type* b = panel + kb * Ops::b_kb;
+        if (r0 == 0 && kb + slab_kb < nkb) prefetch_4k(b + slab_kb * Ops::b_kb);
+        _tile_loadd(4, ar + kb * Ops::a_k, lda_bytes);
+        Ops::products(b);
       }
       _tile_stored(0, cr, 256);
       _tile_stored(1, cr + 16, 256);
@@ -193,47 +224,16 @@ POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, i
   }
 }
 
-/// acc[48][64] int32 = A · panel, A u8 [rows][lda] (q + 128; lda >= K4, K4 % 64 == 0, at least
-/// roundup(m, 16) readable rows), panel in the VNNI layout of int8.hpp.
+/// bf16: A bf16 rows (lda >= K32), panel in the bf16 tile layout.
+POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
+                                          const std::uint16_t* panel, float* c) noexcept {
+  block<bf16_ops>(a, lda, m, K32 / amx_kb, panel, c);
+}
+
+/// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the VNNI layout of int8.hpp.
 POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
                                           const std::int8_t* panel, std::int32_t* acc) noexcept {
-  configure();
-  const index_t nkb = K4 / 64;  // 64 k = 16 quads per tile
-  for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
-    const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
-    for (index_t r0 = 0; r0 < m; r0 += 16) {
-      std::int32_t* cr = acc + r0 * panel_cols;
-      if (s0 == 0) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-      } else {
-        _tile_loadd(0, cr, 256);
-        _tile_loadd(1, cr + 16, 256);
-        _tile_loadd(2, cr + 32, 256);
-        _tile_loadd(3, cr + 48, 256);
-      }
-      const std::uint8_t* ar = a + r0 * lda;
-      for (index_t kb = s0; kb < s1; ++kb) {
-        const std::int8_t* b = panel + kb * 16 * 256;
-        if (r0 == 0 && kb + slab_kb < nkb) prefetch_4k(b + slab_kb * 16 * 256);
-        _tile_loadd(4, ar + kb * 64, static_cast<long>(lda));
-        _tile_loadd(5, b, 256);
-        _tile_loadd(6, b + 64, 256);
-        _tile_dpbusd(0, 4, 5);
-        _tile_loadd(7, b + 128, 256);
-        _tile_dpbusd(1, 4, 6);
-        _tile_loadd(5, b + 192, 256);
-        _tile_dpbusd(2, 4, 7);
-        _tile_dpbusd(3, 4, 5);
-      }
-      _tile_stored(0, cr, 256);
-      _tile_stored(1, cr + 16, 256);
-      _tile_stored(2, cr + 32, 256);
-      _tile_stored(3, cr + 48, 256);
-    }
-  }
+  block<int8_ops>(a, lda, m, K4 / 64, panel, acc);
 }
 
 }  // namespace amx
