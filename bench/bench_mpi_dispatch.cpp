@@ -3,8 +3,10 @@
 //
 // Throughput: each dispatcher's dispatch() and combine() alone (no expert compute), on a
 // Qwen3-30B-A3B-shaped routing (H=2048, E=128, k=8), for decode-sized (4 tokens per rank) and
-// prefill-sized (512 tokens per rank) batches. GB/s counts the token bytes that leave this rank
-// for other ranks (dispatch) or come back to it (combine), per rank, median over repetitions.
+// prefill-sized (512 tokens per rank) batches, with fp32 rows and (ragged, masked) with fp8_block's
+// quantized wire (E4M3 codes + one amax per 128). MB is what this rank sends to other ranks, as
+// the dispatcher counts it (records with ids, codes, amaxes; the allgather's bytes computed);
+// GB/s = those bytes / time, per rank, median over repetitions, slowest rank.
 //
 // Overlap: per-slot exchange of remote rows with MPI_Ialltoallv while the rows whose expert is on
 // this rank are computed, versus the same exchange done first and compute after (smaller shape:
@@ -64,7 +66,7 @@ A make() {
     return A();
 }
 
-template <class A>
+template <class A, class Wire = wire::fp32>
 void throughput(index_t T, int reps) {
   const index_t H = 2048, E = 128, k = 8;
   MoeConfig cfg;
@@ -80,22 +82,19 @@ void throughput(index_t T, int reps) {
   A a2a = make<A>();
   a2a.configure(cfg);
   Matrix out(T, H);
-  // Bytes that cross ranks: rows for experts owned elsewhere (per slot for the per-slot exchange;
-  // per token for all-gather, which sends every token to every other rank).
-  const index_t El = E / size_;
-  double remote_rows = 0;
-  if constexpr (std::is_same_v<A, a2a::mpi_allgather>) {
-    remote_rows = static_cast<double>(T) * (size_ - 1);
-  } else {
-    for (index_t t = 0; t < T; ++t)
-      for (index_t j = 0; j < k; ++j) remote_rows += (r.ids(t, j) / El) != rank_;
-  }
-  const double bytes = remote_rows * static_cast<double>(H) * sizeof(float);
+  constexpr bool allgather = std::is_same_v<A, a2a::mpi_allgather>;
+  // All-gather sends every token to every other rank and gets partial sums back for each.
+  double d_bytes = static_cast<double>(T) * (size_ - 1) * static_cast<double>(H) * sizeof(float), c_bytes = d_bytes;
   std::vector<double> td, tc;
   for (int i = 0; i < reps + 1; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto t0 = clk::now();
-    auto d = a2a.dispatch(hidden, r.ids, r.weights, cfg);
+    auto d = [&] {
+      if constexpr (allgather)
+        return a2a.dispatch(hidden, r.ids, r.weights, cfg);
+      else
+        return a2a.dispatch(hidden, r.ids, r.weights, cfg, Wire{});
+    }();
     const auto t1 = clk::now();
     auto c = a2a.combine_input(d, out);
     c.out.setZero();
@@ -103,16 +102,21 @@ void throughput(index_t T, int reps) {
     const auto t2 = clk::now();
     a2a.combine(c, out);
     const auto t3 = clk::now();
+    if constexpr (!allgather) {
+      d_bytes = static_cast<double>(a2a.dispatch_bytes());
+      c_bytes = static_cast<double>(a2a.combine_bytes());
+    }
     if (i == 0) continue;  // warm-up
     td.push_back(std::chrono::duration<double>(t1 - t0).count());
     tc.push_back(std::chrono::duration<double>(t3 - t2).count());
   }
   const double d_s = max_over_ranks(median(td)), c_s = max_over_ranks(median(tc));
-  const double mean_bytes = sum_over_ranks(bytes) / size_;
+  const double d_mean = sum_over_ranks(d_bytes) / size_, c_mean = sum_over_ranks(c_bytes) / size_;
   if (rank_ == 0)
-    std::printf("%-14s ranks=%d tokens/rank=%-5ld dispatch %9.1f us %7.2f GB/s   combine %9.1f us %7.2f GB/s\n",
-                std::string(A::name).c_str(), size_, static_cast<long>(T), d_s * 1e6, mean_bytes / d_s / 1e9,
-                c_s * 1e6, mean_bytes / c_s / 1e9);
+    std::printf("%-13s %-15s ranks=%d tokens/rank=%-4ld dispatch %8.1f us %7.2f MB %6.2f GB/s   combine %8.1f us "
+                "%7.2f MB %6.2f GB/s\n",
+                std::string(A::name).c_str(), std::string(Wire::name).c_str(), size_, static_cast<long>(T), d_s * 1e6,
+                d_mean / 1e6, d_mean / d_s / 1e9, c_s * 1e6, c_mean / 1e6, c_mean / c_s / 1e9);
 }
 
 /// Remote rows travel with MPI_Ialltoallv while local rows are computed (overlap), or the exchange
@@ -205,7 +209,9 @@ int main(int argc, char** argv) {
   for (index_t T : {4, 512}) {
     throughput<a2a::mpi_allgather>(T, reps);
     throughput<a2a::mpi_ragged>(T, reps);
+    throughput<a2a::mpi_ragged, activation_wire_t<quant::fp8_block>>(T, reps);
     throughput<a2a::mpi_masked>(T, reps);
+    throughput<a2a::mpi_masked, activation_wire_t<quant::fp8_block>>(T, reps);
   }
   overlap_experiment(reps);
   MPI_Finalize();

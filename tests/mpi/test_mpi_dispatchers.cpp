@@ -1,12 +1,16 @@
 // Expert parallelism under mpirun: every MPI dispatcher with every kernel it pairs with (fp32 and
-// bf16) gives each rank exactly the rows a single-process `local` layer gives for its tokens —
-// bitwise where the path is exact (per-slot exchange with the reference kernel), within a stated
-// bound otherwise — and bad input on one rank is the same polymoe::error on every rank.
+// bf16), and with the schemes whose activations travel quantized (fp8, fp8_block, int8_w8a8 on the
+// reference kernel), gives each rank exactly the rows a single-process `local` layer gives for its
+// tokens — bitwise where the path is exact (ragged / masked exchange with the reference kernel,
+// also with an infinite value in a token and with the weight on the input), within a stated bound
+// otherwise; ragged sends each token once per rank and quantized rows as codes (counted bytes);
+// bad input on one rank is the same polymoe::error on every rank.
 // Prints "N passed, M failed" on rank 0; exits non-zero on any failure.
 #include <mpi.h>
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -43,24 +47,43 @@ struct Problem {
   index_t first = 0, count = 0;  // this rank's contiguous share of the tokens
 };
 
-Problem make_problem(bool shared) {
+/// Variants of the agreement problem: a wider H (several fp8 groups of 128), an infinite value in
+/// one token, the routing weight on the input (top-1).
+struct Variant {
+  bool shared = false;
+  index_t hidden = 24;
+  bool poison = false;
+  bool weight_on_input = false;
+  [[nodiscard]] std::string label() const {
+    std::string l = shared ? " +shared" : "";
+    if (hidden != 24) l += " H=" + std::to_string(hidden);
+    if (poison) l += " +inf in a token";
+    if (weight_on_input) l += " weight on input";
+    return l;
+  }
+};
+
+Problem make_problem(Variant v) {
   Problem p;
-  p.cfg.hidden = 24;
+  const index_t H = v.hidden;
+  p.cfg.hidden = H;
   p.cfg.intermediate = 16;
   p.cfg.num_experts = 8;
-  p.cfg.router.top_k = 3;
-  p.cfg.shared_intermediate = shared ? 12 : 0;
+  p.cfg.router.top_k = v.weight_on_input ? 1 : 3;
+  p.cfg.router_weight_on_input = v.weight_on_input;
+  p.cfg.shared_intermediate = v.shared ? 12 : 0;
   std::mt19937 rng(2024);  // same on every rank
-  p.w.experts = ExpertWeights(ExpertShape{8, 24, 16, true, false});
-  p.w.experts.w13 = randn(rng, p.w.experts.w13.rows(), 24, 0.2f);
+  p.w.experts = ExpertWeights(ExpertShape{8, H, 16, true, false});
+  p.w.experts.w13 = randn(rng, p.w.experts.w13.rows(), H, 0.2f);
   p.w.experts.w2 = randn(rng, p.w.experts.w2.rows(), 16, 0.25f);
-  if (shared) {
-    p.w.shared = ExpertWeights(ExpertShape{1, 24, 12, true, false});
-    p.w.shared->w13 = randn(rng, 24, 24, 0.2f);
-    p.w.shared->w2 = randn(rng, 24, 12, 0.25f);
+  if (v.shared) {
+    p.w.shared = ExpertWeights(ExpertShape{1, H, 12, true, false});
+    p.w.shared->w13 = randn(rng, 24, H, 0.2f);
+    p.w.shared->w2 = randn(rng, H, 12, 0.25f);
   }
   const index_t T = 37;
-  p.hidden = randn(rng, T, 24, 1.0f);
+  p.hidden = randn(rng, T, H, 1.0f);
+  if (v.poison) p.hidden(T / 2, H - 1) = std::numeric_limits<float>::infinity();
   p.logits = randn(rng, T, 8, 1.0f);
   // Uneven shares; with several ranks the last one has no tokens at all.
   const index_t active = size_ > 1 ? size_ - 1 : 1;
@@ -97,18 +120,19 @@ A make_dispatcher() {
 }
 
 template <class A, class Q, class K>
-void agreement(bool shared) {
-  const Problem p = make_problem(shared);
+void agreement(Variant v = {}) {
+  const Problem p = make_problem(v);
   MoeLayer<a2a::local, Q, K> single(p.cfg, p.w);
   const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
   MoeLayer<A, Q, K> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   const Matrix got = layer.forward(p.hidden.middleRows(p.first, p.count), p.logits.middleRows(p.first, p.count));
   const bool same_shape = got.rows() == want.rows() && got.cols() == want.cols();
-  const bool bitwise = same_shape && (got.array() == want.array()).all();
+  // Bits, not values: a token holding an infinity has NaN outputs, which must match too.
+  const bool bitwise = same_shape && std::memcmp(got.data(), want.data(), sizeof(float) * got.size()) == 0;
   double err = 0.0;
   if (same_shape && got.size()) err = (got - want).cwiseAbs().maxCoeff() / (1e-30 + want.cwiseAbs().maxCoeff());
   const std::string name = std::string(A::name) + "/" + std::string(Q::name) + "/" + std::string(K::name) +
-                           (shared ? " +shared" : "");
+                           " (wire " + std::string(wire_of<A, Q>::name) + ")" + v.label();
   // Exact paths: the per-slot exchange (ragged, masked) with the reference kernel, whose per-row
   // result does not depend on the batch. Otherwise fp32 reassociation (a cross-rank sum, or a
   // batched GEMM whose blocking depends on the rows it holds): bounded.
@@ -122,7 +146,7 @@ void agreement(bool shared) {
 
 template <class A>
 void bad_input_on_one_rank() {
-  const Problem p = make_problem(false);
+  const Problem p = make_problem({});
   MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   const index_t T = 3;
   Matrix h = Matrix::Zero(T, 24), w = Matrix::Constant(T, 3, 0.3f);
@@ -159,7 +183,7 @@ void bad_input_on_one_rank() {
 }
 
 void masked_capacity() {
-  const Problem p = make_problem(false);
+  const Problem p = make_problem({});
   MoeLayer<a2a::mpi_masked, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p),
                                                                    a2a::mpi_masked(2));
   Matrix h = Matrix::Zero(3, 24), w = Matrix::Constant(3, 3, 0.3f);
@@ -176,8 +200,41 @@ void masked_capacity() {
   check(msg.find("raise it with mpi_masked(capacity)") != std::string::npos, "mpi_masked: the error names the option");
 }
 
+/// What crosses ranks, counted by the dispatcher against what the routing implies: ragged sends a
+/// token once per rank that owns one of its experts, masked once per slot; fp8_block rows are
+/// records of [flag][k ids][H E4M3 codes][one fp32 amax per 128], fp32 rows [flag][k ids][4H bytes].
+template <class A, class Q>
+void wire_traffic() {
+  const index_t H = 300, k = 3, T = 20, El = 8 / size_;
+  const Problem p = make_problem({.hidden = H});
+  MoeLayer<A, Q, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  std::mt19937 rng(5 + rank_);
+  IdMatrix ids(T, k);
+  for (index_t t = 0; t < T; ++t)
+    for (index_t j = 0; j < k; ++j) {
+      std::int32_t e;
+      do e = static_cast<std::int32_t>(rng() % 8); while ((ids.row(t).head(j).array() == e).any());
+      ids(t, j) = e;
+    }
+  const Matrix w = Matrix::Constant(T, k, 0.25f);
+  (void)layer.forward_routed(p.hidden.topRows(T), ids, w);
+  index_t rows = 0;
+  for (index_t t = 0; t < T; ++t)
+    for (int d = 0; d < size_; ++d) {
+      index_t on_d = 0;
+      for (index_t j = 0; j < k; ++j) on_d += ids(t, j) / El == d;
+      if (d != rank_) rows += std::is_same_v<A, a2a::mpi_ragged> ? (on_d > 0) : on_d;
+    }
+  const std::size_t payload = std::is_same_v<Q, quant::fp32> ? 4 * H : H + 4 * 3;
+  const auto& a = layer.dispatcher();
+  check(a.dispatch_rows() == rows && a.dispatch_bytes() == static_cast<std::size_t>(rows) * (4 * (1 + k) + payload),
+        std::string(A::name) + "/" + std::string(Q::name) + ": sends " + std::to_string(a.dispatch_rows()) + " rows, " +
+            std::to_string(a.dispatch_bytes()) + " bytes (routing implies " + std::to_string(rows) + " rows of " +
+            std::to_string(4 * (1 + k) + payload) + " bytes)");
+}
+
 void config_mismatch() {
-  const Problem p = make_problem(false);
+  const Problem p = make_problem({});
   MoeConfig c = ep_config(p.cfg);
   std::string msg;
   try {
@@ -199,10 +256,24 @@ int main(int argc, char** argv) {
   mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
     if constexpr (!std::is_same_v<A, a2a::local> &&
                   (std::is_same_v<Q, quant::fp32> || std::is_same_v<Q, quant::bf16>)) {
-      agreement<A, Q, K>(false);
-      if constexpr (std::is_same_v<Q, quant::fp32>) agreement<A, Q, K>(true);
+      agreement<A, Q, K>();
+      if constexpr (std::is_same_v<Q, quant::fp32>) agreement<A, Q, K>({.shared = true});
+    }
+    // Schemes whose activations travel quantized: exact on the reference kernel, with rows of
+    // several groups of 128, an infinite value (that row travels in fp32) and the weight on the input.
+    if constexpr (!std::is_same_v<A, a2a::local> && std::is_same_v<K, kernel::reference> &&
+                  !std::is_same_v<activation_wire_t<Q>, wire::fp32>) {
+      static_assert(std::is_same_v<A, a2a::mpi_allgather> || std::is_same_v<wire_of<A, Q>, activation_wire_t<Q>>);
+      agreement<A, Q, K>({.hidden = 300});
+      if constexpr (std::is_same_v<Q, quant::fp8_block>) {
+        agreement<A, Q, K>({.hidden = 300, .weight_on_input = true});
+        if constexpr (!std::is_same_v<A, a2a::mpi_allgather>) agreement<A, Q, K>({.hidden = 300, .poison = true});
+      }
     }
   });
+  wire_traffic<a2a::mpi_ragged, quant::fp8_block>();
+  wire_traffic<a2a::mpi_ragged, quant::fp32>();
+  wire_traffic<a2a::mpi_masked, quant::fp8_block>();
   bad_input_on_one_rank<a2a::mpi_allgather>();
   bad_input_on_one_rank<a2a::mpi_ragged>();
   bad_input_on_one_rank<a2a::mpi_masked>();

@@ -3,7 +3,7 @@
 //
 //   hidden [T,H], router_logits [T,E]
 //     -> route                          topk ids [T,k] (global), weights [T,k] (fp32, scaled once)
-//     -> A2A::dispatch                  DispatchOutput<A2A::format>
+//     -> A2A::dispatch                  DispatchOutput<A2A::format> (rows on the wire_of<A2A, Quant>)
 //     -> Kernel::run (native, through an adapter, or fused; chosen at compile time)
 //     -> A2A::combine                   out [T,H]
 //     (+ shared expert)
@@ -26,6 +26,7 @@
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/pairing.hpp>
 #include <polymoe/core/routing.hpp>
+#include <polymoe/core/wire.hpp>
 #include <polymoe/kernels/permute.hpp>
 
 namespace polymoe {
@@ -117,6 +118,8 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   using kernel_type = Kernel;
   using path_type = Path;
   using format_type = typename A2A::format;
+  /// How activation rows travel: the scheme's quantized form if the dispatcher carries it, else fp32.
+  using wire_type = wire_of<A2A, Quant>;
   using quant_weights = typename Quant::weights;
   using prepared_type = typename Kernel::template prepared<Quant>;
 
@@ -314,7 +317,12 @@ template <class A2A, class Quant, class Kernel, class Path>
 void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::run_into(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights,
                                                               MatrixRef out) {
   if (hidden.rows() == 0 && !detail::is_collective<A2A>) return;  // other ranks may still send us work
-  auto d = a2a_.dispatch(hidden, ids, weights, cfg_);
+  auto d = [&] {
+    if constexpr (std::is_same_v<wire_type, wire::fp32>)
+      return a2a_.dispatch(hidden, ids, weights, cfg_);
+    else
+      return a2a_.dispatch(hidden, ids, weights, cfg_, wire_type{});
+  }();
   auto c = a2a_.combine_input(d, out);
   runner_.template operator()<Quant>(kernel_, d, *prepared_, mlp_, c);
   a2a_.combine(c, out);

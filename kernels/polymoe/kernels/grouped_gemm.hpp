@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
+#include <polymoe/kernels/parallel.hpp>
 
 #include <polymoe/core/activation.hpp>
 #include <polymoe/core/error.hpp>
@@ -81,7 +81,7 @@ void grouped_standard(const DispatchOutput<format::standard>& d, const DenseExpe
       chunks.push_back({e, b, std::min(b + chunk_rows, g.offsets[e + 1])});
 
   Matrix slots(T * k, H);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 1), [&](const auto& range) {
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 1), [&](const auto& range) {
     Matrix X, G, A, Y;
     for (std::size_t c = range.begin(); c != range.end(); ++c) {
       const auto [e, begin, end] = chunks[c];
@@ -114,7 +114,7 @@ void grouped_standard(const DispatchOutput<format::standard>& d, const DenseExpe
       }
     }
   });
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const auto& range) {
+  kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const auto& range) {
     for (index_t t = range.begin(); t != range.end(); ++t) {
       out.row(t).setZero();
       for (index_t j = 0; j < k; ++j)

@@ -10,6 +10,7 @@ namespace polymoe::a2a {
 /// for it land in a padded buffer [E_local, capacity, H] with masked_m[e] valid rows. A batch that
 /// would exceed the capacity on any rank is an error on every rank (naming the limit and the
 /// constructor argument that raises it), decided before any token moves; nothing is dropped.
+/// Rows travel per (token, slot), quantized when the quant scheme quantizes its activations.
 class mpi_masked : public detail::slot_exchange {
  public:
   using a2a_concept = a2a_tag;
@@ -27,10 +28,11 @@ class mpi_masked : public detail::slot_exchange {
 
   [[nodiscard]] index_t capacity() const noexcept { return capacity_; }
 
+  template <class Wire = wire::fp32>
   DispatchOutput<format> dispatch(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights,
-                                  const MoeConfig&) {
+                                  const MoeConfig&, Wire = {}) {
     const index_t El = local_experts_, H = hidden.cols();
-    plan(ids);
+    plan(ids, rows_per::slot);
     weights_ = weights;
     per_expert_.resize(static_cast<std::size_t>(size_ * El));
     detail::mpi_check(MPI_Alltoall(expert_counts_.data(), static_cast<int>(El), MPI_INT, per_expert_.data(),
@@ -47,18 +49,16 @@ class mpi_masked : public detail::slot_exchange {
                                            "; raise it with mpi_masked(capacity) or use mpi_ragged");
     agree(overflow);
 
-    send_rows(hidden, weights, received_);
+    send<Wire>(hidden, weights, received_);
     if (buffer_.rows() != El * capacity_ || buffer_.cols() != H) buffer_.setZero(El * capacity_, H);
     place_.resize(static_cast<std::size_t>(received_.rows()));
-    std::vector<index_t> fill(static_cast<std::size_t>(El), 0);
-    index_t row = 0;
-    for (int src = 0; src < size_; ++src)
-      for (index_t e = 0; e < El; ++e)
-        for (int i = 0; i < per_expert_[src * El + e]; ++i, ++row) {
-          const index_t dst = e * capacity_ + fill[e]++;
-          buffer_.row(dst) = received_.row(row);
-          place_[row] = dst;
-        }
+    expert_fill_.assign(static_cast<std::size_t>(El), 0);
+    for (index_t row = 0; row < received_.rows(); ++row) {  // arrival order: source, expert, token, slot
+      const std::int32_t e = slot_ids_[static_cast<std::size_t>(row)];
+      const index_t dst = e * capacity_ + expert_fill_[e]++;
+      buffer_.row(dst) = received_.row(row);
+      place_[row] = dst;
+    }
     return DispatchOutput<format>{buffer_, masked_m_, capacity_, El};
   }
   CombineInput<format> combine_input(const DispatchOutput<format>& d, MatrixRef) {
@@ -76,8 +76,8 @@ class mpi_masked : public detail::slot_exchange {
  private:
   index_t capacity_;
   std::vector<int> per_expert_;
-  std::vector<index_t> masked_m_, place_;
-  Matrix weights_, received_, buffer_, results_, gathered_;
+  std::vector<index_t> masked_m_, place_, expert_fill_;
+  Matrix weights_, received_, buffer_, results_, gathered_, back_;
 };
 
 }  // namespace polymoe::a2a

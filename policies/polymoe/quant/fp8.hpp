@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
+#include <polymoe/core/wire.hpp>
 #include <polymoe/kernels/quantize/fp8.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
@@ -18,6 +19,7 @@ namespace polymoe::quant {
 struct fp8 {
   using quant_concept = quant_tag;
   static constexpr std::string_view name = "fp8";
+  using activation_wire = wire::e4m3<0>;  ///< dispatched rows travel as codes + one amax per token
 
   struct weights : ExpertStore {
     std::vector<std::uint8_t> w13;  ///< [E·rows13, H] E4M3 codes

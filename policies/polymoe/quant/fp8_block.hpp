@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
+#include <polymoe/core/wire.hpp>
 #include <polymoe/kernels/quantize/fp8.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
@@ -25,6 +26,7 @@ namespace polymoe::quant {
 struct fp8_block {
   using quant_concept = quant_tag;
   static constexpr std::string_view name = "fp8_block";
+  using activation_wire = wire::e4m3<128>;  ///< dispatched rows travel as codes + per-128 amax
   static constexpr index_t block = 128;  ///< weight block edge and activation group size
 
   /// One expert as a DeepSeek-V3 checkpoint stores it: `*.weight` F8_E4M3 codes [N, K] and
@@ -119,6 +121,7 @@ struct fp8_block {
 /// fixture's expected output is this computation.
 struct fp8_block_weight_only : fp8_block {
   static constexpr std::string_view name = "fp8_block_weight_only";
+  using activation_wire = wire::fp32;
   static void quantize_activation(std::span<float>) noexcept {}
 };
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
+#include <polymoe/core/wire.hpp>
 #include <polymoe/kernels/quantize/int8.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
@@ -18,6 +19,7 @@ namespace polymoe::quant {
 struct int8_w8a8 {
   using quant_concept = quant_tag;
   static constexpr std::string_view name = "int8_w8a8";
+  using activation_wire = wire::int8_rows;  ///< dispatched rows travel as codes + one amax per token
 
   struct weights : ExpertStore {
     std::vector<std::int8_t> w13;  ///< [E·rows13, H]

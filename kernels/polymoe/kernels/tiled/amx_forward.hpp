@@ -73,7 +73,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
 
   // bf16 input rows in sorted order (weighted first when the routing weight scales the input).
   ws.a16.resize(static_cast<std::size_t>((N + spare) * H32));
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+  kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n) {
       const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
       to_bf16_row(d.hidden.row(slot / k).data(), mlp.weight_on_input ? weight_of(slot) : 1.0f, H, H32,
@@ -92,7 +92,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.act.data());
   });
   ws.h16.resize(static_cast<std::size_t>((N + spare) * I32));
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+  kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n) to_bf16_row(ws.act.data() + n * I, 1.0f, I, I32, ws.h16.data() + n * I32);
   });
 

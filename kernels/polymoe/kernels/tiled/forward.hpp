@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
+#include <polymoe/kernels/parallel.hpp>
 
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/formats.hpp>
@@ -165,7 +165,7 @@ inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b
 
 template <class F>
 inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t i = r.begin(); i != r.end(); ++i) body(tasks[i]);
   });
 }
@@ -187,7 +187,7 @@ inline void begin_forward(const DispatchOutput<format::standard>& d, const Exper
 /// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32).
 inline void sum_slots(const ExpertRows& sr, const std::vector<float>& y, index_t k, MatrixRef out) {
   const index_t T = out.rows(), H = out.cols();
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
+  kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t t = r.begin(); t != r.end(); ++t) {
       float* o = out.row(t).data();
       std::fill_n(o, H, 0.0f);
@@ -222,7 +222,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   ws.a_rows.resize(static_cast<std::size_t>(N));
   if (mlp.weight_on_input) {
     ws.x.resize(static_cast<std::size_t>(N * H));
-    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
         const float wt = weight_of(slot);
@@ -236,7 +236,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     });
   } else if constexpr (RoundBf16 || Act::per_row) {
     ws.x.resize(static_cast<std::size_t>(T * H));
-    tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t t = r.begin(); t != r.end(); ++t) {
         std::copy_n(d.hidden.row(t).data(), H, ws.x.data() + t * H);
         if constexpr (RoundBf16) round_bf16(ws.x.data() + t * H, H);
@@ -261,7 +261,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   });
 
   if constexpr (Act::per_row)
-    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n)
         Act::row(std::span<float>(ws.act.data() + n * I, static_cast<std::size_t>(I)));
     });

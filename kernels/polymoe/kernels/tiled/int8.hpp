@@ -96,7 +96,7 @@ Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2
     comp[c] = 128 * sum;
     scale[c] = sc;
   };
-  tbb::parallel_for(index_t{0}, E, [&](index_t e) {
+  kernels::parallel_for(index_t{0}, E, [&](index_t e) {
     for (index_t cb = 0; cb < p.panels13; ++cb) {
       const index_t i = e * p.panels13 + cb;
       for (index_t c = 0; c < panel_cols; ++c)
@@ -269,7 +269,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   if (mlp.weight_on_input) {
     ws.x.resize(static_cast<std::size_t>(N * H));
     ws.xq.resize(static_cast<std::size_t>((N + spare) * H4));
-    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t slot = at(sr.slot_of, n);
         const float wt = weight_of(slot);
@@ -283,12 +283,12 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   } else {
     ws.xq.resize(static_cast<std::size_t>(T * H4));
     ws.xs.resize(static_cast<std::size_t>(T));
-    tbb::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t t = r.begin(); t != r.end(); ++t)
         at(ws.xs, t) = quantize_row_u8(d.hidden.row(t).data(), H, H4, ws.xq.data() + t * H4);
     });
     if (tiles) ws.xg.resize(static_cast<std::size_t>((N + spare) * H4));
-    tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 64), [&](const tbb::blocked_range<index_t>& r) {
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 64), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t t = at(sr.slot_of, n) / k;
         at(ws.a_scales, n) = at(ws.xs, t);
@@ -316,7 +316,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   });
   ws.hq.resize(static_cast<std::size_t>((N + spare) * I4));
   ws.hs.resize(static_cast<std::size_t>(N));
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+  kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n)
       at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * I4);
   });

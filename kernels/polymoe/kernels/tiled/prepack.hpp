@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <tbb/parallel_for.h>
+#include <polymoe/kernels/parallel.hpp>
 
 #include <polymoe/core/expert_weights.hpp>
 #include <polymoe/kernels/tiled/buffer.hpp>
@@ -134,7 +134,7 @@ PackedExperts<W, Layout> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 
   const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
   p.w13 = AlignedBuffer<W>(n(E * p.panels13 * RH * panel_cols));
   p.w2 = AlignedBuffer<W>(n(E * p.panels2 * RI * panel_cols));
-  tbb::parallel_for(index_t{0}, E, [&](index_t e) {
+  kernels::parallel_for(index_t{0}, E, [&](index_t e) {
     for (index_t cb = 0; cb < p.panels13; ++cb) {
       W* dst = p.w13.data() + (e * p.panels13 + cb) * RH * panel_cols;
       for (index_t c = 0; c < panel_cols; ++c)

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include <tbb/parallel_for.h>
+#include <polymoe/kernels/parallel.hpp>
 
 #include <polymoe/kernels/codecs/e2m1.hpp>
 #include <polymoe/kernels/codecs/e4m3.hpp>
@@ -125,7 +125,7 @@ QPackedExperts<F> pack_quantized(const ExpertShape& s, C13 code13, S13 scale13, 
       codes[k * F::row_bytes + byte] |= static_cast<std::uint8_t>((code(k) & (shift ? 0xF : 0xFF)) << shift);
     for (index_t g = 0; g < F::groups(K); ++g) scales[g * panel_cols + c] = scale(g);
   };
-  tbb::parallel_for(index_t{0}, E, [&](index_t e) {
+  kernels::parallel_for(index_t{0}, E, [&](index_t e) {
     for (index_t cb = 0; cb < p.panels13; ++cb) {
       const index_t i = e * p.panels13 + cb;
       for (index_t c = 0; c < panel_cols; ++c)

@@ -1,16 +1,24 @@
 #pragma once
 // What the MPI dispatchers share: the communicator, the check that MoeConfig's expert parallelism
 // matches it, collective agreement on errors, and the per-slot token exchange of the ragged and
-// masked dispatchers. Requires MPI (the polymoe::mpi CMake target); MPI_Init is the caller's.
+// masked dispatchers (tokens out, per-slot results back, activations on a quantized wire where the
+// scheme has one). Requires MPI (the polymoe::mpi CMake target); MPI_Init is the caller's.
 #include <mpi.h>
 
-#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
+
+#include <boost/mp11/list.hpp>
 
 #include <polymoe/core/config.hpp>
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/formats.hpp>
+#include <polymoe/core/wire.hpp>
+#include <polymoe/kernels/quantize/wire.hpp>
 
 namespace polymoe::a2a::detail {
 
@@ -73,62 +81,219 @@ class mpi_base {
   bool weight_on_input_ = false;
 };
 
-/// The per-slot exchange: every (token, slot) pair travels as one row to the rank that owns its
-/// expert and its result comes back as one row, which the owner sums in slot order. That makes the
-/// result bitwise equal to a single-process run for kernels whose per-row result does not depend on
-/// the batch (the reference kernel), at the price of sending a token once per slot rather than once
-/// per destination rank.
+/// A contiguous MPI datatype of a given size in bytes (a row, a record), made when first needed
+/// for that size and freed with its holder. A copy starts empty. Counts in MPI calls are then rows,
+/// not bytes, so an exchange is not limited to 2 GiB per rank.
+class contiguous_type {
+ public:
+  contiguous_type() = default;
+  contiguous_type(const contiguous_type&) noexcept {}
+  contiguous_type& operator=(const contiguous_type&) noexcept {
+    reset();
+    return *this;
+  }
+  ~contiguous_type() { reset(); }
+
+  MPI_Datatype get(std::size_t bytes) {
+    if (type_ != MPI_DATATYPE_NULL && bytes == bytes_) return type_;
+    reset();
+    require(bytes <= static_cast<std::size_t>(std::numeric_limits<int>::max()), "MPI exchange: a row of ", bytes,
+            " bytes is larger than an MPI count can describe");
+    mpi_check(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &type_), "MPI_Type_contiguous");
+    mpi_check(MPI_Type_commit(&type_), "MPI_Type_commit");
+    bytes_ = bytes;
+    return type_;
+  }
+
+ private:
+  void reset() noexcept {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (type_ != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&type_);
+    type_ = MPI_DATATYPE_NULL;
+  }
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  std::size_t bytes_ = 0;
+};
+
+/// Tokens travel to the ranks that own their experts; one result per (token, slot) comes back.
+///
+/// Dispatch. A "wire row" is one token row bound for one rank, with the local expert ids of the
+/// slots it serves there (-1 for the others): one per (token, destination rank) (rows_per::token,
+/// DeepEP's normal mode: a token crosses to a rank once however many of its experts live there),
+/// or one per (token, slot) (rows_per::slot: the low-latency mode, and layers whose routing weight
+/// multiplies the input, where every slot's row differs). A wire row travels as one record
+/// [int32 flag][k x int32 local ids][payload], the payload being wire_codec<Wire>'s encoding of the
+/// row (fp32, or codes and amaxes when the quant scheme's activations are quantized); a row the
+/// codec declines (non-finite or tiny values) is flagged and follows as fp32 in a second exchange.
+/// The receiver expands each record into one row per slot it serves, in (source rank, record,
+/// slot) order.
+///
+/// Combine. Each slot's result row travels back and the token's owner sums them in slot order, so
+/// the layer's result is bitwise the single-process one for kernels whose per-row result does not
+/// depend on the batch (the reference kernel), on every wire: the wire formats are exact for their
+/// scheme (<polymoe/kernels/quantize/wire.hpp>).
 class slot_exchange : public mpi_base {
  public:
   using mpi_base::mpi_base;
+  /// Quantized activation wire formats the exchange carries (see <polymoe/core/wire.hpp>).
+  using wires = boost::mp11::mp_list<wire::e4m3<128>, wire::e4m3<0>, wire::int8_rows>;
+
+  /// Bytes this rank sent to other ranks in the last dispatch (records and fp32 rows) and combine.
+  [[nodiscard]] std::size_t dispatch_bytes() const noexcept { return dispatch_bytes_; }
+  [[nodiscard]] std::size_t combine_bytes() const noexcept { return combine_bytes_; }
+  /// Wire rows this rank sent to other ranks in the last dispatch.
+  [[nodiscard]] index_t dispatch_rows() const noexcept { return dispatch_rows_; }
 
  protected:
-  /// Orders the local (token, slot) pairs by destination rank, then local expert, then (t, j); fills
-  /// send_counts_ (rows per rank) and expert_counts_ (rows per rank and local expert).
-  void plan(const IdMatrixCRef& ids) {
+  enum class rows_per { token, slot };
+
+  /// Plans the wire rows for ids [T, k] (global expert ids = rank · local_experts + local id):
+  /// ordered by destination rank, then token (rows_per::token) or local expert, token, slot
+  /// (rows_per::slot). Fills expert_counts_ (slots per destination rank and local expert).
+  void plan(const IdMatrixCRef& ids, rows_per mode) {
     const index_t T = ids.rows(), k = ids.cols(), El = local_experts_;
+    k_ = k;
     expert_counts_.assign(static_cast<std::size_t>(size_ * El), 0);
     for (index_t t = 0; t < T; ++t)
-      for (index_t j = 0; j < k; ++j) ++expert_counts_[ids(t, j)];  // global id = rank * El + local
-    std::vector<index_t> fill(expert_counts_.size() + 1, 0);
-    for (std::size_t g = 0; g < expert_counts_.size(); ++g) fill[g + 1] = fill[g] + expert_counts_[g];
-    send_slot_.resize(static_cast<std::size_t>(T * k));
-    position_.resize(static_cast<std::size_t>(T * k));
-    for (index_t t = 0; t < T; ++t)
-      for (index_t j = 0; j < k; ++j) {
-        const index_t p = fill[ids(t, j)]++;
-        send_slot_[p] = t * k + j;
-        position_[t * k + j] = p;
-      }
-    send_counts_.assign(static_cast<std::size_t>(size_), 0);
+      for (index_t j = 0; j < k; ++j) ++expert_counts_[ids(t, j)];
+    slot_counts_.assign(static_cast<std::size_t>(size_), 0);
+    wire_counts_.assign(static_cast<std::size_t>(size_), 0);
     for (int d = 0; d < size_; ++d)
-      for (index_t e = 0; e < El; ++e) send_counts_[d] += expert_counts_[d * El + e];
-  }
-
-  /// Sends the planned rows (hidden rows, scaled by the weight when it multiplies the input).
-  void send_rows(const MatrixCRef& hidden, const MatrixCRef& weights, Matrix& received) {
-    const index_t k = weights.cols(), H = hidden.cols();
-    const int h = static_cast<int>(H);
-    send_buf_.resize(static_cast<index_t>(send_slot_.size()), H);
-    for (std::size_t p = 0; p < send_slot_.size(); ++p) {
-      const index_t t = send_slot_[p] / k, j = send_slot_[p] % k;
-      if (weight_on_input_)
-        send_buf_.row(static_cast<index_t>(p)) = hidden.row(t) * weights(t, j);
-      else
-        send_buf_.row(static_cast<index_t>(p)) = hidden.row(t);
+      for (index_t e = 0; e < El; ++e) slot_counts_[d] += expert_counts_[d * El + e];
+    position_.resize(static_cast<std::size_t>(T * k));
+    wire_token_.clear();
+    wire_slot_.clear();
+    wire_ids_.clear();
+    auto add_row = [&](int d, index_t t, index_t j) {
+      wire_token_.push_back(t);
+      wire_slot_.push_back(j);
+      wire_ids_.resize(wire_ids_.size() + static_cast<std::size_t>(k), -1);
+      ++wire_counts_[d];
+    };
+    if (mode == rows_per::slot) {
+      std::vector<index_t>& fill = fill_;
+      fill.assign(expert_counts_.size() + 1, 0);
+      for (std::size_t g = 0; g < expert_counts_.size(); ++g) fill[g + 1] = fill[g] + expert_counts_[g];
+      const auto n = static_cast<std::size_t>(T * k);
+      wire_token_.resize(n);
+      wire_slot_.resize(n);
+      wire_ids_.assign(n * static_cast<std::size_t>(k), -1);
+      for (index_t t = 0; t < T; ++t)
+        for (index_t j = 0; j < k; ++j) {
+          const index_t p = fill[ids(t, j)]++;
+          wire_token_[p] = t;
+          wire_slot_[p] = j;
+          wire_ids_[p * k + j] = ids(t, j) % static_cast<std::int32_t>(El);
+          position_[t * k + j] = p;
+        }
+      wire_counts_ = slot_counts_;
+      return;
     }
-    recv_counts_.assign(static_cast<std::size_t>(size_), 0);
-    mpi_check(MPI_Alltoall(send_counts_.data(), 1, MPI_INT, recv_counts_.data(), 1, MPI_INT, comm_), "MPI_Alltoall");
-    index_t n = 0;
-    for (int c : recv_counts_) n += c;
-    received.resize(n, H);
-    alltoallv_rows(send_buf_.data(), send_counts_, received.data(), recv_counts_, h);
+    index_t p = 0;  // slot position in the returned rows: destination, token, slot
+    for (int d = 0; d < size_; ++d)
+      for (index_t t = 0; t < T; ++t) {
+        bool first = true;
+        for (index_t j = 0; j < k; ++j) {
+          if (ids(t, j) / El != d) continue;
+          if (first) add_row(d, t, -1), first = false;
+          wire_ids_[wire_ids_.size() - static_cast<std::size_t>(k) + static_cast<std::size_t>(j)] =
+              ids(t, j) % static_cast<std::int32_t>(El);
+          position_[t * k + j] = p++;
+        }
+      }
   }
 
-  /// Returns result rows (in received order) to their owners; `back` gets them in planned order.
+  /// Sends the planned wire rows (scaled by the slot's weight when it multiplies the input) in
+  /// format Wire; `slots` receives one row per (received token, local expert), slot_ids_ its
+  /// local expert.
+  template <class Wire>
+  void send(const MatrixCRef& hidden, const MatrixCRef& weights, Matrix& slots) {
+    using codec = kernels::quantize::wire_codec<Wire>;
+    const index_t H = hidden.cols(), k = k_, n = static_cast<index_t>(wire_token_.size());
+    const std::size_t head = 4 * static_cast<std::size_t>(1 + k), rec = head + codec::bytes(H);
+    send_records_.resize(static_cast<std::size_t>(n) * rec);
+    raw_counts_.assign(static_cast<std::size_t>(size_), 0);
+    raw_rows_.clear();
+    scaled_.resize(1, H);
+    index_t w = 0;
+    for (int d = 0; d < size_; ++d)
+      for (int i = 0; i < wire_counts_[d]; ++i, ++w) {
+        std::byte* r = send_records_.data() + static_cast<std::size_t>(w) * rec;
+        const float* x = input_row(hidden, weights, w);
+        const std::int32_t flag = codec::encode(x, H, r + head) ? 0 : 1;
+        std::memcpy(r, &flag, 4);
+        std::memcpy(r + 4, wire_ids_.data() + w * k, 4 * static_cast<std::size_t>(k));
+        if (flag) raw_rows_.push_back(w), ++raw_counts_[d];
+      }
+    // Counts: wire rows and fp32 rows, per pair of ranks.
+    counts_out_.resize(2 * static_cast<std::size_t>(size_));
+    counts_in_.resize(counts_out_.size());
+    for (int d = 0; d < size_; ++d) counts_out_[2 * d] = wire_counts_[d], counts_out_[2 * d + 1] = raw_counts_[d];
+    mpi_check(MPI_Alltoall(counts_out_.data(), 2, MPI_INT, counts_in_.data(), 2, MPI_INT, comm_), "MPI_Alltoall");
+    recv_wire_counts_.resize(static_cast<std::size_t>(size_));
+    recv_raw_counts_.resize(static_cast<std::size_t>(size_));
+    index_t n_in = 0, raw_in = 0;
+    for (int s = 0; s < size_; ++s) {
+      recv_wire_counts_[s] = counts_in_[2 * s], recv_raw_counts_[s] = counts_in_[2 * s + 1];
+      n_in += recv_wire_counts_[s], raw_in += recv_raw_counts_[s];
+    }
+    recv_records_.resize(static_cast<std::size_t>(n_in) * rec);
+    alltoallv(send_records_.data(), wire_counts_, recv_records_.data(), recv_wire_counts_, record_type_.get(rec));
+    if constexpr (codec::quantized) {
+      raw_send_.resize(static_cast<index_t>(raw_rows_.size()), H);
+      for (std::size_t i = 0; i < raw_rows_.size(); ++i)
+        std::memcpy(raw_send_.row(static_cast<index_t>(i)).data(), input_row(hidden, weights, raw_rows_[i]),
+                    4 * static_cast<std::size_t>(H));
+      raw_recv_.resize(raw_in, H);
+      alltoallv(raw_send_.data(), raw_counts_, raw_recv_.data(), recv_raw_counts_, row_type_.get(4 * H));
+    }
+    dispatch_rows_ = 0;
+    dispatch_bytes_ = 0;
+    for (int d = 0; d < size_; ++d)
+      if (d != rank_) {
+        dispatch_rows_ += wire_counts_[d];
+        dispatch_bytes_ += static_cast<std::size_t>(wire_counts_[d]) * rec +
+                           static_cast<std::size_t>(raw_counts_[d]) * 4 * static_cast<std::size_t>(H);
+      }
+    // Expand: one row per slot a record serves.
+    recv_slot_counts_.assign(static_cast<std::size_t>(size_), 0);
+    const std::byte* r = recv_records_.data();
+    for (int s = 0; s < size_; ++s)
+      for (int i = 0; i < recv_wire_counts_[s]; ++i, r += rec)
+        for (index_t j = 0; j < k; ++j) recv_slot_counts_[s] += record_id(r, j) >= 0;
+    index_t n_slots = 0;
+    for (int c : recv_slot_counts_) n_slots += c;
+    slots.resize(n_slots, H);
+    slot_ids_.resize(static_cast<std::size_t>(n_slots));
+    r = recv_records_.data();
+    index_t row = 0, raw = 0;
+    for (index_t i = 0; i < n_in; ++i, r += rec) {
+      std::int32_t flag;
+      std::memcpy(&flag, r, 4);
+      const index_t first = row;
+      if (flag)
+        slots.row(row) = raw_recv_.row(raw++);
+      else
+        codec::decode(r + head, H, slots.row(row).data());
+      for (index_t j = 0; j < k; ++j) {
+        const std::int32_t e = record_id(r, j);
+        if (e < 0) continue;
+        if (row != first) slots.row(row) = slots.row(first);
+        slot_ids_[static_cast<std::size_t>(row++)] = e;
+      }
+    }
+  }
+
+  /// Returns one result row per received slot (in received order) to the token's owner; `back`
+  /// gets this rank's slots in planned order.
   void return_rows(const Matrix& results, Matrix& back) {
-    back.resize(static_cast<index_t>(send_slot_.size()), results.cols());
-    alltoallv_rows(results.data(), recv_counts_, back.data(), send_counts_, static_cast<int>(results.cols()));
+    const index_t H = results.cols();
+    back.resize(static_cast<index_t>(position_.size()), H);
+    alltoallv(results.data(), recv_slot_counts_, back.data(), slot_counts_, row_type_.get(4 * H));
+    combine_bytes_ = 0;
+    for (int s = 0; s < size_; ++s)
+      if (s != rank_) combine_bytes_ += static_cast<std::size_t>(recv_slot_counts_[s]) * 4 * static_cast<std::size_t>(H);
   }
 
   /// out[t] = sum over j, in slot order, of the returned row (times the weight when asked).
@@ -146,19 +311,42 @@ class slot_exchange : public mpi_base {
     }
   }
 
-  void alltoallv_rows(const float* send, const std::vector<int>& scount, float* recv, const std::vector<int>& rcount,
-                      int width) {
-    const auto sc = scaled(scount, width), rc = scaled(rcount, width);
-    displacements(sc, sdispl_);
-    displacements(rc, rdispl_);
-    mpi_check(MPI_Alltoallv(send, sc.data(), sdispl_.data(), MPI_FLOAT, recv, rc.data(), rdispl_.data(), MPI_FLOAT,
+  std::vector<int> expert_counts_;        ///< slots per (destination rank, local expert)
+  std::vector<std::int32_t> slot_ids_;    ///< local expert of each received slot row
+
+ private:
+  /// The row wire row w carries: the token's hidden row, or a copy scaled by its slot's weight.
+  const float* input_row(const MatrixCRef& hidden, const MatrixCRef& weights, index_t w) {
+    const index_t t = wire_token_[w], j = wire_slot_[w];
+    if (!weight_on_input_ || j < 0) return hidden.row(t).data();
+    scaled_.row(0) = hidden.row(t) * weights(t, j);
+    return scaled_.data();
+  }
+  [[nodiscard]] std::int32_t record_id(const std::byte* r, index_t j) const noexcept {
+    std::int32_t e;
+    std::memcpy(&e, r + 4 * (1 + j), 4);
+    return e;
+  }
+  template <class T>
+  void alltoallv(const T* send, const std::vector<int>& scount, T* recv, const std::vector<int>& rcount,
+                 MPI_Datatype type) {
+    displacements(scount, sdispl_);
+    displacements(rcount, rdispl_);
+    mpi_check(MPI_Alltoallv(send, scount.data(), sdispl_.data(), type, recv, rcount.data(), rdispl_.data(), type,
                             comm_),
               "MPI_Alltoallv");
   }
 
-  std::vector<int> expert_counts_, send_counts_, recv_counts_, sdispl_, rdispl_;
-  std::vector<index_t> send_slot_, position_;
-  Matrix send_buf_, back_;
+  index_t k_ = 1;
+  std::vector<int> slot_counts_, wire_counts_, raw_counts_, recv_wire_counts_, recv_raw_counts_, recv_slot_counts_;
+  std::vector<int> counts_out_, counts_in_, sdispl_, rdispl_;
+  std::vector<index_t> position_, wire_token_, wire_slot_, raw_rows_, fill_;
+  std::vector<std::int32_t> wire_ids_;
+  std::vector<std::byte> send_records_, recv_records_;
+  Matrix scaled_, raw_send_, raw_recv_;
+  contiguous_type record_type_, row_type_;
+  std::size_t dispatch_bytes_ = 0, combine_bytes_ = 0;
+  index_t dispatch_rows_ = 0;
 };
 
 }  // namespace polymoe::a2a::detail
