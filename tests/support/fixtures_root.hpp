@@ -9,23 +9,21 @@
 #include <string>
 
 namespace polymoe::test {
-inline std::filesystem::path fixtures_root() {
-  if (const char* env = std::getenv("POLYMOE_FIXTURES_DIR"); env && *env) return env;
-  for (auto dir = std::filesystem::current_path(); ; dir = dir.parent_path()) {
-    if (std::filesystem::is_directory(dir / "shared" / "fixtures")) return dir / "shared" / "fixtures";
+
+/// $env when set, else the first directory `relative` found walking up from the working directory.
+inline std::filesystem::path find_up(const char* env, const std::filesystem::path& relative) {
+  if (const char* v = std::getenv(env); v && *v) return v;
+  for (auto dir = std::filesystem::current_path();; dir = dir.parent_path()) {
+    if (std::filesystem::is_directory(dir / relative)) return dir / relative;
     if (dir == dir.parent_path()) break;
   }
-  throw std::runtime_error("polymoe tests: set POLYMOE_FIXTURES_DIR to the shared/fixtures folder");
+  throw std::runtime_error(std::string("polymoe tests: set ") + env + " to the " + relative.string() + " folder");
 }
+
+inline std::filesystem::path fixtures_root() { return find_up("POLYMOE_FIXTURES_DIR", "shared/fixtures"); }
 
 /// Third-party results kept in the repository (tests/data, with the scripts that made them):
 /// $POLYMOE_TEST_DATA_DIR, else the first `tests/data` found walking up from the working directory.
-inline std::filesystem::path test_data_dir() {
-  if (const char* env = std::getenv("POLYMOE_TEST_DATA_DIR"); env && *env) return env;
-  for (auto dir = std::filesystem::current_path(); ; dir = dir.parent_path()) {
-    if (std::filesystem::is_directory(dir / "tests" / "data")) return dir / "tests" / "data";
-    if (dir == dir.parent_path()) break;
-  }
-  throw std::runtime_error("polymoe tests: set POLYMOE_TEST_DATA_DIR to the repository's tests/data folder");
-}
+inline std::filesystem::path test_data_dir() { return find_up("POLYMOE_TEST_DATA_DIR", "tests/data"); }
+
 }  // namespace polymoe::test

@@ -80,6 +80,39 @@ void for_every_scheme(F&& f) {
 #endif
 }
 
+/// The blocks sort_by_expert cuts for one expert that gets every slot of `rows` tokens (k = 1).
+std::vector<index_t> cut_sizes(index_t rows, kt::BlockCut cut) {
+  IdMatrix ids(rows, 1);
+  ids.setZero();
+  kt::ExpertRows s;
+  kt::sort_by_expert(ids, 2, cut, s);
+  std::vector<index_t> sizes;
+  index_t next = 0;
+  for (const kt::RowBlock& b : s.blocks) {
+    EXPECT_EQ(b.expert, 0);
+    EXPECT_EQ(b.begin, next) << "blocks must tile the expert's rows in order";
+    next += b.rows;
+    sizes.push_back(b.rows);
+  }
+  EXPECT_EQ(next, rows);
+  return sizes;
+}
+
+TEST(Tiled, BlockCuts) {
+  using V = std::vector<index_t>;
+  // Fixed cut (kernel::tiled): blocks of max_rows and a remainder.
+  EXPECT_EQ(cut_sizes(130, {48}), (V{48, 48, 34}));
+  EXPECT_EQ(cut_sizes(48, {48}), (V{48}));
+  EXPECT_EQ(cut_sizes(0, {48}), V{});
+  // Balanced cut in multiples of 16 (AMX): as few blocks as max_rows allows, none left tiny.
+  EXPECT_EQ(cut_sizes(130, {128, 16}), (V{80, 50}));
+  EXPECT_EQ(cut_sizes(128, {128, 16}), (V{128}));
+  EXPECT_EQ(cut_sizes(129, {128, 16}), (V{80, 49}));
+  EXPECT_EQ(cut_sizes(257, {128, 16}), (V{96, 96, 65}));
+  EXPECT_EQ(cut_sizes(20, {128, 16}), (V{20}));
+  EXPECT_EQ(cut_sizes(0, {128, 16}), V{});
+}
+
 TEST(Tiled, RowBlockAndTileBoundaries) {
   // Expert 0 gets n rows (every token's slot 0), the other slot goes elsewhere.
   const index_t B = kt::block_rows, M = kt::max_tile_rows;

@@ -59,10 +59,11 @@ TEST(TiledAmx, SaysWhetherItRunsTiles) {
 }
 
 TEST(TiledAmx, AgreesWithTheReferenceAcrossBlockSizes) {
-  // Few experts, so that blocks run from 1 row (decode, AVX-512) to 48 (three tile row groups);
+  // Few experts, so that blocks run from 1 row (decode, AVX-512) to 128 (eight tile row groups),
+  // and T=300 gives experts more rows than one AMX block holds (about 150: cut in two);
   // H a multiple of 64 (int8 tiles) and not (int8 falls back to VNNI), I not a multiple of 32.
   for (const index_t H : {index_t{128}, index_t{200}})
-    for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}}) {
+    for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}, index_t{300}}) {
       SCOPED_TRACE(T);
       for_both_schemes([&]<class Q>() { expect_agrees<Q>(config(H, 72, 4, 2), T, static_cast<unsigned>(T + H)); });
     }

@@ -10,7 +10,7 @@
 // compiled for every x86-64 build (function target attributes), so CI keeps compiling it.
 //
 // Tiles: one configuration for both types, eight tiles of 16 rows x 64 bytes. C tiles are 16 rows
-// x 16 columns of fp32 / int32; a row block (up to 48 rows) runs in row groups of 16; the weights
+// x 16 columns of fp32 / int32; a row block (up to 128 rows) runs in row groups of 16; the weights
 // of a panel are walked in slabs of 32 KiB (8 k-blocks x 4 column tiles of 1 KiB), so every row
 // group after the first reads them from L1.
 //
@@ -104,6 +104,13 @@ inline constexpr index_t amx_tile_elems = 512;  ///< 16 k-pairs x 16 columns x 2
 
 [[nodiscard]] constexpr index_t padded_k32(index_t K) noexcept { return (K + amx_kb - 1) / amx_kb * amx_kb; }
 
+/// Row stride, in bytes, for a tile operand whose rows are `row_bytes` long (a multiple of 64): an
+/// odd number of cache lines, so that the 16 rows of one tile load fall in 16 different L1 sets.
+/// (Rows of 4 KiB, H = 2048 in bf16, put all 16 in one set of a 12-way L1.)
+[[nodiscard]] constexpr index_t amx_row_stride_bytes(index_t row_bytes) noexcept {
+  return (row_bytes / 64) % 2 == 1 ? row_bytes : row_bytes + 64;
+}
+
 /// Where weight (k, column c) of a panel lives in the bf16 AMX layout.
 [[nodiscard]] constexpr index_t amx_bf16_slot(index_t k, index_t c) noexcept {
   return ((k / amx_kb) * 4 + c / 16) * amx_tile_elems + ((k % amx_kb) / 2) * 32 + (c % 16) * 2 + k % 2;
@@ -187,7 +194,7 @@ struct int8_ops {
   }
 };
 
-/// c[48][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
+/// c[m][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
 /// elements (at least roundup(m, 16) readable rows), C fp32 (bf16_ops) or int32 (int8_ops).
 template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,

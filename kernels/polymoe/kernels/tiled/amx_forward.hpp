@@ -65,19 +65,21 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate, H32 = padded_k32(H), I32 = padded_k32(I);
-  begin_forward(d, s, out, ws);
+  // Row strides of the bf16 GEMM inputs (elements): H32 and I32 rounded to an odd number of lines.
+  const index_t ldh = amx_row_stride_bytes(2 * H32) / 2, ldi = amx_row_stride_bytes(2 * I32) / 2;
+  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
 
   // bf16 input rows in sorted order (weighted first when the routing weight scales the input).
-  ws.a16.resize(static_cast<std::size_t>((N + spare) * H32));
+  ws.a16.resize(static_cast<std::size_t>((N + spare) * ldh));
   kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n) {
       const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
       to_bf16_row(d.hidden.row(slot / k).data(), mlp.weight_on_input ? weight_of(slot) : 1.0f, H, H32,
-                  ws.a16.data() + n * H32);
+                  ws.a16.data() + n * ldh);
     }
   });
 
@@ -85,24 +87,24 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   ws.act.resize(static_cast<std::size_t>(N * I));
   make_tasks(sr, pk.panels13, ws.tasks13);
   detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
-    alignas(64) float c[block_rows * panel_cols];
+    alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
-    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * H32, H32, H,
+    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * ldh, ldh, H,
                                   pk.panel13(b.expert, task.panel), c);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.act.data());
   });
-  ws.h16.resize(static_cast<std::size_t>((N + spare) * I32));
+  ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
   kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t n = r.begin(); n != r.end(); ++n) to_bf16_row(ws.act.data() + n * I, 1.0f, I, I32, ws.h16.data() + n * I32);
+    for (index_t n = r.begin(); n != r.end(); ++n) to_bf16_row(ws.act.data() + n * I, 1.0f, I, I32, ws.h16.data() + n * ldi);
   });
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels2, ws.tasks2);
   detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
-    alignas(64) float c[block_rows * panel_cols];
+    alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
-    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * I32, I32, I,
+    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
                                   pk.panel2(b.expert, task.panel), c);
     detail::finish2(mlp, pk, b, task.panel, c, sr, weight_of, ws.y.data());
   });

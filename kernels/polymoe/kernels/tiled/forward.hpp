@@ -31,6 +31,11 @@ namespace polymoe::kernels::tiled {
 
 /// Rows per row block: a block's tiles run one after another on one panel.
 inline constexpr index_t block_rows = 48;
+/// Rows per row block when AMX tiles run it (in row groups of 16): every row group after the
+/// first reads the panel from L1, so the more rows one pass over a panel serves, the less each
+/// waits on memory. On the device machine a 128-row pass ran about twice as fast per flop as a
+/// 32- or 48-row pass (docs/benchmarks.md, issue 10). Also the size of the blocks' C buffers.
+inline constexpr index_t amx_block_rows = 128;
 /// k per pass over a row block: a slab of the panel (32 KiB) that the block's tiles share from L1.
 template <class W>
 inline constexpr index_t k_block = 32768 / (panel_cols * static_cast<index_t>(sizeof(W)));
@@ -172,16 +177,17 @@ inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
 
 }  // namespace detail
 
-/// Checks the shapes of a forward's operands and sorts its pairs by expert.
+/// Checks the shapes of a forward's operands and sorts its pairs by expert into row blocks cut as
+/// `cut` says.
 inline void begin_forward(const DispatchOutput<format::standard>& d, const ExpertShape& s, MatrixRef out,
-                          Workspace& ws) {
+                          Workspace& ws, BlockCut cut = {block_rows}) {
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden;
   require(d.hidden.cols() == H, "tiled kernel: hidden has ", d.hidden.cols(), " columns, weights expect ", H);
   require(out.rows() == T && out.cols() == H, "tiled kernel: output is [", out.rows(), ", ", out.cols(),
           "], expected [", T, ", ", H, "]");
   require(d.ids.rows() == T && d.weights.rows() == T && d.weights.cols() == k, "tiled kernel: ids are [",
           d.ids.rows(), ", ", k, "] and weights [", d.weights.rows(), ", ", d.weights.cols(), "] for ", T, " tokens");
-  sort_by_expert(d.ids, s.experts, block_rows, ws.sorted);
+  sort_by_expert(d.ids, s.experts, cut, ws.sorted);
 }
 
 /// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32).

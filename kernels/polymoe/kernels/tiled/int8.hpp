@@ -207,19 +207,19 @@ inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8
 }
 
 /// Rows [0, m) of a row block (quantized, padded to K4) times one int8 panel, scaled to fp32:
-/// c[i][p] = (acc − comp[p]) · scale(i) · s_col[p]. `tiles`: the rows are also contiguous at
-/// row(0) with stride K4 (and 16 more readable) and AMX may run them.
+/// c[i][p] = (acc − comp[p]) · scale(i) · s_col[p]. `tile_stride` > 0: the rows are also at
+/// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them.
 template <class RowOf, class ScaleOf>
 inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4, const I8Panel& panel, float* c,
-                                bool tiles = false) {
-  alignas(64) std::int32_t acc[block_rows * panel_cols];
+                                index_t tile_stride = 0) {
+  alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
 #if defined(POLYMOE_TILED_AMX_CODE)
-  if (tiles && m >= amx_min_rows(amx_min_rows_int8) && K4 % 64 == 0) {
-    amx::int8_block(row(0), K4, m, K4, panel.codes, acc);
+  if (tile_stride > 0 && m >= amx_min_rows(amx_min_rows_int8) && K4 % 64 == 0) {
+    amx::int8_block(row(0), tile_stride, m, K4, panel.codes, acc);
     return scale_i8(m, acc, scale, panel, c);
   }
 #else
-  (void)tiles;
+  (void)tile_stride;
 #endif
   const std::uint8_t* rows[max_tile_rows];
   constexpr index_t qb = 32768 / (panel_cols * int8_quad);  // quads per 32 KiB slab of the panel
@@ -255,7 +255,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   const ExpertShape& s = pk.shape;
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
   const index_t H4 = padded_k(H), I4 = padded_k(I);
-  begin_forward(d, s, out, ws);
+  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
@@ -265,10 +265,12 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.aq_rows.resize(static_cast<std::size_t>(N));
   ws.a_scales.resize(static_cast<std::size_t>(N));
   const bool tiles = pk.use_amx;
+  // Row strides of the quantized GEMM inputs (bytes): with tiles, an odd number of cache lines.
+  const index_t ldh = tiles ? amx_row_stride_bytes(H4) : H4, ldi = tiles ? amx_row_stride_bytes(I4) : I4;
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
   if (mlp.weight_on_input) {
     ws.x.resize(static_cast<std::size_t>(N * H));
-    ws.xq.resize(static_cast<std::size_t>((N + spare) * H4));
+    ws.xq.resize(static_cast<std::size_t>((N + spare) * ldh));
     kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t slot = at(sr.slot_of, n);
@@ -276,8 +278,8 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         const float* src = d.hidden.row(slot / k).data();
         float* tmp = ws.x.data() + n * H;
         for (index_t c = 0; c < H; ++c) tmp[c] = src[c] * wt;
-        at(ws.a_scales, n) = quantize_row_u8(tmp, H, H4, ws.xq.data() + n * H4);
-        at(ws.aq_rows, n) = ws.xq.data() + n * H4;
+        at(ws.a_scales, n) = quantize_row_u8(tmp, H, H4, ws.xq.data() + n * ldh);
+        at(ws.aq_rows, n) = ws.xq.data() + n * ldh;
       }
     });
   } else {
@@ -287,14 +289,14 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
       for (index_t t = r.begin(); t != r.end(); ++t)
         at(ws.xs, t) = quantize_row_u8(d.hidden.row(t).data(), H, H4, ws.xq.data() + t * H4);
     });
-    if (tiles) ws.xg.resize(static_cast<std::size_t>((N + spare) * H4));
+    if (tiles) ws.xg.resize(static_cast<std::size_t>((N + spare) * ldh));
     kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 64), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t t = at(sr.slot_of, n) / k;
         at(ws.a_scales, n) = at(ws.xs, t);
         if (tiles) {  // the tiles want a block's rows contiguous: a copy in sorted order
-          std::copy_n(ws.xq.data() + t * H4, H4, ws.xg.data() + n * H4);
-          at(ws.aq_rows, n) = ws.xg.data() + n * H4;
+          std::copy_n(ws.xq.data() + t * H4, H4, ws.xg.data() + n * ldh);
+          at(ws.aq_rows, n) = ws.xg.data() + n * ldh;
         } else {
           at(ws.aq_rows, n) = ws.xq.data() + t * H4;
         }
@@ -306,31 +308,31 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.act.resize(static_cast<std::size_t>(N * I));
   make_tasks(sr, pk.panels13, ws.tasks13);
   detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
-    alignas(64) float c[block_rows * panel_cols];
+    alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
-        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles);
+        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data());
   });
-  ws.hq.resize(static_cast<std::size_t>((N + spare) * I4));
+  ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
   ws.hs.resize(static_cast<std::size_t>(N));
   kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n)
-      at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * I4);
+      at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * ldi);
   });
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels2, ws.tasks2);
   detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
-    alignas(64) float c[block_rows * panel_cols];
+    alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
     detail::block_times_i8panel(
-        b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * I4; },
-        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles);
+        b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; },
+        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0);
     detail::finish2(mlp, pk, b, cb, c, sr, weight_of, ws.y.data());
   });
 

@@ -30,14 +30,23 @@ struct ExpertRows {
   std::vector<index_t> fill;     ///< scratch of the counting sort
   std::vector<index_t> slot_of;  ///< [N] sorted row -> slot t·k + j
   std::vector<index_t> row_of;   ///< [T·k] slot -> sorted row, or -1 for a slot not computed here
-  std::vector<RowBlock> blocks;  ///< every expert's rows cut into blocks of at most block_rows
+  std::vector<RowBlock> blocks;  ///< every expert's rows cut into blocks (see BlockCut)
   std::vector<index_t> first_block;  ///< [E + 1] blocks of expert e: [first_block[e], first_block[e+1])
 
   [[nodiscard]] index_t rows() const noexcept { return static_cast<index_t>(slot_of.size()); }
 };
 
+/// How an expert's rows are cut into row blocks: at most max_rows each; with granule > 0 into as
+/// few blocks as that allows, of similar size, each but the last a multiple of granule (130 rows,
+/// 128 at most, granule 16: 80 + 50 rather than 128 + 2, which would leave a block too small for
+/// AMX tiles); with granule 0, blocks of max_rows and a remainder.
+struct BlockCut {
+  index_t max_rows;
+  index_t granule = 0;
+};
+
 /// Sorts the slots of `ids` [T, k] (local expert ids, -1 = skip) by expert and cuts row blocks.
-inline void sort_by_expert(const IdMatrixCRef& ids, index_t num_experts, index_t block_rows, ExpertRows& s) {
+inline void sort_by_expert(const IdMatrixCRef& ids, index_t num_experts, BlockCut cut, ExpertRows& s) {
   const index_t T = ids.rows(), k = ids.cols();
   const auto E = static_cast<std::size_t>(num_experts);
   s.offsets.assign(E + 1, 0);
@@ -70,8 +79,14 @@ inline void sort_by_expert(const IdMatrixCRef& ids, index_t num_experts, index_t
   s.first_block.resize(E + 1);
   for (std::size_t e = 0; e < E; ++e) {
     s.first_block[e] = static_cast<index_t>(s.blocks.size());
-    for (index_t b = s.offsets[e]; b < s.offsets[e + 1]; b += block_rows)
-      s.blocks.push_back({static_cast<index_t>(e), b, std::min(block_rows, s.offsets[e + 1] - b)});
+    const index_t rows = s.offsets[e + 1] - s.offsets[e];
+    index_t step = cut.max_rows;
+    if (cut.granule > 0 && rows > 0) {
+      const index_t blocks = (rows + cut.max_rows - 1) / cut.max_rows;
+      step = std::min(cut.max_rows, ((rows + blocks - 1) / blocks + cut.granule - 1) / cut.granule * cut.granule);
+    }
+    for (index_t b = s.offsets[e]; b < s.offsets[e + 1]; b += step)
+      s.blocks.push_back({static_cast<index_t>(e), b, std::min(step, s.offsets[e + 1] - b)});
   }
   s.first_block[E] = static_cast<index_t>(s.blocks.size());
 }
