@@ -46,11 +46,13 @@ inline constexpr bool amx_target = true;  ///< the build targets AMX: no run-tim
 inline constexpr bool amx_target = false;
 #endif
 
-/// Rows per block from which the tiles are used (below: AVX-512), bf16 and int8. Measured on the
-/// 2-core machine (docs/benchmarks.md, issue 10): bf16 blocks of 8 rows ran faster on tiles than on
-/// the FMA loop, blocks of 4 slower; int8 blocks of up to 32 rows ran as fast or faster on VNNI.
+/// Rows per block from which the tiles are used (below: AVX-512), bf16 and int8. Measured
+/// (docs/benchmarks.md, issue 10): on the 2-core machine bf16 blocks of 8 rows ran faster on tiles
+/// than on the FMA loop, blocks of 4 slower; on the device machine (2 threads, three alternating
+/// runs) int8 blocks of about 32 rows ran 6-28 % faster on tiles than on VNNI, blocks of 16 as
+/// fast either way.
 inline constexpr index_t amx_min_rows_bf16 = 8;
-inline constexpr index_t amx_min_rows_int8 = 33;
+inline constexpr index_t amx_min_rows_int8 = 16;
 
 /// The threshold in use: the default above, or POLYMOE_AMX_MIN_ROWS from the environment (a tuning
 /// knob for the benchmark that measures the defaults; it sets both).

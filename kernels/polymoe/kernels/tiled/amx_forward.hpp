@@ -83,19 +83,18 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
     }
   });
 
-  // GEMM 1 + activation (rounded to bf16 as the scheme's next input).
-  ws.act.resize(static_cast<std::size_t>(N * I));
+  // GEMM 1 + activation, stored as the bf16 rows that GEMM 2 reads (the scheme rounds it to bf16);
+  // columns [I, I32) of every row stay zero.
+  ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
+  if (I32 > I)
+    for (index_t n = 0; n < N; ++n) std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
   make_tasks(sr, pk.panels13, ws.tasks13);
   detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * ldh, ldh, H,
                                   pk.panel13(b.expert, task.panel), c);
-    detail::finish13<true>(mlp, pk, b, task.panel, c, ws.act.data());
-  });
-  ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
-  kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t n = r.begin(); n != r.end(); ++n) to_bf16_row(ws.act.data() + n * I, 1.0f, I, I32, ws.h16.data() + n * ldi);
+    detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
   });
 
   // GEMM 2, bias and routing weight.

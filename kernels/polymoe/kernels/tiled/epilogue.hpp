@@ -4,6 +4,7 @@
 // functions of core/activation.hpp (exp to about one ulp; gelu uses the scalar erf) and round to
 // bf16 exactly as codecs::float_to_bf16 does, NaN included.
 #include <cstdint>
+#include <type_traits>
 
 #include <polymoe/core/activation.hpp>
 #include <polymoe/kernels/codecs/bf16.hpp>
@@ -53,9 +54,11 @@ inline __m512 round_bf16(__m512 x) noexcept {
 
 }  // namespace simd
 
-/// h[0..n) = f(g[0..n)) or f(g, u) (u == nullptr: non-gated), then rounded to bf16 if RoundBf16.
-template <bool RoundBf16>
-inline void activate(const ActivationParams& p, const float* g, const float* u, float* h, index_t n) noexcept {
+/// h[0..n) = f(g[0..n)) or f(g, u) (u == nullptr: non-gated), then rounded to bf16 if RoundBf16;
+/// Out = std::uint16_t stores the bf16 bits themselves (RoundBf16 must be set).
+template <bool RoundBf16, class Out = float>
+inline void activate(const ActivationParams& p, const float* g, const float* u, Out* h, index_t n) noexcept {
+  static_assert(std::is_same_v<Out, float> || (RoundBf16 && std::is_same_v<Out, std::uint16_t>));
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
   for (index_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u);
@@ -90,7 +93,18 @@ inline void activate(const ActivationParams& p, const float* g, const float* u, 
       }
     }
     if constexpr (RoundBf16) y = simd::round_bf16(y);
-    _mm512_mask_storeu_ps(h + j, m, y);
+    if constexpr (std::is_same_v<Out, std::uint16_t>) {
+      const __m256i bits = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(y), 16));
+      if (m == __mmask16(0xFFFF)) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + j), bits);
+      } else {
+        alignas(32) std::uint16_t t[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t), bits);
+        for (index_t i = 0; j + i < n; ++i) h[j + i] = t[i];
+      }
+    } else {
+      _mm512_mask_storeu_ps(h + j, m, y);
+    }
   }
 }
 
@@ -104,9 +118,11 @@ inline void round_bf16(float* x, index_t n) noexcept {
 
 #else  // portable
 
-/// h[0..n) = f(g[0..n)) or f(g, u) (u == nullptr: non-gated), then rounded to bf16 if RoundBf16.
-template <bool RoundBf16>
-inline void activate(const ActivationParams& p, const float* g, const float* u, float* h, index_t n) noexcept {
+/// h[0..n) = f(g[0..n)) or f(g, u) (u == nullptr: non-gated), then rounded to bf16 if RoundBf16;
+/// Out = std::uint16_t stores the bf16 bits themselves (RoundBf16 must be set).
+template <bool RoundBf16, class Out = float>
+inline void activate(const ActivationParams& p, const float* g, const float* u, Out* h, index_t n) noexcept {
+  static_assert(std::is_same_v<Out, float> || (RoundBf16 && std::is_same_v<Out, std::uint16_t>));
   for (index_t j = 0; j < n; ++j) {
     float y = 0.0f;
     switch (p.kind) {
@@ -116,8 +132,12 @@ inline void activate(const ActivationParams& p, const float* g, const float* u, 
       case Activation::silu: y = act::silu(g[j]); break;
       case Activation::relu2: y = act::relu2(g[j]); break;
     }
-    if constexpr (RoundBf16) y = codecs::bf16_to_float(codecs::float_to_bf16(y));
-    h[j] = y;
+    if constexpr (std::is_same_v<Out, std::uint16_t>)
+      h[j] = codecs::float_to_bf16(y);
+    else if constexpr (RoundBf16)
+      h[j] = codecs::bf16_to_float(codecs::float_to_bf16(y));
+    else
+      h[j] = y;
   }
 }
 

@@ -139,9 +139,10 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& 
 }
 
 /// First-GEMM epilogue of a finished tile c[b.rows][64]: bias, activation (rounded to bf16 if
-/// RoundBf16) into the block's rows of act [N, I].
-template <bool RoundBf16>
-inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, float* c, float* act) {
+/// RoundBf16) into the block's rows of act [N, ld] (fp32, or bf16 bits for the AMX inputs).
+template <bool RoundBf16, class Out>
+inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, float* c, Out* act,
+                     index_t ld) {
   const index_t I = pk.shape.intermediate, act_cols = pk.act_cols();
   const float* bias = pk.bias13(b.expert, cb);
   const index_t n = std::min(act_cols, I - cb * act_cols);
@@ -149,7 +150,7 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
     float* ci = c + i * panel_cols;
     for (index_t q = 0; q < panel_cols; ++q) ci[q] += bias[q];
     activate<RoundBf16>(mlp.activation, ci, pk.shape.gated ? ci + panel_cols / 2 : nullptr,
-                        act + (b.begin + i) * I + cb * act_cols, n);
+                        act + (b.begin + i) * ld + cb * act_cols, n);
   }
 }
 
@@ -263,7 +264,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[static_cast<std::size_t>(b.begin + i)]; }, H,
                               pk.panel13(b.expert, cb), c);
-    detail::finish13<RoundBf16>(mlp, pk, b, cb, c, ws.act.data());
+    detail::finish13<RoundBf16>(mlp, pk, b, cb, c, ws.act.data(), I);
   });
 
   if constexpr (Act::per_row)

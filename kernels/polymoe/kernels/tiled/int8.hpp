@@ -314,7 +314,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
         [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0);
-    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data());
+    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
   });
   ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
   ws.hs.resize(static_cast<std::size_t>(N));
