@@ -33,8 +33,9 @@ namespace polymoe::kernels::tiled {
 inline constexpr index_t block_rows = 48;
 /// Rows per row block when AMX tiles run it (in row groups of 16): every row group after the
 /// first reads the panel from L1, so the more rows one pass over a panel serves, the less each
-/// waits on memory. On the device machine a 128-row pass ran about twice as fast per flop as a
-/// 32- or 48-row pass (docs/benchmarks.md, issue 10). Also the size of the blocks' C buffers.
+/// waits on memory. With it (and amx_row_stride_bytes), bf16 T=2048 on 2 threads of the device
+/// machine went from a median 535 to 628 GFLOP/s over noisy runs (docs/benchmarks.md, issue 10).
+/// Also the size of the blocks' C buffers.
 inline constexpr index_t amx_block_rows = 128;
 /// k per pass over a row block: a slab of the panel (32 KiB) that the block's tiles share from L1.
 template <class W>
