@@ -70,6 +70,22 @@ std::string triple_name() {
   return std::string(A::name) + "/" + std::string(Q::name) + "/" + std::string(K::name);
 }
 
+/// A layer's configuration: hidden H, intermediate I, E experts, top-k, the activation, and expert
+/// biases (by default when the activation is swiglu_oai: GPT-OSS's, which has them).
+inline MoeConfig moe_config(index_t H, index_t I, index_t E, index_t k, Activation act, bool bias) {
+  MoeConfig cfg;
+  cfg.hidden = H;
+  cfg.intermediate = I;
+  cfg.num_experts = E;
+  cfg.router.top_k = k;
+  cfg.activation = act;
+  cfg.expert_bias = bias;
+  return cfg;
+}
+inline MoeConfig moe_config(index_t H, index_t I, index_t E, index_t k, Activation act = Activation::silu_gated) {
+  return moe_config(H, I, E, k, act, act == Activation::swiglu_oai);
+}
+
 inline Matrix random_matrix(std::mt19937& rng, index_t r, index_t c, float scale = 1.0f) {
   std::normal_distribution<float> n(0.0f, scale);
   Matrix m(r, c);

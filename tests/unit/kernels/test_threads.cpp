@@ -17,20 +17,9 @@ using namespace polymoe;
 
 namespace {
 
-MoeConfig config(Activation act) {
-  MoeConfig c;
-  c.hidden = 160;
-  c.intermediate = 96;
-  c.num_experts = 8;
-  c.router.top_k = 2;
-  c.activation = act;
-  c.expert_bias = act == Activation::swiglu_oai;
-  return c;
-}
-
 template <class Q, class K>
 void threads_agree(Activation act = Activation::silu) {
-  const MoeConfig cfg = config(act);
+  const MoeConfig cfg = test::moe_config(160, 96, 8, 2, act);
   std::mt19937 rng(3);
   const MoeWeights w = test::random_weights(rng, cfg);
   for (index_t T : {1, 3, 150}) {  // decode-sized and prefill-sized batches

@@ -38,18 +38,6 @@ namespace {
 
 namespace kt = kernels::tiled;
 
-MoeConfig config(index_t H, index_t I, index_t E, index_t k, Activation act = Activation::silu_gated,
-                 bool bias = false) {
-  MoeConfig cfg;
-  cfg.hidden = H;
-  cfg.intermediate = I;
-  cfg.num_experts = E;
-  cfg.router.top_k = k;
-  cfg.activation = act;
-  cfg.expert_bias = bias;
-  return cfg;
-}
-
 template <class Q>
 void expect_agrees(const MoeConfig& cfg, const Matrix& hidden, const Routing& r, unsigned seed) {
   std::mt19937 rng(seed);
@@ -117,7 +105,7 @@ TEST(Tiled, RowBlockAndTileBoundaries) {
   // Expert 0 gets n rows (every token's slot 0), the other slot goes elsewhere.
   const index_t B = kt::block_rows, M = kt::max_tile_rows;
   for (index_t n : {index_t{1}, index_t{2}, index_t{3}, M - 1, M, M + 1, B - 1, B, B + 1, 2 * B + 5}) {
-    const MoeConfig cfg = config(40, 24, 5, 2);
+    const MoeConfig cfg = test::moe_config(40, 24, 5, 2);
     std::mt19937 rng(static_cast<unsigned>(n));
     const Matrix hidden = test::random_matrix(rng, n, cfg.hidden);
     Routing r = test::random_routing(rng, n, cfg.num_experts, 2);
@@ -141,7 +129,7 @@ TEST(Tiled, SizesThatAreNotMultiplesOfThePanel) {
     for (const Activation a : acts)
       for (const bool bias : {false, true}) {
         if (a == Activation::swiglu_oai && !bias) continue;
-        const MoeConfig cfg = config(hi.H, hi.I, 6, 3, a, bias);
+        const MoeConfig cfg = test::moe_config(hi.H, hi.I, 6, 3, a, bias);
         std::mt19937 rng(static_cast<unsigned>(hi.H * 31 + hi.I));
         const Matrix hidden = test::random_matrix(rng, 29, hi.H);
         const Routing r = test::random_routing(rng, 29, 6, 3);
@@ -151,7 +139,7 @@ TEST(Tiled, SizesThatAreNotMultiplesOfThePanel) {
 
 TEST(Tiled, DecodeBatches) {
   for (index_t T = 1; T <= 4; ++T) {
-    const MoeConfig cfg = config(256, 96, 16, 4);
+    const MoeConfig cfg = test::moe_config(256, 96, 16, 4);
     std::mt19937 rng(static_cast<unsigned>(T));
     const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
     const Routing r = test::random_routing(rng, T, 16, 4);
@@ -160,7 +148,7 @@ TEST(Tiled, DecodeBatches) {
 }
 
 TEST(Tiled, WeightOnInput) {
-  MoeConfig cfg = config(33, 20, 4, 1);
+  MoeConfig cfg = test::moe_config(33, 20, 4, 1);
   cfg.router_weight_on_input = true;
   std::mt19937 rng(4);
   const Matrix hidden = test::random_matrix(rng, 23, cfg.hidden);
@@ -170,7 +158,7 @@ TEST(Tiled, WeightOnInput) {
 
 TEST(Tiled, SkippedSlots) {
   // Local id -1 (a slot routed to another rank) contributes nothing.
-  const MoeConfig cfg = config(48, 20, 4, 3);
+  const MoeConfig cfg = test::moe_config(48, 20, 4, 3);
   std::mt19937 rng(6);
   const MoeWeights w = test::random_weights(rng, cfg);
   const Matrix hidden = test::random_matrix(rng, 19, cfg.hidden);
@@ -187,7 +175,7 @@ TEST(Tiled, SkippedSlots) {
 
 TEST(Tiled, BitwiseIndependentOfThreadCount) {
   // Several row blocks per expert, partial tiles and decode-sized experts in one batch.
-  const MoeConfig cfg = config(200, 72, 8, 2, Activation::swiglu_oai, true);
+  const MoeConfig cfg = test::moe_config(200, 72, 8, 2, Activation::swiglu_oai, true);
   std::mt19937 rng(21);
   const MoeWeights w = test::random_weights(rng, cfg);
   const Matrix hidden = test::random_matrix(rng, 301, cfg.hidden);
@@ -216,7 +204,7 @@ TEST(Tiled, NoHeapAllocationAfterWarmUp) {
   delete probe;
   counting = false;
   ASSERT_EQ(allocations.load(), 1);
-  const MoeConfig cfg = config(96, 40, 8, 2);
+  const MoeConfig cfg = test::moe_config(96, 40, 8, 2);
   std::mt19937 rng(2);
   const MoeWeights w = test::random_weights(rng, cfg);
   for_every_scheme([&]<class Q>() {

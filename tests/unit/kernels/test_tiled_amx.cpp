@@ -18,17 +18,6 @@ namespace {
 
 namespace kt = kernels::tiled;
 
-MoeConfig config(index_t H, index_t I, index_t E, index_t k, bool bias = false) {
-  MoeConfig cfg;
-  cfg.hidden = H;
-  cfg.intermediate = I;
-  cfg.num_experts = E;
-  cfg.router.top_k = k;
-  cfg.expert_bias = bias;
-  cfg.activation = bias ? Activation::swiglu_oai : Activation::silu_gated;
-  return cfg;
-}
-
 template <class Q>
 void expect_agrees(const MoeConfig& cfg, index_t T, unsigned seed) {
   std::mt19937 rng(seed);
@@ -65,19 +54,19 @@ TEST(TiledAmx, AgreesWithTheReferenceAcrossBlockSizes) {
   for (const index_t H : {index_t{128}, index_t{200}})
     for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}, index_t{300}}) {
       SCOPED_TRACE(T);
-      for_both_schemes([&]<class Q>() { expect_agrees<Q>(config(H, 72, 4, 2), T, static_cast<unsigned>(T + H)); });
+      for_both_schemes([&]<class Q>() { expect_agrees<Q>(test::moe_config(H, 72, 4, 2), T, static_cast<unsigned>(T + H)); });
     }
 }
 
 TEST(TiledAmx, BiasesAndWeightOnInput) {
-  for_both_schemes([&]<class Q>() { expect_agrees<Q>(config(64, 40, 3, 2, true), 50, 3u); });
-  MoeConfig cfg = config(128, 64, 4, 1);
+  for_both_schemes([&]<class Q>() { expect_agrees<Q>(test::moe_config(64, 40, 3, 2, Activation::swiglu_oai), 50, 3u); });
+  MoeConfig cfg = test::moe_config(128, 64, 4, 1);
   cfg.router_weight_on_input = true;
   for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, 60, 4u); });
 }
 
 TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
-  const MoeConfig cfg = config(192, 96, 6, 2);
+  const MoeConfig cfg = test::moe_config(192, 96, 6, 2);
   std::mt19937 rng(8);
   const MoeWeights w = test::random_weights(rng, cfg);
   const Matrix hidden = test::random_matrix(rng, 150, cfg.hidden);

@@ -54,13 +54,7 @@ namespace {
 template <class Q>
 void no_allocation_after_warm_up(bool shared, Activation act) {
   std::mt19937 rng(11);
-  MoeConfig cfg;
-  cfg.hidden = 64;
-  cfg.intermediate = 48;
-  cfg.num_experts = 8;
-  cfg.router.top_k = 2;
-  cfg.activation = act;
-  cfg.expert_bias = act == Activation::swiglu_oai;
+  MoeConfig cfg = test::moe_config(64, 48, 8, 2, act);
   cfg.shared_intermediate = shared ? 32 : 0;
   const MoeWeights w = test::random_weights(rng, cfg);
   MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w);

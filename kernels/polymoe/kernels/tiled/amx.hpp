@@ -23,6 +23,7 @@
 // Few rows per block (decode) do not fill a tile: below amx_min_rows a block runs an AVX-512 FMA
 // loop over the same AMX layout (bf16) or the VNNI kernel (int8). The threshold was measured
 // (docs/benchmarks.md, issue 10).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
@@ -151,11 +152,19 @@ POLYMOE_AMX_TARGET inline void configure() noexcept {
 /// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block).
 inline constexpr index_t slab_kb = 8;
 
-/// Fetches the 4 KiB of one k-block of the next slab while the first row group runs this one (the
-/// tile loads themselves would wait on memory).
-inline void prefetch_4k(const void* p) noexcept {
-  const char* c = static_cast<const char*>(p);
-  for (int b = 0; b < 4096; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
+/// Bytes of one k-block of a panel (4 column tiles of 1 KiB, bf16 and int8 alike).
+inline constexpr index_t kb_bytes = 4096;
+
+/// Fetches bytes [from, to) of a k-block into L1.
+inline void prefetch_lines(const void* kblock, index_t from, index_t to) noexcept {
+  const char* c = static_cast<const char*>(kblock);
+  for (index_t b = from; b < to; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
+}
+
+/// Fetches the 16 rows of one A tile into L1 (the rows are lda_bytes apart: each its own line).
+inline void prefetch_tile_rows(const void* a, long lda_bytes) noexcept {
+  const char* c = static_cast<const char*>(a);
+  for (int r = 0; r < 16; ++r) _mm_prefetch(c + r * lda_bytes, _MM_HINT_T0);
 }
 
 /// One k-block of products for bf16: tiles 0-3 (C, fp32) += tile 4 (A) times four B tiles of the
@@ -198,11 +207,24 @@ struct int8_ops {
 
 /// c[m][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
 /// elements (at least roundup(m, 16) readable rows), C fp32 (bf16_ops) or int32 (int8_ops).
+///
+/// Two software prefetches keep the tile loads from waiting on memory (a tile register has no
+/// renaming: a load into the A tile cannot start before the previous k-block's products have read
+/// it, so its latency is paid in full unless the lines are already in L1):
+///   - while the row groups of a block run one slab, each fetches its share of the next slab's
+///     lines (the whole slab between them), a few lines per k-block rather than 4 KiB at once;
+///   - every k-block fetches the 16 lines of the next A tile: the next k-block of the row group,
+///     else the next row group's first k-block of this slab, else the next slab's first.
+/// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
+/// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
+/// process: +5 to +14 % (docs/benchmarks.md, issue 10, run 6).
 template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                      const typename Ops::b_type* panel, C* c) noexcept {
+  static_assert(Ops::b_kb * static_cast<index_t>(sizeof(typename Ops::b_type)) == kb_bytes);
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
+  const index_t share = (kb_bytes / ((m + 15) / 16) + 63) / 64 * 64;  // bytes per k-block per row group
   for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
     const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
     for (index_t r0 = 0; r0 < m; r0 += 16) {
@@ -219,9 +241,16 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
         _tile_loadd(3, cr + 48, 256);
       }
       const typename Ops::a_type* ar = a + r0 * lda;
+      const index_t own = r0 / 16 * share, own_end = std::min(kb_bytes, own + share);
       for (index_t kb = s0; kb < s1; ++kb) {
         const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-        if (r0 == 0 && kb + slab_kb < nkb) prefetch_4k(b + slab_kb * Ops::b_kb);
+        if (kb + slab_kb < nkb) prefetch_lines(b + slab_kb * Ops::b_kb, own, own_end);
+        if (kb + 1 < s1)
+          prefetch_tile_rows(ar + (kb + 1) * Ops::a_k, lda_bytes);
+        else if (r0 + 16 < m)
+          prefetch_tile_rows(ar + 16 * lda + s0 * Ops::a_k, lda_bytes);
+        else if (s1 < nkb)
+          prefetch_tile_rows(a + s1 * Ops::a_k, lda_bytes);
         _tile_loadd(4, ar + kb * Ops::a_k, lda_bytes);
         Ops::products(b);
       }
