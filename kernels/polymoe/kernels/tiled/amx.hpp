@@ -161,6 +161,10 @@ inline void prefetch_lines(const void* kblock, index_t from, index_t to) noexcep
   for (index_t b = from; b < to; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
 }
 
+/// How many k-blocks ahead the A tile is prefetched (device machine, alternating in one process:
+/// 2 was as fast as 1 or up to 5 % faster in five pairs; 3 no better than 2).
+inline constexpr index_t a_prefetch_kb = 2;
+
 /// Fetches the 16 rows of one A tile into L1 (the rows are lda_bytes apart: each its own line).
 inline void prefetch_tile_rows(const void* a, long lda_bytes) noexcept {
   const char* c = static_cast<const char*>(a);
@@ -213,8 +217,8 @@ struct int8_ops {
 /// it, so its latency is paid in full unless the lines are already in L1):
 ///   - while the row groups of a block run one slab, each fetches its share of the next slab's
 ///     lines (the whole slab between them), a few lines per k-block rather than 4 KiB at once;
-///   - every k-block fetches the 16 lines of the next A tile: the next k-block of the row group,
-///     else the next row group's first k-block of this slab, else the next slab's first.
+///   - every k-block fetches the 16 lines of the A tile a_prefetch_kb loads ahead, in the order
+///     the loads run (on into the next row group at the end of a slab, and into the next slab).
 /// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
 /// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
 /// process: +5 to +14 % (docs/benchmarks.md, issue 10, run 6).
@@ -245,12 +249,15 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
       for (index_t kb = s0; kb < s1; ++kb) {
         const typename Ops::b_type* b = panel + kb * Ops::b_kb;
         if (kb + slab_kb < nkb) prefetch_lines(b + slab_kb * Ops::b_kb, own, own_end);
-        if (kb + 1 < s1)
-          prefetch_tile_rows(ar + (kb + 1) * Ops::a_k, lda_bytes);
+        // the A tile a_prefetch_kb loads ahead: in this row group, else in the next row group,
+        // else in the first row group of the next slab
+        constexpr index_t d = a_prefetch_kb;
+        if (kb + d < s1)
+          prefetch_tile_rows(ar + (kb + d) * Ops::a_k, lda_bytes);
         else if (r0 + 16 < m)
-          prefetch_tile_rows(ar + 16 * lda + s0 * Ops::a_k, lda_bytes);
-        else if (s1 < nkb)
-          prefetch_tile_rows(a + s1 * Ops::a_k, lda_bytes);
+          prefetch_tile_rows(ar + 16 * lda + (s0 + kb + d - s1) * Ops::a_k, lda_bytes);
+        else if (kb + d < nkb)
+          prefetch_tile_rows(a + (kb + d) * Ops::a_k, lda_bytes);
         _tile_loadd(4, ar + kb * Ops::a_k, lda_bytes);
         Ops::products(b);
       }
