@@ -171,26 +171,22 @@ inline void prefetch_tile_rows(const void* a, long lda_bytes) noexcept {
   for (int r = 0; r < 16; ++r) _mm_prefetch(c + r * lda_bytes, _MM_HINT_T0);
 }
 
-/// One k-block of products for bf16: tiles 0-3 (C, fp32) += A tile At times four B tiles of the
-/// tile layout, 1 KiB apart, loaded into tiles 5 and 6 in turn. Tiles have no renaming: a load into
-/// a tile waits until the products reading it have run. So the A tile alternates between tiles 4
-/// and 7 from one k-block to the next (the next A load does not wait for this k-block's last
-/// product) and each B load has one product of slack before the product that reads it.
+/// One k-block of products for bf16: tiles 0-3 (C, fp32) += tile 4 (A) times four B tiles of the
+/// tile layout, 1 KiB apart.
 struct bf16_ops {
   using a_type = std::uint16_t;
   using b_type = std::uint16_t;
   static constexpr index_t a_k = amx_kb;                ///< k per A tile row (64 bytes)
   static constexpr index_t b_kb = 4 * amx_tile_elems;   ///< B elements per k-block
-  template <int At>
   POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
     _tile_loadd(5, b, 64);
     _tile_loadd(6, b + amx_tile_elems, 64);
-    _tile_dpbf16ps(0, At, 5);
-    _tile_dpbf16ps(1, At, 6);
-    _tile_loadd(5, b + 2 * amx_tile_elems, 64);
-    _tile_loadd(6, b + 3 * amx_tile_elems, 64);
-    _tile_dpbf16ps(2, At, 5);
-    _tile_dpbf16ps(3, At, 6);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(7, b + 2 * amx_tile_elems, 64);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(5, b + 3 * amx_tile_elems, 64);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 4, 5);
   }
 };
 
@@ -201,32 +197,31 @@ struct int8_ops {
   using b_type = std::int8_t;
   static constexpr index_t a_k = 64;
   static constexpr index_t b_kb = 16 * 256;
-  template <int At>
   POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
     _tile_loadd(5, b, 256);
     _tile_loadd(6, b + 64, 256);
-    _tile_dpbusd(0, At, 5);
-    _tile_dpbusd(1, At, 6);
-    _tile_loadd(5, b + 128, 256);
-    _tile_loadd(6, b + 192, 256);
-    _tile_dpbusd(2, At, 5);
-    _tile_dpbusd(3, At, 6);
+    _tile_dpbusd(0, 4, 5);
+    _tile_loadd(7, b + 128, 256);
+    _tile_dpbusd(1, 4, 6);
+    _tile_loadd(5, b + 192, 256);
+    _tile_dpbusd(2, 4, 7);
+    _tile_dpbusd(3, 4, 5);
   }
 };
 
 /// c[m][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
 /// elements (at least roundup(m, 16) readable rows), C fp32 (bf16_ops) or int32 (int8_ops).
 ///
-/// The A tile alternates between tiles 4 and 7 by k-block (see bf16_ops), and two software
-/// prefetches keep the tile loads from waiting on memory:
+/// Two software prefetches keep the tile loads from waiting on memory (a tile register has no
+/// renaming: a load into the A tile cannot start before the previous k-block's products have read
+/// it, so its latency is paid in full unless the lines are already in L1):
 ///   - while the row groups of a block run one slab, each fetches its share of the next slab's
 ///     lines (the whole slab between them), a few lines per k-block rather than 4 KiB at once;
 ///   - every k-block fetches the 16 lines of the A tile a_prefetch_kb loads ahead, in the order
 ///     the loads run (on into the next row group at the end of a slab, and into the next slab).
 /// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
 /// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
-/// process: +5 to +26 % (docs/benchmarks.md, issue 10, run 6); the alternating A tile, against one
-/// A tile and B in tiles 5, 6, 7: +2 to +24 % in eight pairs (run 8).
+/// process: +5 to +14 % (docs/benchmarks.md, issue 10, run 6).
 template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                      const typename Ops::b_type* panel, C* c) noexcept {
@@ -263,13 +258,8 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
           prefetch_tile_rows(ar + 16 * lda + (s0 + kb + d - s1) * Ops::a_k, lda_bytes);
         else if (kb + d < nkb)
           prefetch_tile_rows(a + (kb + d) * Ops::a_k, lda_bytes);
-        if ((kb - s0) % 2 == 0) {
-          _tile_loadd(4, ar + kb * Ops::a_k, lda_bytes);
-          Ops::template products<4>(b);
-        } else {
-          _tile_loadd(7, ar + kb * Ops::a_k, lda_bytes);
-          Ops::template products<7>(b);
-        }
+        _tile_loadd(4, ar + kb * Ops::a_k, lda_bytes);
+        Ops::products(b);
       }
       _tile_stored(0, cr, 256);
       _tile_stored(1, cr + 16, 256);
