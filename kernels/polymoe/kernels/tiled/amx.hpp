@@ -162,7 +162,7 @@ inline void prefetch_lines(const void* kblock, index_t from, index_t to) noexcep
 }
 
 /// How many k-blocks ahead the A tile is prefetched (device machine, alternating in one process:
-/// 2 was as fast as 1 or up to 5 % faster in five pairs; 3 no better than 2).
+/// 2 was as fast as 1 or up to 5.5 % faster in five pairs; 3 no better than 2).
 inline constexpr index_t a_prefetch_kb = 2;
 
 /// Fetches the 16 rows of one A tile into L1 (the rows are lda_bytes apart: each its own line).
@@ -221,7 +221,7 @@ struct int8_ops {
 ///     the loads run (on into the next row group at the end of a slab, and into the next slab).
 /// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
 /// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
-/// process: +5 to +14 % (docs/benchmarks.md, issue 10, run 6).
+/// process: +5 to +26 % in ten pairs (docs/benchmarks.md, issue 10, run 6).
 template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                      const typename Ops::b_type* panel, C* c) noexcept {
