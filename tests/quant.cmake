@@ -7,4 +7,5 @@ polymoe_add_test(test_quant
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/quant/test_mxfp4.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/quant/test_nvfp4.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/quant/test_accuracy.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/unit/quant/test_wire.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/unit/quant/test_wire.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/unit/quant/test_common.cpp)

@@ -4,25 +4,54 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <vector>
 
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/types.hpp>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace polymoe::kernels::quantize {
 
 /// max |x[i]| over n values (0 for n = 0). A NaN is ignored by the comparison; callers that must
-/// not see one check with require_finite first.
+/// not see one check with require_finite first. With AVX-512, sixteen running maxima: the same
+/// value (max is exact and order-free, and _mm512_max_ps keeps the running maximum when |x| is
+/// NaN, as the comparison does), without the scalar loop's chain of dependent vmaxss.
 [[nodiscard]] inline float amax(const float* x, index_t n) noexcept {
+  index_t i = 0;
   float m = 0.0f;
-  for (index_t i = 0; i < n; ++i) m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+      m0 = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), m0);
+      m1 = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i + 16)), m1);
+    }
+    for (; i + 16 <= n; i += 16) m0 = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), m0);
+    m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  }
+#endif
+  for (; i < n; ++i) m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
   return m;
 }
 
 /// True when every one of the n values is finite.
 [[nodiscard]] inline bool all_finite(const float* x, index_t n) noexcept {
-  for (index_t i = 0; i < n; ++i)
+  index_t i = 0;
+#if defined(__AVX512F__)
+  // |x| < inf is false for an infinity and (ordered compare) for a NaN
+  const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  __mmask16 ok = 0xFFFF;
+  for (; i + 16 <= n; i += 16)
+    ok &= _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), inf, _CMP_LT_OQ);
+  if (ok != 0xFFFF) return false;
+#endif
+  for (; i < n; ++i)
     if (!std::isfinite(x[i])) return false;
   return true;
 }

@@ -142,11 +142,17 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 
+static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
+
 /// Eight tiles of 16 rows x 64 bytes (loaded per block: other code on the thread may reconfigure).
+/// Not _tile_loadconfig: GCC's version hands the asm only the first 8 bytes of the configuration
+/// as its memory operand, so the stores of the rest may be dropped as dead (seen at -O2 on a local
+/// configuration: ldtilecfg read palette 1 with every tile unconfigured, and the first tile
+/// instruction faulted). Here the whole 64-byte object is the operand.
 POLYMOE_AMX_TARGET inline void configure() noexcept {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
-  _tile_loadconfig(&cfg);
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 /// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block).
@@ -154,12 +160,6 @@ inline constexpr index_t slab_kb = 8;
 
 /// Bytes of one k-block of a panel (4 column tiles of 1 KiB, bf16 and int8 alike).
 inline constexpr index_t kb_bytes = 4096;
-
-/// Fetches bytes [from, to) of a k-block into L1.
-inline void prefetch_lines(const void* kblock, index_t from, index_t to) noexcept {
-  const char* c = static_cast<const char*>(kblock);
-  for (index_t b = from; b < to; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
-}
 
 /// How many k-blocks ahead the A tile is prefetched (device machine, alternating in one process:
 /// 2 was as fast as 1 or up to 5.5 % faster in five pairs; 3 no better than 2).
@@ -296,8 +296,7 @@ inline void to_bf16_row(const float* src, float wt, index_t n, index_t n32, std:
   const __m512 w = _mm512_set1_ps(wt);
   for (; i + 16 <= n; i += 16) {
     const __m512 x = simd::round_bf16(_mm512_mul_ps(_mm512_loadu_ps(src + i), w));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), simd::bf16_bits(x));
   }
   for (; i < n; ++i) dst[i] = codecs::float_to_bf16(src[i] * wt);
   for (; i < n32; ++i) dst[i] = 0;

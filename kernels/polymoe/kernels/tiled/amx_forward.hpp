@@ -70,7 +70,6 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
-  const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
 
   // bf16 input rows in sorted order (weighted first when the routing weight scales the input).
@@ -78,7 +77,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n) {
       const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
-      to_bf16_row(d.hidden.row(slot / k).data(), mlp.weight_on_input ? weight_of(slot) : 1.0f, H, H32,
+      to_bf16_row(d.hidden.row(slot / k).data(), mlp.weight_on_input ? ws.row_weight[static_cast<std::size_t>(n)] : 1.0f, H, H32,
                   ws.a16.data() + n * ldh);
     }
   });
@@ -105,7 +104,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
                                   pk.panel2(b.expert, task.panel), c);
-    detail::finish2(mlp, pk, b, task.panel, c, sr, weight_of, ws.y.data());
+    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data());
   });
 
   sum_slots(sr, ws.y, k, out);

@@ -52,6 +52,11 @@ inline __m512 round_bf16(__m512 x) noexcept {
   return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, quiet));
 }
 
+/// The bf16 bits of sixteen values already rounded to bf16 (their upper halves).
+inline __m256i bf16_bits(__m512 rounded) noexcept {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(rounded), 16));
+}
+
 }  // namespace simd
 
 /// h[0..n) = f(g[0..n)) or f(g, u) (u == nullptr: non-gated), then rounded to bf16 if RoundBf16;
@@ -94,7 +99,7 @@ inline void activate(const ActivationParams& p, const float* g, const float* u, 
     }
     if constexpr (RoundBf16) y = simd::round_bf16(y);
     if constexpr (std::is_same_v<Out, std::uint16_t>) {
-      const __m256i bits = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(y), 16));
+      const __m256i bits = simd::bf16_bits(y);
       if (m == __mmask16(0xFFFF)) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + j), bits);
       } else {

@@ -44,6 +44,7 @@ inline constexpr index_t k_block = 32768 / (panel_cols * static_cast<index_t>(si
 /// The scratch of one layer's forward.
 struct Workspace {
   ExpertRows sorted;
+  std::vector<float> row_weight;     ///< [N] the routing weight of each sorted row
   std::vector<Task> tasks13, tasks2;
   std::vector<const float*> a_rows;  ///< [N] the first GEMM's input row of each sorted row
   std::vector<float> x;              ///< rounded (or weighted) input rows, when the scheme needs a copy
@@ -139,6 +140,23 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& 
   }
 }
 
+/// dst[0..n) = (c[q] + bias[q]) · wt (n <= 64; dst may be c). With AVX-512 in whole 64-byte
+/// vectors: the tile just written by the micro-kernel (or by the int8 scaling) is read back by the
+/// same width it was stored with, so no load waits on a failed store-to-load forward (GCC's own
+/// vectorization of the loop uses 32-byte halves here).
+inline void add_row(const float* c, const float* bias, float wt, float* dst, index_t n) noexcept {
+#if defined(POLYMOE_TILED_AVX512)
+  const __m512 w = _mm512_set1_ps(wt);
+  for (index_t q = 0; q < n; q += 16) {
+    const __mmask16 m = n - q >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - q)) - 1u);
+    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + q), _mm512_maskz_loadu_ps(m, bias + q));
+    _mm512_mask_storeu_ps(dst + q, m, _mm512_mul_ps(v, w));
+  }
+#else
+  for (index_t q = 0; q < n; ++q) dst[q] = (c[q] + bias[q]) * wt;
+#endif
+}
+
 /// First-GEMM epilogue of a finished tile c[b.rows][64]: bias, activation (rounded to bf16 if
 /// RoundBf16) into the block's rows of act [N, ld] (fp32, or bf16 bits for the AMX inputs).
 template <bool RoundBf16, class Out>
@@ -149,25 +167,22 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
   const index_t n = std::min(act_cols, I - cb * act_cols);
   for (index_t i = 0; i < b.rows; ++i) {
     float* ci = c + i * panel_cols;
-    for (index_t q = 0; q < panel_cols; ++q) ci[q] += bias[q];
+    add_row(ci, bias, 1.0f, ci, panel_cols);
     activate<RoundBf16>(mlp.activation, ci, pk.shape.gated ? ci + panel_cols / 2 : nullptr,
                         act + (b.begin + i) * ld + cb * act_cols, n);
   }
 }
 
-/// Second-GEMM epilogue: y[row] = (c + bias) · routing weight (1 when it scaled the input).
-template <class WeightOf>
+/// Second-GEMM epilogue: y[row] = (c + bias) · routing weight (row_weight[row]; 1 when the weight
+/// scaled the input).
 inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, const float* c,
-                    const ExpertRows& sr, WeightOf weight_of, float* y) {
+                    const float* row_weight, float* y) {
   const index_t H = pk.shape.hidden;
   const float* bias = pk.bias2(b.expert, cb);
   const index_t n = std::min(panel_cols, H - cb * panel_cols);
-  for (index_t i = 0; i < b.rows; ++i) {
-    const float wt = mlp.weight_on_input ? 1.0f : weight_of(sr.slot_of[static_cast<std::size_t>(b.begin + i)]);
-    const float* ci = c + i * panel_cols;
-    float* yi = y + (b.begin + i) * H + cb * panel_cols;
-    for (index_t q = 0; q < n; ++q) yi[q] = (ci[q] + bias[q]) * wt;
-  }
+  for (index_t i = 0; i < b.rows; ++i)
+    add_row(c + i * panel_cols, bias, mlp.weight_on_input ? 1.0f : row_weight[b.begin + i],
+            y + (b.begin + i) * H + cb * panel_cols, n);
 }
 
 template <class F>
@@ -190,6 +205,9 @@ inline void begin_forward(const DispatchOutput<format::standard>& d, const Exper
   require(d.ids.rows() == T && d.weights.rows() == T && d.weights.cols() == k, "tiled kernel: ids are [",
           d.ids.rows(), ", ", k, "] and weights [", d.weights.rows(), ", ", d.weights.cols(), "] for ", T, " tokens");
   sort_by_expert(d.ids, s.experts, cut, ws.sorted);
+  const ExpertRows& sr = ws.sorted;
+  ws.row_weight.resize(static_cast<std::size_t>(sr.rows()));
+  for (std::size_t n = 0; n < ws.row_weight.size(); ++n) ws.row_weight[n] = d.weights(sr.slot_of[n] / k, sr.slot_of[n] % k);
 }
 
 /// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32).
@@ -222,7 +240,6 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   begin_forward(d, s, out, ws);
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
-  const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
   constexpr bool RoundBf16 = Act::round_bf16;
 
   // Input rows: the caller's rows when the scheme keeps them as they are, else rounded copies
@@ -233,7 +250,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
-        const float wt = weight_of(slot);
+        const float wt = ws.row_weight[static_cast<std::size_t>(n)];
         const float* src = d.hidden.row(slot / k).data();
         float* dst = ws.x.data() + n * H;
         for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
@@ -283,7 +300,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
                               pk.panel2(b.expert, cb), c);
-    detail::finish2(mlp, pk, b, cb, c, sr, weight_of, ws.y.data());
+    detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
   });
 
   // Top-k sum in slot order.

@@ -155,7 +155,7 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
   const std::int8_t* wq = panel + q0 * panel_cols * int8_quad;
   for (index_t q = q0; q < q1; ++q, wq += panel_cols * int8_quad) {
     if (prefetch)
-      for (int b = 0; b < 256; b += 64) _mm_prefetch(reinterpret_cast<const char*>(wq) + 4096 + b, _MM_HINT_T0);
+      prefetch_lines(wq, 4096, 4096 + 256);
     const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + 64);
     const __m512i w2 = _mm512_load_si512(wq + 128), w3 = _mm512_load_si512(wq + 192);
 #pragma GCC unroll 6
@@ -201,8 +201,18 @@ template <class ScaleOf>
 inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8Panel& panel, float* c) {
   for (index_t i = 0; i < m; ++i) {
     const float sr = scale(i);
-    for (index_t p = 0; p < panel_cols; ++p)
-      c[i * panel_cols + p] = static_cast<float>(acc[i * panel_cols + p] - panel.comp[p]) * sr * panel.scale[p];
+    const std::int32_t* ai = acc + i * panel_cols;
+    float* ci = c + i * panel_cols;
+#if defined(POLYMOE_TILED_AVX512)
+    // whole 64-byte vectors, as the epilogue reads them back (see add_row)
+    const __m512 s = _mm512_set1_ps(sr);
+    for (index_t p = 0; p < panel_cols; p += 16) {
+      const __m512i v = _mm512_sub_epi32(_mm512_loadu_si512(ai + p), _mm512_loadu_si512(panel.comp + p));
+      _mm512_storeu_ps(ci + p, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_loadu_ps(panel.scale + p)));
+    }
+#else
+    for (index_t p = 0; p < panel_cols; ++p) ci[p] = static_cast<float>(ai[p] - panel.comp[p]) * sr * panel.scale[p];
+#endif
   }
 }
 
@@ -258,7 +268,6 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
-  const auto weight_of = [&](index_t slot) { return d.weights(slot / k, slot % k); };
   const auto at = [](auto& v, index_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
 
   // Quantized inputs: one per token, or one per pair when the routing weight scales the input.
@@ -274,7 +283,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n) {
         const index_t slot = at(sr.slot_of, n);
-        const float wt = weight_of(slot);
+        const float wt = ws.row_weight[static_cast<std::size_t>(n)];
         const float* src = d.hidden.row(slot / k).data();
         float* tmp = ws.x.data() + n * H;
         for (index_t c = 0; c < H; ++c) tmp[c] = src[c] * wt;
@@ -333,7 +342,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; },
         [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0);
-    detail::finish2(mlp, pk, b, cb, c, sr, weight_of, ws.y.data());
+    detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
   });
 
   sum_slots(sr, ws.y, k, out);

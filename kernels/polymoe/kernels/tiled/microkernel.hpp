@@ -27,6 +27,12 @@ inline constexpr int max_tile_rows = 6;
 
 #if defined(POLYMOE_TILED_AVX512)
 
+/// Fetches bytes [from, to) after p into L1, one 64-byte line at a time.
+inline void prefetch_lines(const void* p, index_t from, index_t to) noexcept {
+  const char* c = static_cast<const char*>(p);
+  for (index_t b = from; b < to; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
+}
+
 /// Widens one k-row of a panel into four fp32 vectors.
 template <class W>
 inline void load_panel_row(const W* wk, __m512& w0, __m512& w1, __m512& w2, __m512& w3) noexcept {
@@ -63,8 +69,7 @@ inline void tile(const float* const* a, index_t k0, index_t k1, const W* panel, 
   const W* wk = panel + k0 * panel_cols;
   for (index_t k = k0; k < k1; ++k, wk += panel_cols) {
     if (prefetch) {
-      const char* line = prefetch + (k - k0) * prefetch_bytes;
-      for (index_t b = 0; b < prefetch_bytes; b += 64) _mm_prefetch(line + b, _MM_HINT_T0);
+      prefetch_lines(prefetch + (k - k0) * prefetch_bytes, 0, prefetch_bytes);
     }
     __m512 w0, w1, w2, w3;
     load_panel_row(wk, w0, w1, w2, w3);

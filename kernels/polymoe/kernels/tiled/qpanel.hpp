@@ -269,8 +269,7 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
       const index_t g1 = std::min(K, g0 + F::group);
       index_t k = g0;
       for (; k + 1 < g1; k += 2) {
-        const char* next = reinterpret_cast<const char*>(p.codes + k * F::row_bytes) + ahead;
-        for (index_t b = 0; b < 2 * F::row_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+        prefetch_lines(p.codes + k * F::row_bytes, ahead, ahead + 2 * F::row_bytes);
         load_qrow(p, k, s, w);
         load_qrow(p, k + 1, s, u);
         for (int r = 0; r < M; ++r) {
