@@ -4,7 +4,12 @@
 //     LLC with AVX-512 loads and a software prefetch; best of 5 passes;
 //   fp32 FMA peak: 16 register-resident FMA chains per thread; best of 5 passes;
 //   int8 VNNI peak: 16 register-resident vpdpbusd chains per thread (64 u8 x s8 products and adds
-//     each, counted as 128 ops); best of 5; reported as 0 (n/a) when built without __AVX512VNNI__.
+//     each, counted as 128 ops); best of 5; reported as 0 (n/a) when built without __AVX512VNNI__;
+//   AMX peaks: four register-resident tile accumulators per thread, tdpbf16ps (16 x 16 x 32
+//     products, 16384 flops) and tdpbusd (16 x 16 x 64 products, 32768 ops); best of 5; 0 (n/a)
+//     where the tiles cannot run (kernels::tiled::amx_unavailable_reason). On the device machine
+//     the per-core tile rate is not steady (cores shared with other work run tdpbf16ps at half
+//     rate or less), so the value printed with each measurement is worth reading, not only the best.
 // `Limits` re-measures on request and keeps the best value seen, so a limit measured while the
 // machine was busy cannot flatter a ratio.
 #include <unistd.h>
@@ -24,6 +29,8 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+
+#include <polymoe/kernels/tiled/amx.hpp>
 
 namespace polymoe::bench {
 
@@ -184,14 +191,75 @@ inline double vnni_peak_gops([[maybe_unused]] int threads) {
 #endif
 }
 
+#if defined(POLYMOE_TILED_AMX_CODE)
+/// `iters` x 4 tile products on four accumulators (tiles 0-3) of zero operands (tiles 4-6).
+template <bool Int8>
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) inline float amx_products(long iters) noexcept {
+  kernels::tiled::amx::configure();
+  // (the tile intrinsics are asm statements, not expressions: one per statement)
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  for (long i = 0; i < iters; ++i) {
+    if constexpr (Int8) {
+      _tile_dpbusd(0, 4, 5);
+      _tile_dpbusd(1, 4, 6);
+      _tile_dpbusd(2, 4, 5);
+      _tile_dpbusd(3, 4, 6);
+    } else {
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_dpbf16ps(2, 4, 5);
+      _tile_dpbf16ps(3, 4, 6);
+    }
+  }
+  alignas(64) float c[256];
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+#endif
+
+/// AMX peak in GFLOP/s (bf16) or GOP/s (int8), 0 where the tiles cannot run.
+inline double amx_peak([[maybe_unused]] int threads, [[maybe_unused]] bool int8) {
+#if defined(POLYMOE_TILED_AMX_CODE)
+  if (kernels::tiled::amx_unavailable_reason() != nullptr) return 0.0;
+  const long iters = 100'000;
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t = run_together(threads, [&](int id) {
+      sink[static_cast<std::size_t>(id)] = int8 ? amx_products<true>(iters) : amx_products<false>(iters);
+    });
+    const double per_product = int8 ? 2.0 * 16 * 16 * 64 : 2.0 * 16 * 16 * 32;
+    best = std::max(best, 4.0 * per_product * static_cast<double>(iters) * threads / t / 1e9);
+  }
+  if (sink[0] == 42) std::printf(" ");
+  return best;
+#else
+  return 0.0;
+#endif
+}
+
 /// The limits for one thread count; each call re-measures and keeps the best value seen.
 struct Limits {
   int threads = 1;
   std::size_t dram_bytes = std::size_t{1} << 30;
-  double dram_gbs = 0, peak_gflops = 0, vnni_gops = 0;
+  double dram_gbs = 0, peak_gflops = 0, vnni_gops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
   double dram() { return dram_gbs = std::max(dram_gbs, dram_read_gbs(dram_bytes, threads)); }
   double peak() { return peak_gflops = std::max(peak_gflops, fma_peak_gflops(threads)); }
   double vnni() { return vnni_gops = std::max(vnni_gops, vnni_peak_gops(threads)); }
+  /// Both AMX peaks; returns this measurement's bf16 value (before the best is kept).
+  double amx() {
+    const double now = amx_peak(threads, false);
+    amx_bf16_gflops = std::max(amx_bf16_gflops, now);
+    amx_int8_gops = std::max(amx_int8_gops, amx_peak(threads, true));
+    return now;
+  }
 };
 
 }  // namespace polymoe::bench

@@ -179,9 +179,9 @@ struct row {
 };
 
 void print_header() {
-  std::printf("%-9s %-21s %-13s %-13s %5s %3s %10s %10s %10s %10s %9s %8s %6s %6s %6s %7s\n", "a2a", "quant",
+  std::printf("%-9s %-21s %-13s %-13s %5s %3s %10s %10s %10s %10s %9s %8s %6s %6s %6s %6s %7s\n", "a2a", "quant",
               "kernel", "preset", "T", "thr", "median ms", "min ms", "max ms", "tok/s", "GFLOP/s", "wGB/s", "%FMA",
-              "%VNNI", "%DRAM", "x base");
+              "%VNNI", "%AMX", "%DRAM", "x base");
 }
 
 void print_row(const row& w) {
@@ -194,11 +194,20 @@ void print_row(const row& w) {
     else
       std::snprintf(vn, sizeof vn, "n/a");
   }
+  // %AMX: tiled_amx rows against the tile peak of their type (tdpbf16ps, or tdpbusd for int8)
+  char amx[16] = "-";
+  if (r.kernel == "tiled_amx" && (r.quant == "bf16" || int8)) {
+    const double peak = int8 ? w.lim.amx_int8_gops : w.lim.amx_bf16_gflops;
+    if (peak > 0)
+      std::snprintf(amx, sizeof amx, "%.1f", 100 * w.gflops() / peak);
+    else
+      std::snprintf(amx, sizeof amx, "n/a");
+  }
   if (w.baseline_s > 0) std::snprintf(base, sizeof base, "%.2f", w.base_ratio());
-  std::printf("%-9s %-21s %-13s %-13s %5ld %3d %10.3f %10.3f %10.3f %10.1f %9.2f %8.2f %6.1f %6s %6.1f %7s\n",
+  std::printf("%-9s %-21s %-13s %-13s %5ld %3d %10.3f %10.3f %10.3f %10.1f %9.2f %8.2f %6.1f %6s %6s %6.1f %7s\n",
               r.a2a.c_str(), r.quant.c_str(), r.kernel.c_str(), r.preset.c_str(), static_cast<long>(r.tokens),
               r.threads, r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, static_cast<double>(r.tokens) / r.median_s,
-              w.gflops(), w.gbps(), 100 * w.gflops() / w.lim.peak_gflops, vn, 100 * w.gbps() / w.lim.dram_gbs, base);
+              w.gflops(), w.gbps(), 100 * w.gflops() / w.lim.peak_gflops, vn, amx, 100 * w.gbps() / w.lim.dram_gbs, base);
   std::fflush(stdout);
 }
 
@@ -216,6 +225,8 @@ void write_json(const std::string& file, const std::vector<row>& rows) {
       << ", \"tokens_per_s\": " << num(static_cast<double>(r.tokens) / r.median_s) << ", \"gflops\": "
       << num(w.gflops()) << ", \"weight_gbps\": " << num(w.gbps()) << ", \"fma_peak_gflops\": "
       << num(w.lim.peak_gflops) << ", \"vnni_peak_gops\": " << (w.lim.vnni_gops > 0 ? num(w.lim.vnni_gops) : "null")
+      << ", \"amx_bf16_peak_gflops\": " << (w.lim.amx_bf16_gflops > 0 ? num(w.lim.amx_bf16_gflops) : "null")
+      << ", \"amx_int8_peak_gops\": " << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "null")
       << ", \"dram_read_gbps\": " << num(w.lim.dram_gbs) << ", \"fma_ratio\": " << num(w.gflops() / w.lim.peak_gflops)
       << ", \"vnni_ratio\": " << (w.lim.vnni_gops > 0 ? num(w.gflops() / w.lim.vnni_gops) : "null")
       << ", \"dram_ratio\": " << num(w.gbps() / w.lim.dram_gbs) << ", \"baseline_ratio\": " << num(w.base_ratio())
@@ -228,14 +239,16 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
   std::ofstream f(file);
   if (!f) fail("cannot write " + file);
   f << "a2a,quant,kernel,preset,experts,tokens,threads,median_s,min_s,max_s,tokens_per_s,gflops,weight_gbps,"
-       "fma_peak_gflops,vnni_peak_gops,dram_read_gbps,baseline_ratio\n";
+       "fma_peak_gflops,vnni_peak_gops,dram_read_gbps,baseline_ratio,amx_bf16_peak_gflops,amx_int8_peak_gops\n";
   for (const auto& w : rows) {
     const auto& r = w.r;
     f << r.a2a << ',' << r.quant << ',' << r.kernel << ',' << r.preset << ',' << r.experts << ',' << r.tokens << ','
       << r.threads << ',' << num(r.median_s) << ',' << num(r.min_s) << ',' << num(r.max_s) << ','
       << num(static_cast<double>(r.tokens) / r.median_s) << ',' << num(w.gflops()) << ',' << num(w.gbps()) << ','
       << num(w.lim.peak_gflops) << ',' << (w.lim.vnni_gops > 0 ? num(w.lim.vnni_gops) : "") << ','
-      << num(w.lim.dram_gbs) << ',' << (w.baseline_s > 0 ? num(w.base_ratio()) : "") << '\n';
+      << num(w.lim.dram_gbs) << ',' << (w.baseline_s > 0 ? num(w.base_ratio()) : "") << ','
+      << (w.lim.amx_bf16_gflops > 0 ? num(w.lim.amx_bf16_gflops) : "") << ','
+      << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "") << '\n';
   }
 }
 
@@ -453,11 +466,15 @@ int main(int argc, char** argv) try {
     Limits& l = limits[t];
     l.threads = t;
     l.dram_bytes = std::max<std::size_t>(std::size_t{1} << 30, 4 * llc);
-    l.dram(), l.peak(), l.vnni();
-    std::printf("limits, %d thread(s): DRAM read %.1f GB/s, fp32 FMA peak %.1f GFLOP/s, int8 VNNI peak %s\n", t,
-                l.dram_gbs, l.peak_gflops,
+    l.dram(), l.peak(), l.vnni(), l.amx();
+    std::printf("limits, %d thread(s): DRAM read %.1f GB/s, fp32 FMA peak %.1f GFLOP/s, int8 VNNI peak %s, AMX peak %s\n",
+                t, l.dram_gbs, l.peak_gflops,
                 l.vnni_gops > 0 ? (std::to_string(static_cast<long>(l.vnni_gops)) + " GOP/s").c_str()
-                                : "n/a (built without __AVX512VNNI__)");
+                                : "n/a (built without __AVX512VNNI__)",
+                l.amx_bf16_gflops > 0 ? (std::to_string(static_cast<long>(l.amx_bf16_gflops)) + " GFLOP/s bf16, " +
+                                         std::to_string(static_cast<long>(l.amx_int8_gops)) + " GOP/s int8")
+                                            .c_str()
+                                      : "n/a (no AMX here)");
   }
 
   progress bar;
@@ -485,7 +502,14 @@ int main(int argc, char** argv) try {
     std::printf("%s\n", s.c_str());
     std::fflush(stdout);
     bar.draw("limits");
-    for (auto& [t, l] : limits) l.dram(), l.peak(), l.vnni();
+    std::string amx_now;  // the tile rate of this moment: not steady on shared machines
+    for (auto& [t, l] : limits) {
+      l.dram(), l.peak(), l.vnni();
+      if (const double now = l.amx(); now > 0)
+        amx_now += detail::concat(amx_now.empty() ? "" : ", ", t, " thr ", static_cast<long>(now));
+    }
+    bar.clear();
+    if (!amx_now.empty()) std::printf("  AMX bf16 peak measured now: %s GFLOP/s\n", amx_now.c_str());
     bar.draw("");
   };
 
@@ -545,8 +569,12 @@ int main(int argc, char** argv) try {
   std::printf("limits, best of all passes:");
   for (auto& [t, l] : limits) {
     l.dram(), l.peak();
-    std::printf(" %d thr: DRAM %.1f GB/s, FMA %.1f GFLOP/s, VNNI %s;", t, l.dram_gbs, l.peak_gflops,
-                l.vnni_gops > 0 ? std::to_string(static_cast<long>(l.vnni_gops)).c_str() : "n/a");
+    std::printf(" %d thr: DRAM %.1f GB/s, FMA %.1f GFLOP/s, VNNI %s, AMX %s;", t, l.dram_gbs, l.peak_gflops,
+                l.vnni_gops > 0 ? std::to_string(static_cast<long>(l.vnni_gops)).c_str() : "n/a",
+                l.amx_bf16_gflops > 0 ? (std::to_string(static_cast<long>(l.amx_bf16_gflops)) + " bf16 / " +
+                                         std::to_string(static_cast<long>(l.amx_int8_gops)) + " int8")
+                                            .c_str()
+                                      : "n/a");
   }
   std::printf("\n\nfinal table, ratios to the best limits of the run (x base = baseline median / median):\n");
   print_header();
