@@ -207,7 +207,10 @@ inline void begin_forward(const DispatchOutput<format::standard>& d, const Exper
   sort_by_expert(d.ids, s.experts, cut, ws.sorted);
   const ExpertRows& sr = ws.sorted;
   ws.row_weight.resize(static_cast<std::size_t>(sr.rows()));
-  for (std::size_t n = 0; n < ws.row_weight.size(); ++n) ws.row_weight[n] = d.weights(sr.slot_of[n] / k, sr.slot_of[n] % k);
+  for (index_t t = 0; t < T; ++t)  // in slot order, as the sort: no division by k
+    for (index_t j = 0; j < k; ++j)
+      if (const index_t row = sr.row_of[static_cast<std::size_t>(t * k + j)]; row >= 0)
+        ws.row_weight[static_cast<std::size_t>(row)] = d.weights(t, j);
 }
 
 /// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32).
