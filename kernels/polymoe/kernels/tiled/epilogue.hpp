@@ -16,6 +16,11 @@ namespace polymoe::kernels::tiled {
 
 namespace simd {
 
+/// The lanes of a 16-float vector that hold the `left` values still to do (all 16 when left >= 16).
+inline __mmask16 tail_mask(index_t left) noexcept {
+  return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
 /// e^x: 2^n · e^r with n = round(x·log2 e), r = x − n·ln 2 (ln 2 in two parts), e^r by its
 /// degree-6 Taylor polynomial (|r| <= ln 2 / 2: relative error about 1e-7).
 inline __m512 exp(__m512 x) noexcept {
@@ -66,7 +71,7 @@ inline void activate(const ActivationParams& p, const float* g, const float* u, 
   static_assert(std::is_same_v<Out, float> || (RoundBf16 && std::is_same_v<Out, std::uint16_t>));
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
   for (index_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    const __mmask16 m = simd::tail_mask(n - j);
     const __m512 x = _mm512_maskz_loadu_ps(m, g + j);
     __m512 y;
     switch (p.kind) {
@@ -116,7 +121,7 @@ inline void activate(const ActivationParams& p, const float* g, const float* u, 
 /// x[0..n) rounded to bf16 in place.
 inline void round_bf16(float* x, index_t n) noexcept {
   for (index_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    const __mmask16 m = simd::tail_mask(n - j);
     _mm512_mask_storeu_ps(x + j, m, simd::round_bf16(_mm512_maskz_loadu_ps(m, x + j)));
   }
 }

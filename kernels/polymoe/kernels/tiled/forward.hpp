@@ -148,7 +148,7 @@ inline void add_row(const float* c, const float* bias, float wt, float* dst, ind
 #if defined(POLYMOE_TILED_AVX512)
   const __m512 w = _mm512_set1_ps(wt);
   for (index_t q = 0; q < n; q += 16) {
-    const __mmask16 m = n - q >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - q)) - 1u);
+    const __mmask16 m = simd::tail_mask(n - q);
     const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + q), _mm512_maskz_loadu_ps(m, bias + q));
     _mm512_mask_storeu_ps(dst + q, m, _mm512_mul_ps(v, w));
   }
