@@ -77,8 +77,8 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n) {
       const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
-      to_bf16_row(d.hidden.row(slot / k).data(), mlp.weight_on_input ? ws.row_weight[static_cast<std::size_t>(n)] : 1.0f, H, H32,
-                  ws.a16.data() + n * ldh);
+      const float wt = mlp.weight_on_input ? ws.row_weight[static_cast<std::size_t>(n)] : 1.0f;
+      to_bf16_row(d.hidden.row(slot / k).data(), wt, H, H32, ws.a16.data() + n * ldh);
     }
   });
 
