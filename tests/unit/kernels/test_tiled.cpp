@@ -1,12 +1,15 @@
 // kernel::tiled against the reference on the shapes where a tiled kernel goes wrong: row-block and
 // tile boundaries, sizes that are not multiples of the panel, decode batches, thread counts, and
 // no heap allocation per forward after warm-up.
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
@@ -31,6 +34,18 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// The cache-line-aligned forms (the workspace's buffers, AlignedBuffer) count the same way.
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  const auto align = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(align, (std::max<std::size_t>(n, 1) + align - 1) / align * align)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace polymoe;
 
@@ -103,8 +118,9 @@ TEST(Tiled, BlockCuts) {
 
 TEST(Tiled, RowBlockAndTileBoundaries) {
   // Expert 0 gets n rows (every token's slot 0), the other slot goes elsewhere.
-  const index_t B = kt::block_rows, M = kt::max_tile_rows;
-  for (index_t n : {index_t{1}, index_t{2}, index_t{3}, M - 1, M, M + 1, B - 1, B, B + 1, 2 * B + 5}) {
+  const index_t B = kt::block_rows, M = kt::max_tile_rows, L = kt::max_tall_rows;
+  for (index_t n : {index_t{1}, index_t{2}, index_t{3}, M - 1, M, M + 1, L - 1, L, L + 1, 2 * L + 1, B - 1, B, B + 1,
+                    2 * B + 5}) {
     const MoeConfig cfg = test::moe_config(40, 24, 5, 2);
     std::mt19937 rng(static_cast<unsigned>(n));
     const Matrix hidden = test::random_matrix(rng, n, cfg.hidden);
@@ -118,6 +134,40 @@ TEST(Tiled, RowBlockAndTileBoundaries) {
     for_every_scheme([&]<class Q>() { expect_agrees<Q>(cfg, hidden, r, 11u); });
   }
 }
+
+#if defined(POLYMOE_TILED_AVX512)
+TEST(Tiled, TallBf16TilesMatchTheSquareTileBitForBit) {
+  // bf16 blocks run row groups of up to 12 rows against half panels (tall_tile); each result is
+  // the same k-ordered FMA chain as the 6 x 64 tile's, so the two must agree exactly, across a
+  // slab boundary (K > k_block) and for every row count of a group.
+  using W = std::uint16_t;
+  constexpr index_t K = kt::k_block<W> + 37;
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<W, kt::CacheLineAllocator<W>> panel(static_cast<std::size_t>(2 * K * kt::panel_cols));  // + a next panel
+  for (W& w : panel) w = codecs::float_to_bf16(u(rng));
+  std::vector<std::vector<float>> a(kt::max_tall_rows, std::vector<float>(static_cast<std::size_t>(K)));
+  for (auto& row : a)
+    for (float& x : row) x = u(rng);
+  for (int m = 1; m <= kt::max_tall_rows; ++m) {
+    alignas(64) float tall[kt::max_tall_rows * kt::panel_cols], square[kt::max_tall_rows * kt::panel_cols];
+    const float* rows[kt::max_tall_rows];
+    for (int i = 0; i < m; ++i) rows[i] = a[static_cast<std::size_t>(i)].data();
+    for (index_t k0 = 0; k0 < K; k0 += kt::k_block<W>) {
+      const index_t k1 = std::min(K, k0 + kt::k_block<W>);
+      for (index_t h = 0; h < 2; ++h)
+        kt::tall_rows(m, rows, k0, k1, panel.data() + h * 32, tall + h * 32, k0 > 0,
+                      reinterpret_cast<const char*>(panel.data() + k1 * kt::panel_cols), h, 2);
+      for (int r0 = 0; r0 < m; r0 += kt::max_tile_rows)
+        kt::tile_rows(std::min(kt::max_tile_rows, m - r0), rows + r0, k0, k1, panel.data(),
+                      square + r0 * kt::panel_cols, k0 > 0, nullptr, 0);
+    }
+    for (int i = 0; i < m * kt::panel_cols; ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(tall[i]), std::bit_cast<std::uint32_t>(square[i]))
+          << "rows " << m << ", element " << i;
+  }
+}
+#endif
 
 TEST(Tiled, SizesThatAreNotMultiplesOfThePanel) {
   const Activation acts[] = {Activation::silu_gated, Activation::gelu_gated, Activation::swiglu_oai,

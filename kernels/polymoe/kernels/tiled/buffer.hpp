@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <vector>
 
 namespace polymoe::kernels::tiled {
 
@@ -30,5 +31,26 @@ class AlignedBuffer {
   std::unique_ptr<T[], release> data_;
   std::size_t size_ = 0;
 };
+
+/// std::allocator with cache-line alignment: a workspace row whose byte stride is a multiple of
+/// 64 then starts on a line, so a 64-byte load or store of it (a tile row, a micro-kernel vector)
+/// touches one line, not two. (The heap aligns to 16: with it, every 64-byte access was split.)
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
+  [[nodiscard]] T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{cache_line}));
+  }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{cache_line}); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
+};
+
+/// A growable, cache-line-aligned array (workspace buffers).
+template <class T>
+using AlignedVector = std::vector<T, CacheLineAllocator<T>>;
 
 }  // namespace polymoe::kernels::tiled

@@ -14,6 +14,7 @@
 // nothing.
 #include <algorithm>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -29,6 +30,20 @@
 
 namespace polymoe::kernels::tiled {
 
+/// Whether bf16 blocks of more than max_tile_rows rows run tall tiles (microkernel.hpp), a
+/// compile-time choice by the target: on Intel cores the widening shares the FMA ports, and the
+/// tall tile halves it per FMA (16-core device machine, one thread, Qwen3-30B-A3B T=512: 76 % of
+/// the FMA peak against 50 %); on AMD Zen 4 it runs on ports of its own, and the 6 x 64 tile,
+/// with half the broadcasts, was faster (one thread, T=2048: 106-109 against 98 GFLOP/s). GCC 12
+/// calls Zen 4 znver3 (with AVX-512). -DPOLYMOE_TILED_TALL=0/1 overrides.
+#ifndef POLYMOE_TILED_TALL
+#if defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
+#define POLYMOE_TILED_TALL 0
+#else
+#define POLYMOE_TILED_TALL 1
+#endif
+#endif
+
 /// Rows per row block: a block's tiles run one after another on one panel.
 inline constexpr index_t block_rows = 48;
 /// Rows per row block when AMX tiles run it (in row groups of 16): every row group after the
@@ -41,18 +56,20 @@ inline constexpr index_t amx_block_rows = 128;
 template <class W>
 inline constexpr index_t k_block = 32768 / (panel_cols * static_cast<index_t>(sizeof(W)));
 
-/// The scratch of one layer's forward.
+/// The scratch of one layer's forward. Buffers that hold GEMM rows are cache-line aligned (the heap
+/// aligns to 16 bytes): a 64-byte tile row or vector of a row whose stride is a multiple of 64
+/// then touches one line, not two.
 struct Workspace {
   ExpertRows sorted;
   std::vector<float> row_weight;     ///< [N] the routing weight of each sorted row
   std::vector<Task> tasks13, tasks2;
   std::vector<const float*> a_rows;  ///< [N] the first GEMM's input row of each sorted row
-  std::vector<float> x;              ///< rounded (or weighted) input rows, when the scheme needs a copy
-  std::vector<float> act;            ///< [N, I] activations, sorted-row order
-  std::vector<float> y;              ///< [N, H] weighted expert outputs, sorted-row order
+  AlignedVector<float> x;            ///< rounded (or weighted) input rows, when the scheme needs a copy
+  AlignedVector<float> act;          ///< [N, I] activations, sorted-row order
+  AlignedVector<float> y;            ///< [N, H] weighted expert outputs, sorted-row order
   // int8 W8A8 only (int8.hpp): quantized GEMM inputs, offset by 128, and their per-row scales.
-  std::vector<std::uint8_t> xq, hq, xg;  // xg: xq gathered in sorted order (AMX)
-  std::vector<std::uint16_t> a16, h16;   // bf16 GEMM inputs in sorted order (AMX)
+  AlignedVector<std::uint8_t> xq, hq, xg;  // xg: xq gathered in sorted order (AMX)
+  AlignedVector<std::uint16_t> a16, h16;   // bf16 GEMM inputs in sorted order (AMX)
   std::vector<float> xs, hs;
   std::vector<const std::uint8_t*> aq_rows;
   std::vector<float> a_scales;
@@ -86,6 +103,29 @@ struct quantized_inputs {
 
 namespace detail {
 
+#if defined(POLYMOE_TILED_AVX512)
+/// block_times_panel for bf16 blocks of more than max_tile_rows rows: row groups of up to
+/// max_tall_rows rows, cut evenly, each against both halves of a slab in turn; the 2·groups
+/// passes over a slab share the prefetch of the next one.
+template <class RowOf>
+inline void tall_block_times_panel(index_t m, RowOf row, index_t K, const std::uint16_t* panel, float* c) {
+  constexpr index_t kb = k_block<std::uint16_t>, half = panel_cols / 2;
+  const index_t groups = (m + max_tall_rows - 1) / max_tall_rows, passes = 2 * groups;
+  const float* rows[max_tall_rows];
+  for (index_t k0 = 0; k0 < K; k0 += kb) {
+    const index_t k1 = std::min(K, k0 + kb);
+    const char* next = reinterpret_cast<const char*>(panel + k1 * panel_cols);  // past the end: the next panel
+    for (index_t g = 0; g < groups; ++g) {
+      const index_t r0 = g * m / groups, n = (g + 1) * m / groups - r0;
+      for (index_t i = 0; i < n; ++i) rows[i] = row(r0 + i);
+      for (index_t h = 0; h < 2; ++h)
+        tall_rows(static_cast<int>(n), rows, k0, k1, panel + h * half, c + r0 * panel_cols + h * half, k0 > 0, next,
+                  2 * g + h, passes);
+    }
+  }
+}
+#endif
+
 /// Runs the tiles of rows [0, m) of a row block against one panel; `row(i)` is the i-th input row.
 /// Leaves the results in c[m][64].
 template <class W, class RowOf>
@@ -100,6 +140,10 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
     return;
   }
   constexpr auto row_bytes = static_cast<index_t>(panel_cols * sizeof(W));
+#if defined(POLYMOE_TILED_AVX512) && POLYMOE_TILED_TALL
+  if constexpr (std::is_same_v<W, std::uint16_t>)
+    if (m > max_tile_rows) return tall_block_times_panel(m, row, K, panel, c);
+#endif
   for (index_t k0 = 0; k0 < K; k0 += k_block<W>) {
     const index_t k1 = std::min(K, k0 + k_block<W>);
     for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
@@ -214,7 +258,7 @@ inline void begin_forward(const DispatchOutput<format::standard>& d, const Exper
 }
 
 /// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32).
-inline void sum_slots(const ExpertRows& sr, const std::vector<float>& y, index_t k, MatrixRef out) {
+inline void sum_slots(const ExpertRows& sr, const AlignedVector<float>& y, index_t k, MatrixRef out) {
   const index_t T = out.rows(), H = out.cols();
   kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t t = r.begin(); t != r.end(); ++t) {

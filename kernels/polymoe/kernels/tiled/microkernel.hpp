@@ -7,11 +7,13 @@
 // the work was split between threads.
 //
 // Weights are fp32 or bf16 bits (see prepack.hpp for the layout); bf16 is widened to fp32 in
-// registers (shift / and). The AVX-512 version is chosen at compile time when __AVX512F__ is
+// registers (shift / and). bf16 blocks of prefill size run tall_tile instead: up to 12 rows by
+// 32 columns, which widens half as often per FMA (see there). The AVX-512 version is chosen at compile time when __AVX512F__ is
 // defined (and POLYMOE_TILED_PORTABLE is not); otherwise a portable loop computes the same sums.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include <polymoe/core/types.hpp>
 #include <polymoe/kernels/tiled/prepack.hpp>
@@ -24,6 +26,9 @@
 namespace polymoe::kernels::tiled {
 
 inline constexpr int max_tile_rows = 6;
+/// Rows of a tall tile (AVX-512 builds): bf16 panels run a block in row groups of up to 12 rows
+/// against half a panel at a time (32 columns: one 64-byte line of each k-row, two vectors).
+inline constexpr int max_tall_rows = 12;
 
 #if defined(POLYMOE_TILED_AVX512)
 
@@ -86,6 +91,61 @@ inline void tile(const float* const* a, index_t k0, index_t k1, const W* panel, 
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
+}
+
+/// C[MR][32] (+)= A[MR][k0..k1) · the half panel whose k-row lines start at `half` (panel + 32·h;
+/// C rows are panel_cols apart, as in tile). 24 accumulators; per k one line, two widening
+/// operations and 2·MR FMAs. The widening runs on the vector ports that also run the FMAs (on
+/// Intel cores): the 6 x 64 tile spends 4 of every 28 such slots on it, this one 2 of 26 at 12
+/// rows. Each result is the same k-ordered chain of FMAs as tile's, bit for bit.
+///
+/// Prefetch: every `pf_every`-th k-row from `pf_first` on, this pass fetches the two lines of
+/// that k-row of the next slab at `prefetch` (the block's passes share the next slab between
+/// them, a line pair every few k rather than all of it from one pass).
+template <int MR>
+inline void tall_tile(const float* const* a, index_t k0, index_t k1, const std::uint16_t* half, float* c,
+                      bool accumulate, const char* prefetch, index_t pf_first, index_t pf_every) noexcept {
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v)
+      acc[r][v] = accumulate ? _mm512_load_ps(c + r * panel_cols + 16 * v) : _mm512_setzero_ps();
+  const float* rows[MR];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) rows[r] = a[r];
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const std::uint16_t* wk = half + k0 * panel_cols;
+  index_t next_pf = prefetch ? k0 + pf_first : k1;
+  for (index_t k = k0; k < k1; ++k, wk += panel_cols) {
+    if (k == next_pf) {
+      prefetch_lines(prefetch + (k - k0) * panel_cols * 2, 0, 128);
+      next_pf += pf_every;
+    }
+    const __m512i l = _mm512_load_si512(wk);
+    const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
+    const __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(l, hi));
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      const __m512 x = _mm512_set1_ps(rows[r][k]);
+      acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
+}
+
+/// tall_tile<m> for a run-time m in [1, max_tall_rows].
+inline void tall_rows(int m, const float* const* a, index_t k0, index_t k1, const std::uint16_t* half, float* c,
+                      bool accumulate, const char* prefetch, index_t pf_first, index_t pf_every) noexcept {
+  [&]<int... M>(std::integer_sequence<int, M...>) {
+    (void)((m == M + 1 ? (tall_tile<M + 1>(a, k0, k1, half, c, accumulate, prefetch, pf_first, pf_every), true)
+                       : false) ||
+           ...);
+  }(std::make_integer_sequence<int, max_tall_rows>{});
 }
 
 #else  // portable
