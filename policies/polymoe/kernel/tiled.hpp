@@ -1,10 +1,12 @@
 #pragma once
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
+#include <polymoe/kernels/tiled/amx_forward.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 #include <polymoe/kernels/tiled/int8.hpp>
 #include <polymoe/quant/bf16.hpp>
@@ -50,14 +52,19 @@ struct scheme<quant::fp32> {
   }
 };
 
+/// bf16: panels of fp32-widened weights for the FMA micro-kernels, or, where the target runs
+/// vdpbf16ps (POLYMOE_TILED_DPBF16), the tile layout of kernel::tiled_amx (k-pairs interleaved)
+/// run by its bf16-row pipeline without tiles.
 template <>
 struct scheme<quant::bf16> {
-  using packed = kt::PackedExperts<std::uint16_t>;
+  static constexpr bool pairs = POLYMOE_TILED_DPBF16;
+  using layout = std::conditional_t<pairs, kt::amx_layout, kt::row_layout>;
+  using packed = kt::PackedExperts<std::uint16_t, layout>;
   using inputs = kt::bf16_inputs;  // quant::bf16::quantize_activation rounds to bf16
   static packed pack(const quant::bf16::weights& w) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
-    return kernels::tiled::pack_experts<std::uint16_t>(
+    return kernels::tiled::pack_experts<std::uint16_t, layout>(
         s, [&](index_t e, index_t r, index_t c) { return w.w13[static_cast<std::size_t>((e * R + r) * H + c)]; },
         [&](index_t e, index_t r, index_t c) { return w.w2[static_cast<std::size_t>((e * H + r) * I + c)]; },
         bias_rows(w).first, bias_rows(w).second);
@@ -180,7 +187,8 @@ struct scheme<quant::int8_w8a8> {
 /// weight into the second, a GEMV-like path for one or two rows per expert (decode), and one
 /// oneTBB loop per GEMM over (row block x panel) of all experts at once. Bitwise independent of
 /// the thread count; allocates nothing per forward after warm-up. Implements, on the standard
-/// format: fp32 and bf16 (bf16 widened in registers); fp8, fp8_block(_weight_only), mxfp4 and
+/// format: fp32 and bf16 (bf16 widened in registers, or vdpbf16ps on bf16 pairs where the target
+/// runs it at the FMA's rate: POLYMOE_TILED_DPBF16); fp8, fp8_block(_weight_only), mxfp4 and
 /// nvfp4 with their codes kept in the panels and widened in registers or per L1 slab
 /// (kernels/tiled/qpanel.hpp); int8_w8a8 with integer VNNI GEMMs (kernels/tiled/int8.hpp).
 /// nvfp4_w4a4 is not implemented (its fp4 x fp4 product needs a micro-kernel of its own).
@@ -203,6 +211,8 @@ struct tiled {
            CombineInput<format::standard> c) const {
     if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
       kernels::tiled::forward_int8(d, p, mlp, c.out);
+    else if constexpr (std::is_same_v<Q, quant::bf16> && tiled_detail::scheme<quant::bf16>::pairs)
+      kernels::tiled::forward_amx_bf16(d, p, mlp, c.out);
     else
       kernels::tiled::forward_standard<typename tiled_detail::scheme<Q>::inputs>(d, p, mlp, c.out);
   }

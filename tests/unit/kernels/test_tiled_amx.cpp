@@ -3,6 +3,7 @@
 // build on an AMX machine: no run-time test) and test_tiled_amx_dispatch without AMX in the target
 // (-mno-amx-*: AMX detected at run time). On a machine without AMX the tests of the tiles themselves
 // are skipped with the reason; the layer tests then check the AVX-512 fallback.
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -133,6 +134,52 @@ TEST(TiledAmx, Bf16TilesAgreeWithTheFmaLoop) {
   }
 }
 
+#endif
+
+#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__)
+TEST(TiledAmx, DpBf16LoopAgreesWithTheFmaLoopAndDouble) {
+  // amx_layout_tile_dp (vdpbf16ps, chosen where POLYMOE_TILED_DPBF16) against the FMA loop over
+  // the same layout and against a double-precision sum of the same bf16 values: the products are
+  // exact in fp32, so both differ from the exact sum by fp32 rounding of the running sums only.
+  constexpr index_t K = 300, K32 = kt::padded_k32(K);
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd;
+  kt::AlignedBuffer<std::uint16_t> panel(static_cast<std::size_t>(K32 * kt::panel_cols));
+  std::fill_n(panel.data(), panel.size(), std::uint16_t{0});
+  for (index_t k = 0; k < K; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) panel.data()[kt::amx_bf16_slot(k, c)] = codecs::float_to_bf16(nd(rng));
+  std::vector<std::vector<std::uint16_t>> rows(6, std::vector<std::uint16_t>(static_cast<std::size_t>(K32), 0));
+  for (auto& r : rows)
+    for (index_t k = 0; k < K; ++k) r[static_cast<std::size_t>(k)] = codecs::float_to_bf16(nd(rng));
+  const std::uint16_t* a[6];
+  for (int i = 0; i < 6; ++i) a[i] = rows[static_cast<std::size_t>(i)].data();
+  alignas(64) float dp[6 * kt::panel_cols], fma[6 * kt::panel_cols];
+  kt::amx_layout_tile_dp<6>(a, K32, panel.data(), dp);
+  kt::amx_layout_tile<6>(a, K32, panel.data(), fma);
+  alignas(64) float one[kt::panel_cols];
+  kt::amx_layout_tile_dp<1>(a + 5, K32, panel.data(), one);
+  double worst_fma = 0.0, worst_exact = 0.0;
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t p = 0; p < kt::panel_cols; ++p) {
+      double exact = 0.0, mag = 0.0;
+      for (index_t k = 0; k < K; ++k) {
+        const double t = double(codecs::bf16_to_float(a[i][k])) *
+                         double(codecs::bf16_to_float(panel.data()[kt::amx_bf16_slot(k, p)]));
+        exact += t;
+        mag += std::abs(t);
+      }
+      const double got = dp[i * kt::panel_cols + p];
+      worst_exact = std::max(worst_exact, std::abs(got - exact) / mag);
+      worst_fma = std::max(worst_fma, std::abs(got - fma[i * kt::panel_cols + p]) / mag);
+    }
+  // Each rounding of a running sum errs by at most 2^-24 of sum |terms|: K / 2 (+ slack) of them
+  // for the pairs, K for the FMA loop. A wrong product or pairing errs by the terms themselves.
+  const double u = std::ldexp(1.0, -24);
+  EXPECT_LE(worst_exact, (K / 2 + 2) * u);
+  EXPECT_LE(worst_fma, (K / 2 + 2 + K) * u);
+  for (index_t p = 0; p < kt::panel_cols; ++p)  // one row alone gives that row's sums, bit for bit
+    EXPECT_EQ(one[p], dp[5 * kt::panel_cols + p]) << "column " << p;
+}
 #endif
 
 }  // namespace

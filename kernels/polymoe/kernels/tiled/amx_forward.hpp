@@ -6,6 +6,7 @@
 // layer was prepared with AMX enabled; smaller blocks (decode), or every block without AMX, run
 // amx_layout_tile, an AVX-512 loop over the same layout.
 #include <algorithm>
+#include <utility>
 
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
@@ -13,6 +14,22 @@
 namespace polymoe::kernels::tiled {
 
 namespace detail {
+
+#if defined(POLYMOE_TILED_AVX512)
+/// The AVX-512 loop over the tile layout that this target runs: vdpbf16ps where it is chosen
+/// (POLYMOE_TILED_DPBF16, microkernel.hpp), else widening and FMAs.
+template <int MR>
+inline void pair_tile(const std::uint16_t* const* a, index_t K, const std::uint16_t* panel, float* c) noexcept {
+#if POLYMOE_TILED_DPBF16
+  if constexpr (MR <= decode_rows)
+    amx_layout_decode_dp<MR>(a, K, panel, c);
+  else
+    amx_layout_tile_dp<MR>(a, K, panel, c);
+#else
+  amx_layout_tile<MR>(a, K, panel, c);
+#endif
+}
+#endif
 
 /// c[m][64] = rows [0, m) of A (bf16, stride lda, padded to an even length) times an AMX-layout
 /// panel, without tiles.
@@ -24,14 +41,9 @@ inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, inde
     const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
     for (int i = 0; i < n; ++i) rows[i] = a + (r0 + i) * lda;
     float* cr = c + r0 * panel_cols;
-    switch (n) {
-      case 1: amx_layout_tile<1>(rows, K, panel, cr); break;
-      case 2: amx_layout_tile<2>(rows, K, panel, cr); break;
-      case 3: amx_layout_tile<3>(rows, K, panel, cr); break;
-      case 4: amx_layout_tile<4>(rows, K, panel, cr); break;
-      case 5: amx_layout_tile<5>(rows, K, panel, cr); break;
-      default: amx_layout_tile<6>(rows, K, panel, cr); break;
-    }
+    [&]<int... M>(std::integer_sequence<int, M...>) {
+      (void)((n == M + 1 ? (pair_tile<M + 1>(rows, K, panel, cr), true) : false) || ...);
+    }(std::make_integer_sequence<int, max_tile_rows>{});
   }
 #else
   for (index_t i = 0; i < m; ++i)

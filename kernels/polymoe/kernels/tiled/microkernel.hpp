@@ -23,6 +23,24 @@
 #include <immintrin.h>
 #endif
 
+// Whether bf16 GEMMs without AMX run vdpbf16ps (bf16 pairs, two products per lane) instead of
+// widening the weights and running fp32 FMAs: a compile-time choice by the target. On AMD Zen 4
+// vdpbf16ps issues at the FMA's rate, so it has twice the flops; on Intel cores it ran at a
+// quarter of the FMA's instruction rate (docs/benchmarks.md, issue 4), so there the FMAs stay.
+// GCC 12 calls Zen 4 znver3 (with AVX-512). kernel::tiled's bf16 then runs the bf16-row pipeline
+// of kernel::tiled_amx without tiles. -DPOLYMOE_TILED_DPBF16=0/1 overrides.
+#ifndef POLYMOE_TILED_DPBF16
+#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__) && \
+    (defined(__znver3__) || defined(__znver4__) || defined(__znver5__))
+#define POLYMOE_TILED_DPBF16 1
+#else
+#define POLYMOE_TILED_DPBF16 0
+#endif
+#endif
+#if POLYMOE_TILED_DPBF16 && !(defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__))
+#error "polymoe: POLYMOE_TILED_DPBF16=1 needs AVX-512 BF16 in the target (e.g. -mavx512bf16)"
+#endif
+
 namespace polymoe::kernels::tiled {
 
 inline constexpr int max_tile_rows = 6;
