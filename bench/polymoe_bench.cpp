@@ -58,6 +58,8 @@ const char* usage = R"(usage: polymoe_bench [options]
   --threads LIST   TBB threads (tbb::global_control), default 1
   --a2a LIST --quant LIST --kernel LIST   select triples (default: every valid local triple)
   --reps N         timed forwards per point (default 10; median, min, max)
+  --phases         kernels tiled and tiled_amx: also the mean time per phase of the timed
+                   forwards (sort, inputs, gemm1, act, gemm2, sum), in the log and the record's note
   --json FILE --csv FILE   write the records
   --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)
   --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
@@ -366,6 +368,10 @@ int main(int argc, char** argv) try {
     if (a == "--help" || a == "-h") {
       std::printf("%s", usage);
       return 0;
+    }
+    if (a == "--phases") {
+      o.phases = true;
+      continue;
     }
     if (i + 1 >= argc) fail(a + " needs a value (see --help)");
     const std::string v = argv[++i];

@@ -26,6 +26,7 @@ struct options {
   std::vector<int> threads{1};
   index_t max_experts = 0;  // --experts N caps E (0: the preset's own)
   int reps = 10;
+  bool phases = false;  // --phases: the tiled kernels' time per phase
 };
 
 /// One measured point (a layer, the baseline or the peer).

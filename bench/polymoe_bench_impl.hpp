@@ -8,6 +8,7 @@
 #include <boost/mp11/algorithm.hpp>
 #include <tbb/global_control.h>
 
+#include <polymoe/kernels/tiled/phases.hpp>
 #include <polymoe/polymoe.hpp>
 
 #include "polymoe_bench.hpp"
@@ -64,11 +65,23 @@ void bench_triple(const sweep& s) {
       rec.note = note + "; " + std::to_string(V) + " routing(s) per instance";
       // forward f: routing f mod V on instance (f / V) mod n, so a cycle of V·n forwards reads
       // every expert of every instance
-      time_reps(s.opt->reps, std::min(2, V * n), [&](int f) {
+      const int warm = std::min(2, V * n);
+      kernels::tiled::PhaseTimes phases;  // the timed forwards' (tiled kernels only)
+      time_reps(s.opt->reps, warm, [&](int f) {
+        if (s.opt->phases && f == warm) kernels::tiled::phase_times = &phases;
         auto& layer = *layers[static_cast<std::size_t>((f / V) % n)];
         const Matrix out = layer.forward_routed(hidden, r.ids[static_cast<std::size_t>(f % V)], r.weights);
         if (out.size() && out.data()[0] == 12345.678f) std::printf(" ");
       }, rec);
+      kernels::tiled::phase_times = nullptr;
+      if (phases.forwards > 0) {
+        std::string line = "phases, mean ms per forward:";
+        for (int i = 0; i < kernels::tiled::PhaseTimes::count; ++i)
+          line += detail::concat(" ", kernels::tiled::PhaseTimes::names[static_cast<std::size_t>(i)], " ",
+                                 1e3 * phases.seconds[static_cast<std::size_t>(i)] / static_cast<double>(phases.forwards));
+        rec.note += "; " + line;
+        s.info(detail::concat("[", Q::name, ", ", Kernel::name, "] T=", T, ", ", threads, " threads: ", line));
+      }
       s.report(std::move(rec));
     }
   }

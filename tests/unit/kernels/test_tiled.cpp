@@ -4,11 +4,16 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <new>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -274,6 +279,80 @@ TEST(Tiled, NoHeapAllocationAfterWarmUp) {
       EXPECT_EQ(allocations.load(), 0) << Q::name << " T=" << T;
     }
   });
+}
+
+/// The VmFlags line of the mapping of /proc/self/smaps that holds `p` ("" when none does).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= addr && addr < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
+
+TEST(Tiled, LargeBuffersGetHugePagesSmallOnesCacheLines) {
+  const bool off = [] {
+    const char* s = std::getenv("POLYMOE_HUGE_PAGES");
+    return s && std::string(s) == "0";
+  }();
+  const kt::AlignedBuffer<float> small(100);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.data()) % kt::cache_line, 0u);
+  const std::size_t n = (std::size_t{5} << 20) / sizeof(float);  // 5 MiB
+  const kt::AlignedBuffer<float> large(n);
+  kt::AlignedVector<float> grown;
+  grown.resize(n);
+  for (const float* p : {large.data(), static_cast<const float*>(grown.data())}) {
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % (off ? kt::cache_line : kt::detail::huge_page), 0u);
+#if defined(__linux__)
+    const std::string flags = vm_flags_of(p);
+    ASSERT_FALSE(flags.empty()) << "no mapping in /proc/self/smaps holds the buffer";
+    EXPECT_EQ(flags.find(" hg ") != std::string::npos, !off) << flags;
+#endif
+  }
+  EXPECT_TRUE(std::all_of(large.data(), large.data() + n, [](float v) { return v == 0.0f; }));
+}
+
+TEST(Tiled, PhaseTimesCoverTheForward) {
+  const MoeConfig cfg = test::moe_config(96, 40, 8, 2);
+  std::mt19937 rng(5);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 64, cfg.hidden);
+  const Routing r = test::random_routing(rng, 64, 8, 2);
+  const auto check = [&]<class Q>() {
+    const auto prepared = kernel::tiled::prepare<Q>(Q::quantize(w.experts));
+    const ExpertMlp mlp{ActivationParams{}, false};
+    Matrix out(64, cfg.hidden);
+    const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 8};
+    kt::PhaseTimes t;
+    kt::phase_times = &t;
+    const auto t0 = std::chrono::steady_clock::now();
+    kernel::tiled{}.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kt::phase_times = nullptr;
+    EXPECT_EQ(t.forwards, 1) << Q::name;
+    double total = 0.0;
+    for (const double s : t.seconds) {
+      EXPECT_GE(s, 0.0) << Q::name;
+      total += s;
+    }
+    EXPECT_GT(t.seconds[kt::PhaseTimes::gemm1], 0.0) << Q::name;
+    EXPECT_GT(t.seconds[kt::PhaseTimes::gemm2], 0.0) << Q::name;
+    EXPECT_GT(t.seconds[kt::PhaseTimes::sum], 0.0) << Q::name << ": the last phase must be charged too";
+    EXPECT_LE(total, elapsed) << Q::name;
+    kernel::tiled{}.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});  // sink unset: not recorded
+    EXPECT_EQ(t.forwards, 1) << Q::name;
+  };
+  check.template operator()<quant::bf16>();
+  check.template operator()<quant::int8_w8a8>();
 }
 
 TEST(Tiled, VectorBf16RoundingIsTheCodec) {

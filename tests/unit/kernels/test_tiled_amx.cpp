@@ -66,6 +66,22 @@ TEST(TiledAmx, BiasesAndWeightOnInput) {
   for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, 60, 4u); });
 }
 
+TEST(TiledAmx, PhaseTimesOfTheBf16Forward) {
+  const MoeConfig cfg = test::moe_config(128, 64, 4, 2);
+  std::mt19937 rng(6);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
+  const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
+  MoeLayer<a2a::local, quant::bf16, kernel::tiled_amx> layer(cfg, w);
+  kt::PhaseTimes t;
+  kt::phase_times = &t;
+  const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
+  kt::phase_times = nullptr;
+  EXPECT_EQ(t.forwards, 1);
+  for (const auto p : {kt::PhaseTimes::inputs, kt::PhaseTimes::gemm1, kt::PhaseTimes::gemm2, kt::PhaseTimes::sum})
+    EXPECT_GT(t.seconds[p], 0.0) << kt::PhaseTimes::names[p];
+}
+
 TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   const MoeConfig cfg = test::moe_config(192, 96, 6, 2);
   std::mt19937 rng(8);

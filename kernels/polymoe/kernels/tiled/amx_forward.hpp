@@ -79,10 +79,12 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate, H32 = padded_k32(H), I32 = padded_k32(I);
   // Row strides of the bf16 GEMM inputs (elements): H32 and I32 rounded to an odd number of lines.
   const index_t ldh = amx_row_stride_bytes(2 * H32) / 2, ldi = amx_row_stride_bytes(2 * I32) / 2;
+  PhaseClock clock;
   begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
+  clock.lap(PhaseTimes::sort);
 
   // bf16 input rows in sorted order (weighted first when the routing weight scales the input).
   ws.a16.resize(static_cast<std::size_t>((N + spare) * ldh));
@@ -93,6 +95,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
       to_bf16_row(d.hidden.row(slot / k).data(), wt, H, H32, ws.a16.data() + n * ldh);
     }
   });
+  clock.lap(PhaseTimes::inputs);
 
   // GEMM 1 + activation, stored as the bf16 rows that GEMM 2 reads (the scheme rounds it to bf16);
   // columns [I, I32) of every row stay zero.
@@ -107,6 +110,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
                                   pk.panel13(b.expert, task.panel), c);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
   });
+  clock.lap(PhaseTimes::gemm1);
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
@@ -118,8 +122,10 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
                                   pk.panel2(b.expert, task.panel), c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data());
   });
+  clock.lap(PhaseTimes::gemm2);
 
   sum_slots(sr, ws.y, k, out);
+  clock.lap(PhaseTimes::sum);
 }
 
 }  // namespace polymoe::kernels::tiled

@@ -1,26 +1,67 @@
 #pragma once
 // A fixed-size, 64-byte-aligned array: the storage of prepacked weights (one cache line per
-// micro-kernel load, never split).
+// micro-kernel load, never split); and the allocator of the workspace buffers.
+//
+// Large buffers (2 MiB or more: the weights, and the workspace of a prefill) are aligned to 2 MiB
+// and, on Linux, offered transparent huge pages (madvise MADV_HUGEPAGE, before the first touch):
+// where the kernel's THP mode is "madvise" (Debian's default), 4 KiB pages are otherwise all they
+// get, and a forward that streams a gigabyte of weights walks the page tables for every 4 KiB of
+// it. POLYMOE_HUGE_PAGES=0 in the environment turns the advice off (for measuring it).
 #include <cstddef>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace polymoe::kernels::tiled {
 
 inline constexpr std::size_t cache_line = 64;
 
+namespace detail {
+
+inline constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+/// The alignment of a buffer of `bytes` bytes.
+[[nodiscard]] inline std::size_t buffer_alignment(std::size_t bytes) noexcept {
+  static const bool huge = [] {
+    const char* s = std::getenv("POLYMOE_HUGE_PAGES");
+    return !(s && s[0] == '0' && s[1] == 0);
+  }();
+  return huge && bytes >= huge_page ? huge_page : cache_line;
+}
+
+/// Uninitialised storage for `bytes` bytes, aligned as buffer_alignment says (huge pages advised).
+[[nodiscard]] inline void* allocate_buffer(std::size_t bytes) {
+  const std::size_t align = buffer_alignment(bytes);
+  void* p = ::operator new(bytes, std::align_val_t{align});
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (align == huge_page) (void)::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  return p;
+}
+
+inline void free_buffer(void* p, std::size_t bytes) noexcept {
+  ::operator delete(p, std::align_val_t{buffer_alignment(bytes)});
+}
+
+}  // namespace detail
+
 /// n elements of T, zero-initialised, aligned to a cache line; movable, not copyable.
 template <class T>
 class AlignedBuffer {
   struct release {
-    void operator()(T* p) const noexcept { ::operator delete[](p, std::align_val_t{cache_line}); }
+    std::size_t bytes = 0;
+    void operator()(T* p) const noexcept { detail::free_buffer(p, bytes); }
   };
 
  public:
   AlignedBuffer() = default;
   explicit AlignedBuffer(std::size_t n)
-      : data_(static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t{cache_line}))), size_(n) {
+      : data_(static_cast<T*>(detail::allocate_buffer(n * sizeof(T))), release{n * sizeof(T)}), size_(n) {
     for (std::size_t i = 0; i < n; ++i) data_[i] = T{};
   }
   [[nodiscard]] T* data() noexcept { return data_.get(); }
@@ -35,16 +76,15 @@ class AlignedBuffer {
 /// std::allocator with cache-line alignment: a workspace row whose byte stride is a multiple of
 /// 64 then starts on a line, so a 64-byte load or store of it (a tile row, a micro-kernel vector)
 /// touches one line, not two. (The heap aligns to 16: with it, every 64-byte access was split.)
+/// Large buffers get huge pages as the file's comment says.
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
   CacheLineAllocator() = default;
   template <class U>
   CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
-  [[nodiscard]] T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{cache_line}));
-  }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{cache_line}); }
+  [[nodiscard]] T* allocate(std::size_t n) { return static_cast<T*>(detail::allocate_buffer(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { detail::free_buffer(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
 };

@@ -24,6 +24,7 @@
 #include <polymoe/core/formats.hpp>
 #include <polymoe/kernels/tiled/decode.hpp>
 #include <polymoe/kernels/tiled/epilogue.hpp>
+#include <polymoe/kernels/tiled/phases.hpp>
 #include <polymoe/kernels/tiled/prepack.hpp>
 #include <polymoe/kernels/tiled/qpanel.hpp>
 #include <polymoe/kernels/tiled/sort.hpp>
@@ -284,10 +285,12 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+  PhaseClock clock;
   begin_forward(d, s, out, ws);
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   constexpr bool RoundBf16 = Act::round_bf16;
+  clock.lap(PhaseTimes::sort);
 
   // Input rows: the caller's rows when the scheme keeps them as they are, else rounded copies
   // (one per token, or one per pair when the routing weight scales the input).
@@ -320,6 +323,8 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     for (index_t n = 0; n < N; ++n) ws.a_rows[static_cast<std::size_t>(n)] = d.hidden.row(sr.slot_of[static_cast<std::size_t>(n)] / k).data();
   }
 
+  clock.lap(PhaseTimes::inputs);
+
   // GEMM 1 + activation.
   ws.act.resize(static_cast<std::size_t>(N * I));
   make_tasks(sr, pk.panels13, ws.tasks13);
@@ -331,12 +336,14 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
                               pk.panel13(b.expert, cb), c);
     detail::finish13<RoundBf16>(mlp, pk, b, cb, c, ws.act.data(), I);
   });
+  clock.lap(PhaseTimes::gemm1);
 
   if constexpr (Act::per_row)
     kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
       for (index_t n = r.begin(); n != r.end(); ++n)
         Act::row(std::span<float>(ws.act.data() + n * I, static_cast<std::size_t>(I)));
     });
+  clock.lap(PhaseTimes::act);
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
@@ -349,9 +356,11 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
                               pk.panel2(b.expert, cb), c);
     detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
   });
+  clock.lap(PhaseTimes::gemm2);
 
   // Top-k sum in slot order.
   sum_slots(sr, ws.y, k, out);
+  clock.lap(PhaseTimes::sum);
 }
 
 }  // namespace polymoe::kernels::tiled

@@ -265,10 +265,12 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   const ExpertShape& s = pk.shape;
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
   const index_t H4 = padded_k(H), I4 = padded_k(I);
+  PhaseClock clock;
   begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   const auto at = [](auto& v, index_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
+  clock.lap(PhaseTimes::sort);
 
   // Quantized inputs: one per token, or one per pair when the routing weight scales the input.
   ws.aq_rows.resize(static_cast<std::size_t>(N));
@@ -313,6 +315,8 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     });
   }
 
+  clock.lap(PhaseTimes::inputs);
+
   // GEMM 1 + activation (fp32), then the activations quantized per row.
   ws.act.resize(static_cast<std::size_t>(N * I));
   make_tasks(sr, pk.panels13, ws.tasks13);
@@ -325,12 +329,14 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
   });
+  clock.lap(PhaseTimes::gemm1);
   ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
   ws.hs.resize(static_cast<std::size_t>(N));
   kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t n = r.begin(); n != r.end(); ++n)
       at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * ldi);
   });
+  clock.lap(PhaseTimes::act);
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
@@ -344,8 +350,10 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0);
     detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
   });
+  clock.lap(PhaseTimes::gemm2);
 
   sum_slots(sr, ws.y, k, out);
+  clock.lap(PhaseTimes::sum);
 }
 
 }  // namespace polymoe::kernels::tiled
