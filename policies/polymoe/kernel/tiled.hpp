@@ -61,14 +61,18 @@ struct scheme<quant::bf16> {
   using layout = std::conditional_t<pairs, kt::amx_layout, kt::row_layout>;
   using packed = kt::PackedExperts<std::uint16_t, layout>;
   using inputs = kt::bf16_inputs;  // quant::bf16::quantize_activation rounds to bf16
-  static packed pack(const quant::bf16::weights& w) {
+  /// The weights in layout L (kernel::tiled_amx packs them in its tile layout with this too).
+  template <class L>
+  static kt::PackedExperts<std::uint16_t, L> pack_in(const quant::bf16::weights& w) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
-    return kernels::tiled::pack_experts<std::uint16_t, layout>(
+    const auto [b13, b2] = bias_rows(w);
+    return kernels::tiled::pack_experts<std::uint16_t, L>(
         s, [&](index_t e, index_t r, index_t c) { return w.w13[static_cast<std::size_t>((e * R + r) * H + c)]; },
-        [&](index_t e, index_t r, index_t c) { return w.w2[static_cast<std::size_t>((e * H + r) * I + c)]; },
-        bias_rows(w).first, bias_rows(w).second);
+        [&](index_t e, index_t r, index_t c) { return w.w2[static_cast<std::size_t>((e * H + r) * I + c)]; }, b13,
+        b2);
   }
+  static packed pack(const quant::bf16::weights& w) { return pack_in<layout>(w); }
 };
 
 

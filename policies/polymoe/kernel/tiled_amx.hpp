@@ -24,13 +24,7 @@ template <>
 struct scheme<quant::bf16> {
   using packed = kernels::tiled::AmxBf16Experts;
   static packed pack(const quant::bf16::weights& w) {
-    const ExpertShape s = w.shape();
-    const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
-    const auto [b13, b2] = tiled_detail::bias_rows(w);
-    packed p = kernels::tiled::pack_experts<std::uint16_t, kernels::tiled::amx_layout>(
-        s, [&](index_t e, index_t r, index_t c) { return w.w13[static_cast<std::size_t>((e * R + r) * H + c)]; },
-        [&](index_t e, index_t r, index_t c) { return w.w2[static_cast<std::size_t>((e * H + r) * I + c)]; }, b13,
-        b2);
+    packed p = tiled_detail::scheme<quant::bf16>::pack_in<kernels::tiled::amx_layout>(w);
     p.use_amx = kernels::tiled::amx_enabled();
     return p;
   }

@@ -6,7 +6,6 @@
 // layer was prepared with AMX enabled; smaller blocks (decode), or every block without AMX, run
 // amx_layout_tile, an AVX-512 loop over the same layout.
 #include <algorithm>
-#include <utility>
 
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
@@ -41,9 +40,7 @@ inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, inde
     const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
     for (int i = 0; i < n; ++i) rows[i] = a + (r0 + i) * lda;
     float* cr = c + r0 * panel_cols;
-    [&]<int... M>(std::integer_sequence<int, M...>) {
-      (void)((n == M + 1 ? (pair_tile<M + 1>(rows, K, panel, cr), true) : false) || ...);
-    }(std::make_integer_sequence<int, max_tile_rows>{});
+    with_rows<max_tile_rows>(n, [&]<int M>() { pair_tile<M>(rows, K, panel, cr); });
   }
 #else
   for (index_t i = 0; i < m; ++i)

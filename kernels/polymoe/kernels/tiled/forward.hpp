@@ -24,6 +24,7 @@
 #include <polymoe/core/formats.hpp>
 #include <polymoe/kernels/tiled/decode.hpp>
 #include <polymoe/kernels/tiled/epilogue.hpp>
+#include <polymoe/kernels/tiled/microkernel.hpp>
 #include <polymoe/kernels/tiled/phases.hpp>
 #include <polymoe/kernels/tiled/prepack.hpp>
 #include <polymoe/kernels/tiled/qpanel.hpp>
@@ -35,14 +36,10 @@ namespace polymoe::kernels::tiled {
 /// compile-time choice by the target: on Intel cores the widening shares the FMA ports, and the
 /// tall tile halves it per FMA (16-core device machine, one thread, Qwen3-30B-A3B T=512: 76 % of
 /// the FMA peak against 50 %); on AMD Zen 4 it runs on ports of its own, and the 6 x 64 tile,
-/// with half the broadcasts, was faster (one thread, T=2048: 106-109 against 98 GFLOP/s). GCC 12
-/// calls Zen 4 znver3 (with AVX-512). -DPOLYMOE_TILED_TALL=0/1 overrides.
+/// with half the broadcasts, was faster (one thread, T=2048: 106-109 against 98 GFLOP/s).
+/// -DPOLYMOE_TILED_TALL=0/1 overrides.
 #ifndef POLYMOE_TILED_TALL
-#if defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
-#define POLYMOE_TILED_TALL 0
-#else
-#define POLYMOE_TILED_TALL 1
-#endif
+#define POLYMOE_TILED_TALL (!POLYMOE_TILED_ZEN)
 #endif
 
 /// Rows per row block: a block's tiles run one after another on one panel.

@@ -241,14 +241,8 @@ inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4,
       const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
       for (int i = 0; i < n; ++i) rows[i] = row(r0 + i);
       std::int32_t* ci = acc + r0 * panel_cols;
-      switch (n) {
-        case 1: tile_i8<1>(rows, q0, q1, panel.codes, ci, q0 > 0, decode); break;
-        case 2: tile_i8<2>(rows, q0, q1, panel.codes, ci, q0 > 0, decode); break;
-        case 3: tile_i8<3>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
-        case 4: tile_i8<4>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
-        case 5: tile_i8<5>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
-        default: tile_i8<6>(rows, q0, q1, panel.codes, ci, q0 > 0, false); break;
-      }
+      // (decode: the block is n <= decode_rows rows)
+      with_rows<max_tile_rows>(n, [&]<int M>() { tile_i8<M>(rows, q0, q1, panel.codes, ci, q0 > 0, decode); });
     }
   }
   scale_i8(m, acc, scale, panel, c);

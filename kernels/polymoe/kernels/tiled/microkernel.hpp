@@ -23,15 +23,22 @@
 #include <immintrin.h>
 #endif
 
+// Whether the target is an AMD Zen core (GCC 12 calls Zen 4 znver3, with AVX-512): the choices of
+// POLYMOE_TILED_DPBF16 below and POLYMOE_TILED_TALL (forward.hpp) follow it.
+#if defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
+#define POLYMOE_TILED_ZEN 1
+#else
+#define POLYMOE_TILED_ZEN 0
+#endif
+
 // Whether bf16 GEMMs without AMX run vdpbf16ps (bf16 pairs, two products per lane) instead of
 // widening the weights and running fp32 FMAs: a compile-time choice by the target. On AMD Zen 4
 // vdpbf16ps issues at the FMA's rate, so it has twice the flops; on Intel cores it ran at a
 // quarter of the FMA's instruction rate (docs/benchmarks.md, issue 4), so there the FMAs stay.
-// GCC 12 calls Zen 4 znver3 (with AVX-512). kernel::tiled's bf16 then runs the bf16-row pipeline
-// of kernel::tiled_amx without tiles. -DPOLYMOE_TILED_DPBF16=0/1 overrides.
+// kernel::tiled's bf16 then runs the bf16-row pipeline of kernel::tiled_amx without tiles.
+// -DPOLYMOE_TILED_DPBF16=0/1 overrides.
 #ifndef POLYMOE_TILED_DPBF16
-#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__) && \
-    (defined(__znver3__) || defined(__znver4__) || defined(__znver5__))
+#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__) && POLYMOE_TILED_ZEN
 #define POLYMOE_TILED_DPBF16 1
 #else
 #define POLYMOE_TILED_DPBF16 0
@@ -44,6 +51,15 @@
 namespace polymoe::kernels::tiled {
 
 inline constexpr int max_tile_rows = 6;
+
+/// f.template operator()<M>() for the run-time row count m in [1, Max]: how a row group picks the
+/// instance of its micro-kernel.
+template <int Max, class F>
+inline void with_rows(int m, F&& f) {
+  [&]<int... M>(std::integer_sequence<int, M...>) {
+    (void)((m == M + 1 ? (f.template operator()<M + 1>(), true) : false) || ...);
+  }(std::make_integer_sequence<int, Max>{});
+}
 /// Rows of a tall tile (AVX-512 builds): bf16 panels run a block in row groups of up to 12 rows
 /// against half a panel at a time (32 columns: one 64-byte line of each k-row, two vectors).
 inline constexpr int max_tall_rows = 12;
@@ -159,11 +175,8 @@ inline void tall_tile(const float* const* a, index_t k0, index_t k1, const std::
 /// tall_tile<m> for a run-time m in [1, max_tall_rows].
 inline void tall_rows(int m, const float* const* a, index_t k0, index_t k1, const std::uint16_t* half, float* c,
                       bool accumulate, const char* prefetch, index_t pf_first, index_t pf_every) noexcept {
-  [&]<int... M>(std::integer_sequence<int, M...>) {
-    (void)((m == M + 1 ? (tall_tile<M + 1>(a, k0, k1, half, c, accumulate, prefetch, pf_first, pf_every), true)
-                       : false) ||
-           ...);
-  }(std::make_integer_sequence<int, max_tall_rows>{});
+  with_rows<max_tall_rows>(
+      m, [&]<int M>() { tall_tile<M>(a, k0, k1, half, c, accumulate, prefetch, pf_first, pf_every); });
 }
 
 #else  // portable
@@ -204,14 +217,7 @@ inline void tile(const float* const* a, index_t k0, index_t k1, const W* panel, 
 template <class W>
 inline void tile_rows(int m, const float* const* a, index_t k0, index_t k1, const W* panel, float* c, bool accumulate,
                       const char* prefetch, index_t prefetch_bytes) noexcept {
-  switch (m) {
-    case 1: tile<1>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
-    case 2: tile<2>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
-    case 3: tile<3>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
-    case 4: tile<4>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
-    case 5: tile<5>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
-    default: tile<6>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); break;
-  }
+  with_rows<max_tile_rows>(m, [&]<int M>() { tile<M>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); });
 }
 
 }  // namespace polymoe::kernels::tiled
