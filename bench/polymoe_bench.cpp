@@ -60,6 +60,7 @@ const char* usage = R"(usage: polymoe_bench [options]
   --reps N         timed forwards per point (default 10; median, min, max)
   --phases         kernels tiled and tiled_amx: also the mean time per phase of the timed
                    forwards (sort, inputs, gemm1, act, gemm2, sum), in the log and the record's note
+  --no-baseline    skip the fp32 Eigen baseline (its column is then empty)
   --json FILE --csv FILE   write the records
   --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)
   --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
@@ -373,6 +374,10 @@ int main(int argc, char** argv) try {
       o.phases = true;
       continue;
     }
+    if (a == "--no-baseline") {
+      o.baseline = false;
+      continue;
+    }
     if (i + 1 >= argc) fail(a + " needs a value (see --help)");
     const std::string v = argv[++i];
     const auto ints = [&] {
@@ -523,7 +528,7 @@ int main(int argc, char** argv) try {
     const auto t_make = clock_type::now();
     const ExpertWeights fp32 = random_weights(p);
     // the baseline, rotated over copies of the fp32 weights as the layers are
-    {
+    if (o.baseline) {
       const double layer_bytes = expert_bytes("fp32", p) * static_cast<double>(p.experts);
       std::string note;
       const int n = instances_for(layer_bytes, layer_bytes + 1e6, llc, note);

@@ -27,6 +27,7 @@ struct options {
   index_t max_experts = 0;  // --experts N caps E (0: the preset's own)
   int reps = 10;
   bool phases = false;  // --phases: the tiled kernels' time per phase
+  bool baseline = true;  // --no-baseline: skip the Eigen baseline (x base is then empty)
 };
 
 /// One measured point (a layer, the baseline or the peer).

@@ -10,9 +10,9 @@
 // compiled for every x86-64 build (function target attributes), so CI keeps compiling it.
 //
 // Tiles: one configuration for both types, eight tiles of 16 rows x 64 bytes. C tiles are 16 rows
-// x 16 columns of fp32 / int32; a row block (up to 128 rows) runs in row groups of 16; the weights
-// of a panel are walked in slabs of 32 KiB (8 k-blocks x 4 column tiles of 1 KiB), so every row
-// group after the first reads them from L1.
+// x 16 columns of fp32 / int32; a row block (up to 128 rows) runs in pairs of row groups of 16
+// (2 x 2 register blocking: block22); the weights of a panel are walked in slabs of 32 KiB (8
+// k-blocks x 4 column tiles of 1 KiB), so every row pair after the first reads them from L1.
 //
 //   bf16 weights, AMX layout: per panel [K32/32][4 column tiles][16 k-pairs][16 columns][2] — the
 //     B operand of tdpbf16ps, 1 KiB a tile, K padded to a multiple of 32 with zeros. Rows of A are
@@ -188,7 +188,22 @@ struct bf16_ops {
     _tile_loadd(5, b + 3 * amx_tile_elems, 64);
     _tile_dpbf16ps(2, 4, 7);
     _tile_dpbf16ps(3, 4, 5);
+  }  /// 2 x 2: tiles 0-1 (+)= A tile (a0) times column tiles b and b + 1; with Two, tiles 2-3 the
+  /// same for a1. A tiles 4-5, B tiles 6-7.
+  template <bool Two>
+  POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
+    _tile_loadd(4, a0, lda_bytes);
+    _tile_loadd(6, b, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b + amx_tile_elems, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (Two) {
+      _tile_loadd(5, a1, lda_bytes);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
   }
+  static constexpr index_t col_step = amx_tile_elems;  ///< B elements from one column tile to the next
 };
 
 /// The same for int8 (C int32, A u8, B s8): the B tiles of the VNNI layout, 16 quads at a stride of
@@ -207,7 +222,20 @@ struct int8_ops {
     _tile_loadd(5, b + 192, 256);
     _tile_dpbusd(2, 4, 7);
     _tile_dpbusd(3, 4, 5);
+  }  template <bool Two>
+  POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
+    _tile_loadd(4, a0, lda_bytes);
+    _tile_loadd(6, b, 256);
+    _tile_dpbusd(0, 4, 6);
+    _tile_loadd(7, b + 64, 256);
+    _tile_dpbusd(1, 4, 7);
+    if constexpr (Two) {
+      _tile_loadd(5, a1, lda_bytes);
+      _tile_dpbusd(2, 5, 6);
+      _tile_dpbusd(3, 5, 7);
+    }
   }
+  static constexpr index_t col_step = 64;
 };
 
 /// c[m][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
@@ -270,16 +298,116 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
   }
 }
 
+/// One slab of one block22 step (below): products22 over k-blocks [s0, s1), with the prefetches.
+template <class Ops, index_t SK, bool Two>
+POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const typename Ops::a_type* a1, long lda_bytes,
+                                      const typename Ops::b_type* panel, index_t s0, index_t s1, index_t nkb,
+                                      index_t cp, index_t own, index_t own_end) noexcept {
+  for (index_t kb = s0; kb < s1; ++kb) {
+    const typename Ops::b_type* b = panel + kb * Ops::b_kb;
+    if (kb + SK < nkb) prefetch_lines(b + SK * Ops::b_kb, own, own_end);
+    if (cp == 0 && kb + a_prefetch_kb < s1) {
+      prefetch_tile_rows(a0 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
+      if constexpr (Two) prefetch_tile_rows(a1 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
+    }
+    Ops::template products22<Two>(a0 + kb * Ops::a_k, a1 + kb * Ops::a_k, lda_bytes, b + 2 * cp * Ops::col_step);
+  }
+}
+
+/// block with 2 x 2 register blocking: C tiles for (rows r0, r0 + 16) x (column tiles j, j + 1),
+/// A tiles 4-5, B tiles 6-7 — four tile loads per four products where block has five, each A and
+/// B tile used twice. A slab is SK k-blocks; within it the (row pair, column pair) steps run row
+/// pair by row pair (ColsOuter false: the pair's A lines serve both column pairs) or column pair by
+/// column pair (true: a column pair's half of the slab serves every row pair). An odd last row
+/// group runs the same steps on tiles 0-1 only. Prefetch as block: each step fetches its share of
+/// the next slab; the first step on a row pair fetches its A lines two k-blocks ahead.
+template <class Ops, index_t SK, bool ColsOuter, class C>
+POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
+                                       const typename Ops::b_type* panel, C* c) noexcept {
+  configure();
+  const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
+  const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
+  const index_t share = (kb_bytes / steps + 63) / 64 * 64;  // bytes per k-block per step
+  for (index_t s0 = 0; s0 < nkb; s0 += SK) {
+    const index_t s1 = nkb < s0 + SK ? nkb : s0 + SK;
+    for (index_t i = 0; i < steps; ++i) {
+      const index_t rp = ColsOuter ? i % pairs : i / 2, cp = ColsOuter ? i / pairs : i % 2;
+      const index_t r0 = 32 * rp;
+      const bool two = r0 + 16 < m;
+      C* c0 = c + r0 * panel_cols + 32 * cp;
+      C* c1 = c0 + 16 * panel_cols;
+      if (s0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, c0, 256);
+        _tile_loadd(1, c0 + 16, 256);
+        if (two) {
+          _tile_loadd(2, c1, 256);
+          _tile_loadd(3, c1 + 16, 256);
+        }
+      }
+      const typename Ops::a_type* a0 = a + r0 * lda;
+      const typename Ops::a_type* a1 = a0 + 16 * lda;
+      const index_t own = i * share, own_end = std::min(kb_bytes, own + share);
+      if (two)
+        slab22<Ops, SK, true>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
+      else
+        slab22<Ops, SK, false>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
+      _tile_stored(0, c0, 256);
+      _tile_stored(1, c0 + 16, 256);
+      if (two) {
+        _tile_stored(2, c1, 256);
+        _tile_stored(3, c1 + 16, 256);
+      }
+    }
+  }
+}
+
+/// The loop that bf16_block and int8_block run: POLYMOE_AMX_LOOP, a tuning knob for the benchmark,
+/// `1x4` block, `2x2` (the default) block22 row pairs outer, `2x2c` block22 column pairs outer.
+/// Chosen on the device machine (bench_amx, 16 threads, variants alternating in one process;
+/// docs/benchmarks.md, issue 10): with the weights streamed from DRAM and 128-row blocks (the
+/// forward at T = 2048), block22 with 8-k-block slabs ran 1-28 % faster than block, with L2-resident
+/// weights 10-35 %; with 32-row blocks (T = 512) it was within -3 to +7 %.
+enum class Loop { one_by_four, two_by_two, two_by_two_cols };
+
+inline Loop loop() noexcept {
+  static const Loop l = [] {
+    const char* s = std::getenv("POLYMOE_AMX_LOOP");
+    if (s && std::strcmp(s, "1x4") == 0) return Loop::one_by_four;
+    if (s && std::strcmp(s, "2x2c") == 0) return Loop::two_by_two_cols;
+    return Loop::two_by_two;
+  }();
+  return l;
+}
+
+/// Slab length (k-blocks) of block22 as the library runs it (16 was faster with L2-resident
+/// weights, slower with streamed ones; 32 no better).
+inline constexpr index_t slab22_kb = 8;
+
+template <class Ops, class C>
+POLYMOE_AMX_TARGET inline void run_loop(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
+                                        const typename Ops::b_type* panel, C* c) noexcept {
+  switch (loop()) {
+    case Loop::one_by_four: return block<Ops>(a, lda, m, nkb, panel, c);
+    case Loop::two_by_two_cols: return block22<Ops, slab22_kb, true>(a, lda, m, nkb, panel, c);
+    default: return block22<Ops, slab22_kb, false>(a, lda, m, nkb, panel, c);
+  }
+}
+
 /// bf16: A bf16 rows (lda >= K32), panel in the bf16 tile layout.
 POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
                                           const std::uint16_t* panel, float* c) noexcept {
-  block<bf16_ops>(a, lda, m, K32 / amx_kb, panel, c);
+  run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, c);
 }
 
 /// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the VNNI layout of int8.hpp.
 POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
                                           const std::int8_t* panel, std::int32_t* acc) noexcept {
-  block<int8_ops>(a, lda, m, K4 / 64, panel, acc);
+  run_loop<int8_ops>(a, lda, m, K4 / 64, panel, acc);
 }
 
 }  // namespace amx
