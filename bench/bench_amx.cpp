@@ -74,50 +74,6 @@ struct Ops<true> {
       _tile_dpbf16ps(c, a, b);   \
   } while (0)
 
-/// amx::block with the slab length as a parameter.
-template <class O, index_t SK>
-BENCH_AMX_TARGET void k14(const typename O::a_type* a, index_t lda, index_t m, index_t nkb,
-                          const typename O::b_type* panel, typename O::c_type* c) noexcept {
-  amx::configure();
-  const long la = static_cast<long>(lda * static_cast<index_t>(sizeof(typename O::a_type)));
-  const index_t share = (amx::kb_bytes / ((m + 15) / 16) + 63) / 64 * 64;
-  for (index_t s0 = 0; s0 < nkb; s0 += SK) {
-    const index_t s1 = std::min(nkb, s0 + SK);
-    for (index_t r0 = 0; r0 < m; r0 += 16) {
-      auto* cr = c + r0 * panel_cols;
-      if (s0 == 0) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-      } else {
-        _tile_loadd(0, cr, 256);
-        _tile_loadd(1, cr + 16, 256);
-        _tile_loadd(2, cr + 32, 256);
-        _tile_loadd(3, cr + 48, 256);
-      }
-      const auto* ar = a + r0 * lda;
-      const index_t own = r0 / 16 * share, own_end = std::min(amx::kb_bytes, own + share);
-      for (index_t kb = s0; kb < s1; ++kb) {
-        const auto* b = panel + kb * O::b_kb;
-        if (kb + SK < nkb) prefetch_lines(b + SK * O::b_kb, own, own_end);
-        if (kb + 2 < s1)
-          amx::prefetch_tile_rows(ar + (kb + 2) * O::a_k, la);
-        else if (r0 + 16 < m)
-          amx::prefetch_tile_rows(ar + 16 * lda + (s0 + kb + 2 - s1) * O::a_k, la);
-        else if (kb + 2 < nkb)
-          amx::prefetch_tile_rows(a + (kb + 2) * O::a_k, la);
-        _tile_loadd(4, ar + kb * O::a_k, la);
-        O::lib::products(b);
-      }
-      _tile_stored(0, cr, 256);
-      _tile_stored(1, cr + 16, 256);
-      _tile_stored(2, cr + 32, 256);
-      _tile_stored(3, cr + 48, 256);
-    }
-  }
-}
-
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
   std::stringstream ss(s);
@@ -138,8 +94,8 @@ template <bool Int8>
 std::vector<std::pair<Variant, Kernel<Int8>>> variants() {
   using O = Ops<Int8>;
   return {
-      {{"1x4 s8"}, &amx::block<typename O::lib, typename O::c_type>},
-      {{"1x4 s16"}, &k14<O, 16>},
+      {{"1x4 s8"}, &amx::block<typename O::lib, amx::slab_kb, typename O::c_type>},
+      {{"1x4 s16"}, &amx::block<typename O::lib, 16, typename O::c_type>},
       {{"2x2 s8 lib"}, &amx::block22<typename O::lib, amx::slab22_kb, false, typename O::c_type>},
       {{"2x2 s16"}, &amx::block22<typename O::lib, 16, false, typename O::c_type>},
       {{"2x2c s8"}, &amx::block22<typename O::lib, 8, true, typename O::c_type>},

@@ -59,7 +59,7 @@ const char* usage = R"(usage: polymoe_bench [options]
   --a2a LIST --quant LIST --kernel LIST   select triples (default: every valid local triple)
   --reps N         timed forwards per point (default 10; median, min, max)
   --phases         kernels tiled and tiled_amx: also the mean time per phase of the timed
-                   forwards (sort, inputs, gemm1, act, gemm2, sum), in the log and the record's note
+                   forwards (sort, inputs, gemm1, act, gemm2 or gemms, sum), in the log and the note
   --no-baseline    skip the fp32 Eigen baseline (its column is then empty)
   --json FILE --csv FILE   write the records
   --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)

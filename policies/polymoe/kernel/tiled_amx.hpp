@@ -26,6 +26,7 @@ struct scheme<quant::bf16> {
   static packed pack(const quant::bf16::weights& w) {
     packed p = tiled_detail::scheme<quant::bf16>::pack_in<kernels::tiled::amx_layout>(w);
     p.use_amx = kernels::tiled::amx_enabled();
+    p.pipelined = true;
     return p;
   }
 };
@@ -36,6 +37,7 @@ struct scheme<quant::int8_w8a8> {
   static packed pack(const quant::int8_w8a8::weights& w) {
     packed p = tiled_detail::scheme<quant::int8_w8a8>::pack(w);
     p.use_amx = kernels::tiled::amx_enabled();
+    p.pipelined = true;
     return p;
   }
 };
@@ -46,7 +48,8 @@ struct scheme<quant::int8_w8a8> {
 /// tile layout) and quant::int8_w8a8 (tdpbusd on the VNNI layout). Blocks of few rows per expert
 /// (decode) run AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON)
 /// runs the tiles without any run-time test; other builds detect AMX when a layer is prepared and
-/// fall back to AVX-512 without it (kernels/tiled/amx.hpp).
+/// fall back to AVX-512 without it (kernels/tiled/amx.hpp). Unlike kernel::tiled, the two GEMMs
+/// run as one stream of tasks, a row block's GEMM 2 as soon as its GEMM 1 is done.
 ///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled_amx> layer(cfg, weights);
 struct tiled_amx {

@@ -3,9 +3,12 @@
 // build on an AMX machine: no run-time test) and test_tiled_amx_dispatch without AMX in the target
 // (-mno-amx-*: AMX detected at run time). On a machine without AMX the tests of the tiles themselves
 // are skipped with the reason; the layer tests then check the AVX-512 fallback.
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -78,8 +81,52 @@ TEST(TiledAmx, PhaseTimesOfTheBf16Forward) {
   const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
   kt::phase_times = nullptr;
   EXPECT_EQ(t.forwards, 1);
-  for (const auto p : {kt::PhaseTimes::inputs, kt::PhaseTimes::gemm1, kt::PhaseTimes::gemm2, kt::PhaseTimes::sum})
+  // the GEMMs run as one pipeline: their time is charged to `gemms`, none to gemm1 / act / gemm2
+  for (const auto p : {kt::PhaseTimes::inputs, kt::PhaseTimes::gemms, kt::PhaseTimes::sum})
     EXPECT_GT(t.seconds[p], 0.0) << kt::PhaseTimes::names[p];
+  for (const auto p : {kt::PhaseTimes::gemm1, kt::PhaseTimes::act, kt::PhaseTimes::gemm2})
+    EXPECT_EQ(t.seconds[p], 0.0) << kt::PhaseTimes::names[p];
+}
+
+// The pipeline's promise, checked on counters: a block's GEMM 2 tasks start only after all of
+// its GEMM 1 tasks and its block_done, block_done runs once per block, every task runs once. The
+// GEMM 1 tasks of some blocks are slowed down so that GEMM 2 tasks of other blocks overtake them.
+TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
+  constexpr int blocks = 23, panels13 = 5, panels2 = 7;
+  std::vector<kt::RowBlock> rb;
+  std::vector<kt::Task> t13, t2;
+  for (int b = 0; b < blocks; ++b) {
+    rb.push_back({b % 4, 16 * b, 16});
+    for (int p = 0; p < panels13; ++p) t13.push_back({b, p});
+    for (int p = 0; p < panels2; ++p) t2.push_back({b, p});
+  }
+  for (int threads : {1, 3, 8}) {
+    tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+    std::vector<std::atomic<int>> done13(blocks), done(blocks), ran2(blocks), early(blocks);
+    kt::Workspace::Counters counters;
+    kt::detail::pipelined_tasks(
+        rb, t13, panels13, t2, counters,
+        [&](const kt::Task& t) {
+          if (t.block % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          done13[static_cast<std::size_t>(t.block)].fetch_add(1);
+        },
+        [&](index_t b) {
+          if (done13[static_cast<std::size_t>(b)].load() != panels13) early[static_cast<std::size_t>(b)].fetch_add(1);
+          done[static_cast<std::size_t>(b)].fetch_add(1);
+        },
+        [&](const kt::Task& t) {
+          if (done[static_cast<std::size_t>(t.block)].load() != 1) early[static_cast<std::size_t>(t.block)].fetch_add(1);
+          ran2[static_cast<std::size_t>(t.block)].fetch_add(1);
+        });
+    for (int b = 0; b < blocks; ++b) {
+      const auto i = static_cast<std::size_t>(b);
+      EXPECT_EQ(done13[i].load(), panels13) << "block " << b << ", " << threads << " threads";
+      EXPECT_EQ(done[i].load(), 1) << "block " << b << ", " << threads << " threads";
+      EXPECT_EQ(ran2[i].load(), panels2) << "block " << b << ", " << threads << " threads";
+      EXPECT_EQ(early[i].load(), 0) << "block " << b << ": a task ran before its block was ready, " << threads
+                                    << " threads";
+    }
+  }
 }
 
 TEST(TiledAmx, BitwiseIndependentOfThreadCount) {

@@ -251,15 +251,15 @@ struct int8_ops {
 /// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
 /// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
 /// process: +5 to +26 % in ten pairs (docs/benchmarks.md, issue 10, run 6).
-template <class Ops, class C>
+template <class Ops, index_t SK = slab_kb, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                      const typename Ops::b_type* panel, C* c) noexcept {
   static_assert(Ops::b_kb * static_cast<index_t>(sizeof(typename Ops::b_type)) == kb_bytes);
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   const index_t share = (kb_bytes / ((m + 15) / 16) + 63) / 64 * 64;  // bytes per k-block per row group
-  for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
-    const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
+  for (index_t s0 = 0; s0 < nkb; s0 += SK) {
+    const index_t s1 = nkb < s0 + SK ? nkb : s0 + SK;
     for (index_t r0 = 0; r0 < m; r0 += 16) {
       C* cr = c + r0 * panel_cols;
       if (s0 == 0) {
@@ -277,7 +277,7 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
       const index_t own = r0 / 16 * share, own_end = std::min(kb_bytes, own + share);
       for (index_t kb = s0; kb < s1; ++kb) {
         const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-        if (kb + slab_kb < nkb) prefetch_lines(b + slab_kb * Ops::b_kb, own, own_end);
+        if (kb + SK < nkb) prefetch_lines(b + SK * Ops::b_kb, own, own_end);
         // the A tile a_prefetch_kb loads ahead: in this row group, else in the next row group,
         // else in the first row group of the next slab
         constexpr index_t d = a_prefetch_kb;
@@ -369,9 +369,10 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
 /// The loop that bf16_block and int8_block run: POLYMOE_AMX_LOOP, a tuning knob for the benchmark,
 /// `1x4` block, `2x2` (the default) block22 row pairs outer, `2x2c` block22 column pairs outer.
 /// Chosen on the device machine (bench_amx, 16 threads, variants alternating in one process;
-/// docs/benchmarks.md, issue 10): with the weights streamed from DRAM and 128-row blocks (the
-/// forward at T = 2048), block22 with 8-k-block slabs ran 1-28 % faster than block, with L2-resident
-/// weights 10-35 %; with 32-row blocks (T = 512) it was within -3 to +7 %.
+/// docs/benchmarks.md, issue 10, runs 14-15): with the weights streamed from DRAM and 128-row
+/// blocks (the forward at T = 2048), block22 with 8-k-block slabs ran 1-28 % faster than block;
+/// with 32-row blocks bf16 10-22 % faster, int8 -14 % to +7 %; with L2-resident weights -13 % to
+/// +19 %. The forward did not tell the two apart beyond its run-to-run spread (run 16).
 enum class Loop { one_by_four, two_by_two, two_by_two_cols };
 
 inline Loop loop() noexcept {

@@ -4,7 +4,8 @@
 // as bf16 rows in sorted order, so that a row block is one strided tile operand, and the weights
 // in the tile layout of amx.hpp. Blocks of amx_min_rows() rows or more run tdpbf16ps when the
 // layer was prepared with AMX enabled; smaller blocks (decode), or every block without AMX, run
-// amx_layout_tile, an AVX-512 loop over the same layout.
+// amx_layout_tile, an AVX-512 loop over the same layout. For kernel::tiled_amx the two GEMMs run
+// as one stream of tasks without a barrier between them (detail::pipelined_tasks).
 #include <algorithm>
 
 #include <polymoe/kernels/tiled/amx.hpp>
@@ -95,31 +96,38 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   clock.lap(PhaseTimes::inputs);
 
   // GEMM 1 + activation, stored as the bf16 rows that GEMM 2 reads (the scheme rounds it to bf16);
-  // columns [I, I32) of every row stay zero.
+  // columns [I, I32) of every row stay zero. Then GEMM 2, bias and routing weight: two phases, or
+  // (kernel::tiled_amx) one pipeline, a row block's GEMM 2 as soon as its GEMM 1 is done
+  // (detail::pipelined_tasks).
   ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
   if (I32 > I)
     for (index_t n = 0; n < N; ++n) std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
+  ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
-  detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  const auto gemm1 = [&](const Task& task) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * ldh, ldh, H,
                                   pk.panel13(b.expert, task.panel), c);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
-  });
-  clock.lap(PhaseTimes::gemm1);
-
-  // GEMM 2, bias and routing weight.
-  ws.y.resize(static_cast<std::size_t>(N * H));
-  make_tasks(sr, pk.panels2, ws.tasks2);
-  detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
+  };
+  const auto gemm2 = [&](const Task& task) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
                                   pk.panel2(b.expert, task.panel), c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data());
-  });
-  clock.lap(PhaseTimes::gemm2);
+  };
+  if (pk.pipelined) {
+    detail::pipelined_tasks(sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, [](index_t) {}, gemm2);
+    clock.lap(PhaseTimes::gemms);
+  } else {
+    detail::parallel_tasks(ws.tasks13, gemm1);
+    clock.lap(PhaseTimes::gemm1);
+    detail::parallel_tasks(ws.tasks2, gemm2);
+    clock.lap(PhaseTimes::gemm2);
+  }
 
   sum_slots(sr, ws.y, k, out);
   clock.lap(PhaseTimes::sum);

@@ -13,11 +13,19 @@
 // Workspace that grows to the largest batch seen and is reused: after warm-up a forward allocates
 // nothing.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <span>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 #include <polymoe/kernels/parallel.hpp>
 
 #include <polymoe/core/error.hpp>
@@ -42,6 +50,15 @@ namespace polymoe::kernels::tiled {
 #define POLYMOE_TILED_TALL (!POLYMOE_TILED_ZEN)
 #endif
 
+/// A pause in a spin-wait (x86: the pause instruction; elsewhere a yield).
+inline void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 /// Rows per row block: a block's tiles run one after another on one panel.
 inline constexpr index_t block_rows = 48;
 /// Rows per row block when AMX tiles run it (in row groups of 16): every row group after the
@@ -58,7 +75,25 @@ inline constexpr index_t k_block = 32768 / (panel_cols * static_cast<index_t>(si
 /// aligns to 16 bytes): a 64-byte tile row or vector of a row whose stride is a multiple of 64
 /// then touches one line, not two.
 struct Workspace {
+  /// Per-block counters of detail::pipelined_tasks (scratch: a copy of the workspace starts empty).
+  struct Counters {
+    std::unique_ptr<std::atomic<std::int32_t>[]> v;
+    std::size_t n = 0;
+    Counters() = default;
+    Counters(const Counters&) noexcept {}
+    Counters& operator=(const Counters&) noexcept { return *this; }
+    Counters(Counters&&) noexcept = default;
+    Counters& operator=(Counters&&) noexcept = default;
+    ~Counters() = default;
+    /// At least `need` counters (grown, never shrunk).
+    std::atomic<std::int32_t>* at_least(std::size_t need) {
+      if (n < need) v.reset(new std::atomic<std::int32_t>[need]), n = need;
+      return v.get();
+    }
+  };
+
   ExpertRows sorted;
+  Counters pending;  ///< [blocks] detail::pipelined_tasks
   std::vector<float> row_weight;     ///< [N] the routing weight of each sorted row
   std::vector<Task> tasks13, tasks2;
   std::vector<const float*> a_rows;  ///< [N] the first GEMM's input row of each sorted row
@@ -231,6 +266,81 @@ template <class F>
 inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t i = r.begin(); i != r.end(); ++i) body(tasks[i]);
+  });
+}
+
+/// GEMM 1's tasks, `block_done(b)` once per row block b after all of its GEMM 1 tasks, and GEMM
+/// 2's tasks, run as one stream without a barrier between the GEMMs: every thread claims the next
+/// task from an atomic cursor (GEMM 1's in make_tasks order, then GEMM 2's); a GEMM 2 task waits
+/// until its block is done, and the thread that finishes a block's last GEMM 1 task runs
+/// block_done for it (per-row work between the GEMMs: the int8 quantization of the activations,
+/// on rows still in cache). Threads that run out of GEMM 1 go on to GEMM 2 of finished blocks
+/// instead of waiting for the slowest thread of GEMM 1, which on a shared machine (and for
+/// decode, where a phase is tens of tasks a thread) is a large part of a phase. Measured on the
+/// device machine (16 threads, Qwen3-30B-A3B, alternating with POLYMOE_PIPELINE=0, which runs the
+/// phases instead): bf16 decode 0.632 and 0.672 ms against 0.680 and 0.855; prefill not told
+/// apart from the run-to-run spread (docs/benchmarks.md, issue 10, run 18).
+///
+/// No deadlock: tasks are claimed in order (runs of consecutive tasks, none across the end of GEMM
+/// 1), so every GEMM 1 task that a GEMM 2 task waits for has been claimed by a thread that runs
+/// it, or is running earlier tasks of its claim that wait for nothing; with one thread,
+/// all of GEMM 1 runs before GEMM 2. Each output element is still computed by one task in a fixed
+/// order: the result does not depend on the thread count or on which thread ran what.
+template <class F1, class Done, class F2>
+inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vector<Task>& tasks13, index_t panels13,
+                            const std::vector<Task>& tasks2, Workspace::Counters& counters, F1&& gemm1,
+                            Done&& block_done, F2&& gemm2) {
+  static const bool off = [] {  // POLYMOE_PIPELINE=0: the three phases (a knob to measure the pipeline)
+    const char* e = std::getenv("POLYMOE_PIPELINE");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  if (off) {
+    parallel_tasks(tasks13, gemm1);
+    kernels::parallel_for(tbb::blocked_range<std::size_t>(0, blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t b = r.begin(); b != r.end(); ++b) block_done(static_cast<index_t>(b));
+    });
+    return parallel_tasks(tasks2, gemm2);
+  }
+  const std::size_t n1 = tasks13.size(), n = n1 + tasks2.size();
+  // per block: GEMM 1 tasks still to finish, + 1 until block_done has run; 0 = ready for GEMM 2
+  std::atomic<std::int32_t>* const pending = counters.at_least(blocks.size());
+  for (std::size_t b = 0; b < blocks.size(); ++b)
+    pending[b].store(static_cast<std::int32_t>(panels13) + 1, std::memory_order_relaxed);
+  std::atomic<std::size_t> cursor{0};
+  const int arena = std::max(1, tbb::this_task_arena::max_concurrency());
+  const auto threads = static_cast<std::size_t>(std::max<std::size_t>(
+      1, std::min<std::size_t>(static_cast<std::size_t>(arena),
+                               tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism))));
+  const auto run = [&](std::size_t i) {
+    if (i < n1) {
+      const Task& t = tasks13[i];
+      gemm1(t);
+      std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
+      if (p.fetch_sub(1, std::memory_order_acq_rel) == 2) {  // the block's last GEMM 1 task
+        block_done(static_cast<index_t>(t.block));
+        p.store(0, std::memory_order_release);
+      }
+    } else {
+      const Task& t = tasks2[i - n1];
+      const std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
+      while (p.load(std::memory_order_acquire) != 0) spin_pause();
+      gemm2(t);
+    }
+  };
+  // Guided claims: a run of consecutive tasks, 1 / (2 · threads) of what is left of the current
+  // GEMM (at least one), so that a thread keeps an expert's A rows and panels while there is much
+  // to do, and the last claims are single tasks (one task per claim lost the locality that
+  // parallel_tasks' ranges have: prefill ran up to 20 % slower than the phases on the device
+  // machine, in two alternating pairs; docs/benchmarks.md, issue 10, run 17).
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, threads, 1), [&](const tbb::blocked_range<std::size_t>&) {
+    std::size_t c = cursor.load(std::memory_order_relaxed);
+    while (c < n) {
+      const std::size_t end = c < n1 ? n1 : n;
+      const std::size_t take = std::max<std::size_t>(1, (end - c) / (2 * threads));
+      if (!cursor.compare_exchange_weak(c, c + take, std::memory_order_relaxed)) continue;
+      for (std::size_t i = c; i != c + take; ++i) run(i);
+      c = cursor.load(std::memory_order_relaxed);
+    }
   });
 }
 

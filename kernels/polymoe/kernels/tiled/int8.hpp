@@ -53,6 +53,7 @@ struct Int8PackedExperts : PanelGrid {
   AlignedBuffer<std::int32_t> c13, c2;   ///< [E][panels][64]
   AlignedBuffer<float> s13, s2;          ///< [E][panels][64]
   bool use_amx = false;                  ///< tiled_amx: tdpbusd for blocks of amx_min_rows() rows or more
+  bool pipelined = false;                ///< tiled_amx: the GEMMs as one pipeline (detail::pipelined_tasks)
 
   [[nodiscard]] I8Panel panel13(index_t e, index_t cb) const noexcept {
     const index_t i = e * panels13 + cb;
@@ -311,10 +312,16 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
 
   clock.lap(PhaseTimes::inputs);
 
-  // GEMM 1 + activation (fp32), then the activations quantized per row.
+  // GEMM 1 + activation (fp32), then the activations quantized per row, then GEMM 2, bias and
+  // routing weight: three phases, or (kernel::tiled_amx) one pipeline in which a row block's
+  // activations are quantized as soon as its GEMM 1 tasks are done (detail::pipelined_tasks).
   ws.act.resize(static_cast<std::size_t>(N * I));
+  ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
+  ws.hs.resize(static_cast<std::size_t>(N));
+  ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
-  detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  const auto gemm1 = [&](const Task& task) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
@@ -322,20 +329,12 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
         [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
-  });
-  clock.lap(PhaseTimes::gemm1);
-  ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
-  ws.hs.resize(static_cast<std::size_t>(N));
-  kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t n = r.begin(); n != r.end(); ++n)
+  };
+  const auto quantize_rows = [&](index_t n0, index_t n1) {
+    for (index_t n = n0; n != n1; ++n)
       at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * ldi);
-  });
-  clock.lap(PhaseTimes::act);
-
-  // GEMM 2, bias and routing weight.
-  ws.y.resize(static_cast<std::size_t>(N * H));
-  make_tasks(sr, pk.panels2, ws.tasks2);
-  detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
+  };
+  const auto gemm2 = [&](const Task& task) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
@@ -343,8 +342,25 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; },
         [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0);
     detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
-  });
-  clock.lap(PhaseTimes::gemm2);
+  };
+  if (pk.pipelined) {
+    detail::pipelined_tasks(
+        sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
+        [&](index_t block) {
+          const RowBlock& b = sr.blocks[static_cast<std::size_t>(block)];
+          quantize_rows(b.begin, b.begin + b.rows);
+        },
+        gemm2);
+    clock.lap(PhaseTimes::gemms);
+  } else {
+    detail::parallel_tasks(ws.tasks13, gemm1);
+    clock.lap(PhaseTimes::gemm1);
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16),
+                          [&](const tbb::blocked_range<index_t>& r) { quantize_rows(r.begin(), r.end()); });
+    clock.lap(PhaseTimes::act);
+    detail::parallel_tasks(ws.tasks2, gemm2);
+    clock.lap(PhaseTimes::gemm2);
+  }
 
   sum_slots(sr, ws.y, k, out);
   clock.lap(PhaseTimes::sum);

@@ -22,10 +22,11 @@ struct PhaseTimes {
     gemm1,   ///< GEMM 1 with its epilogue (bias, activation)
     act,     ///< per-row work between the GEMMs (quantizing the activations)
     gemm2,   ///< GEMM 2 with its epilogue (bias, routing weight)
+    gemms,   ///< gemm1, act and gemm2 as one pipeline whose tasks overlap (kernel::tiled_amx)
     sum,     ///< the top-k sum in slot order
     count
   };
-  static constexpr std::array<std::string_view, count> names{"sort", "inputs", "gemm1", "act", "gemm2", "sum"};
+  static constexpr std::array<std::string_view, count> names{"sort", "inputs", "gemm1", "act", "gemm2", "gemms", "sum"};
   std::array<double, count> seconds{};
   long forwards = 0;
 };

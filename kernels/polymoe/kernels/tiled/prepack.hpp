@@ -109,6 +109,7 @@ struct PackedExperts : PanelGrid {
   AlignedBuffer<W> w13;  ///< [E][panels13][rows(H) · 64]
   AlignedBuffer<W> w2;   ///< [E][panels2][rows(I) · 64]
   bool use_amx = false;  ///< tiled_amx: run the tiles (decided at prepare)
+  bool pipelined = false;  ///< tiled_amx: the GEMMs as one pipeline (detail::pipelined_tasks)
 
   [[nodiscard]] const W* panel13(index_t e, index_t cb) const noexcept {
     return w13.data() + (e * panels13 + cb) * Layout::rows(shape.hidden) * panel_cols;
