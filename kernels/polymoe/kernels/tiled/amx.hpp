@@ -238,6 +238,37 @@ struct int8_ops {
   static constexpr index_t col_step = 64;
 };
 
+/// The C tiles of one step: tiles 0-1 are the column tiles at c0 and c0 + 16, tiles 2-3 those at
+/// c1 and c1 + 16 (rows 256 bytes apart), zeroed on a slab's first pass (`zero`) or loaded to go
+/// on summing; `two` false leaves tiles 2-3 out.
+template <class C>
+POLYMOE_AMX_TARGET inline void start_c(bool zero, const C* c0, const C* c1, bool two) noexcept {
+  if (zero) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    return;
+  }
+  _tile_loadd(0, c0, 256);
+  _tile_loadd(1, c0 + 16, 256);
+  if (two) {
+    _tile_loadd(2, c1, 256);
+    _tile_loadd(3, c1 + 16, 256);
+  }
+}
+
+/// Stores what start_c loaded.
+template <class C>
+POLYMOE_AMX_TARGET inline void store_c(C* c0, C* c1, bool two) noexcept {
+  _tile_stored(0, c0, 256);
+  _tile_stored(1, c0 + 16, 256);
+  if (two) {
+    _tile_stored(2, c1, 256);
+    _tile_stored(3, c1 + 16, 256);
+  }
+}
+
 /// c[m][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
 /// elements (at least roundup(m, 16) readable rows), C fp32 (bf16_ops) or int32 (int8_ops).
 ///
@@ -262,17 +293,7 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
     const index_t s1 = nkb < s0 + SK ? nkb : s0 + SK;
     for (index_t r0 = 0; r0 < m; r0 += 16) {
       C* cr = c + r0 * panel_cols;
-      if (s0 == 0) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-      } else {
-        _tile_loadd(0, cr, 256);
-        _tile_loadd(1, cr + 16, 256);
-        _tile_loadd(2, cr + 32, 256);
-        _tile_loadd(3, cr + 48, 256);
-      }
+      start_c(s0 == 0, cr, cr + 32, true);
       const typename Ops::a_type* ar = a + r0 * lda;
       const index_t own = r0 / 16 * share, own_end = std::min(kb_bytes, own + share);
       for (index_t kb = s0; kb < s1; ++kb) {
@@ -290,10 +311,7 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
         _tile_loadd(4, ar + kb * Ops::a_k, lda_bytes);
         Ops::products(b);
       }
-      _tile_stored(0, cr, 256);
-      _tile_stored(1, cr + 16, 256);
-      _tile_stored(2, cr + 32, 256);
-      _tile_stored(3, cr + 48, 256);
+      store_c(cr, cr + 32, true);
     }
   }
 }
@@ -336,19 +354,7 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
       const bool two = r0 + 16 < m;
       C* c0 = c + r0 * panel_cols + 32 * cp;
       C* c1 = c0 + 16 * panel_cols;
-      if (s0 == 0) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-      } else {
-        _tile_loadd(0, c0, 256);
-        _tile_loadd(1, c0 + 16, 256);
-        if (two) {
-          _tile_loadd(2, c1, 256);
-          _tile_loadd(3, c1 + 16, 256);
-        }
-      }
+      start_c(s0 == 0, c0, c1, two);
       const typename Ops::a_type* a0 = a + r0 * lda;
       const typename Ops::a_type* a1 = a0 + 16 * lda;
       const index_t own = i * share, own_end = std::min(kb_bytes, own + share);
@@ -356,12 +362,7 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
         slab22<Ops, SK, true>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
       else
         slab22<Ops, SK, false>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
-      _tile_stored(0, c0, 256);
-      _tile_stored(1, c0 + 16, 256);
-      if (two) {
-        _tile_stored(2, c1, 256);
-        _tile_stored(3, c1 + 16, 256);
-      }
+      store_c(c0, c1, two);
     }
   }
 }
