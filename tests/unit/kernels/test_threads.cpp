@@ -3,7 +3,8 @@
 // sees; Debian's oneTBB is not instrumented) and runs it. Every parallel loop of the kernels runs
 // here with 4 threads: prepacking (per expert), activation quantization, the GEMM task grids of
 // kernel::tiled for every scheme it implements (prefill with several row blocks per expert and
-// decode), kernel::tiled_amx (tiles where AMX is usable, its AVX-512 path otherwise), and
+// decode), kernel::tiled_amx (its GEMMs as one pipeline of tasks with per-block counters; tiles
+// where AMX is usable, its AVX-512 path otherwise), and
 // kernel::tbb_grouped. Each case also requires the bits of a 1-thread run, so it fails on a wrong
 // answer as well as on a race report.
 #include <string>
