@@ -192,12 +192,7 @@ int main(int argc, char** argv) {
       o.quants = q == "both" ? std::vector<std::string>{"bf16", "fp32"} : std::vector<std::string>{q};
     } else if (a == "--tokens") {
       o.tokens.clear();
-      std::string s = value();
-      for (std::size_t p = 0; p < s.size();) {
-        const std::size_t q = s.find(',', p);
-        o.tokens.push_back(std::stol(s.substr(p, q - p)));
-        p = q == std::string::npos ? s.size() : q + 1;
-      }
+      for (const long t : bench::comma_list(value())) o.tokens.push_back(t);
     } else if (a == "--seconds") {
       o.seconds = std::stod(value());
     } else {

@@ -52,6 +52,17 @@ inline float hsum(__m512 v) {
 }
 #endif
 
+/// "1,16,64" -> {1, 16, 64} (std::stol: a word that is not a number throws).
+inline std::vector<long> comma_list(const std::string& s) {
+  std::vector<long> v;
+  for (std::size_t p = 0; p < s.size();) {
+    const std::size_t q = s.find(',', p);
+    v.push_back(std::stol(s.substr(p, q - p)));
+    p = q == std::string::npos ? s.size() : q + 1;
+  }
+  return v;
+}
+
 /// Last-level cache size: the kernel's /sys value, else sysconf(_SC_LEVEL3_CACHE_SIZE), else 32
 /// MiB. /sys first: glibc's sysconf said 320 MiB for the 32 MiB L3 of the 2-core AMD EPYC machine.
 inline std::size_t llc_bytes() {

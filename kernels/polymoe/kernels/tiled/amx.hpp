@@ -188,7 +188,8 @@ struct bf16_ops {
     _tile_loadd(5, b + 3 * amx_tile_elems, 64);
     _tile_dpbf16ps(2, 4, 7);
     _tile_dpbf16ps(3, 4, 5);
-  }  /// 2 x 2: tiles 0-1 (+)= A tile (a0) times column tiles b and b + 1; with Two, tiles 2-3 the
+  }
+  /// 2 x 2: tiles 0-1 (+)= A tile (a0) times column tiles b and b + 1; with Two, tiles 2-3 the
   /// same for a1. A tiles 4-5, B tiles 6-7.
   template <bool Two>
   POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
@@ -222,7 +223,9 @@ struct int8_ops {
     _tile_loadd(5, b + 192, 256);
     _tile_dpbusd(2, 4, 7);
     _tile_dpbusd(3, 4, 5);
-  }  template <bool Two>
+  }
+  /// The same, bf16_ops::products22 for tdpbusd.
+  template <bool Two>
   POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
     _tile_loadd(4, a0, lda_bytes);
     _tile_loadd(6, b, 256);

@@ -119,15 +119,8 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
                                   pk.panel2(b.expert, task.panel), c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data());
   };
-  if (pk.pipelined) {
-    detail::pipelined_tasks(sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, [](index_t) {}, gemm2);
-    clock.lap(PhaseTimes::gemms);
-  } else {
-    detail::parallel_tasks(ws.tasks13, gemm1);
-    clock.lap(PhaseTimes::gemm1);
-    detail::parallel_tasks(ws.tasks2, gemm2);
-    clock.lap(PhaseTimes::gemm2);
-  }
+  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
+                    gemm2);
 
   sum_slots(sr, ws.y, k, out);
   clock.lap(PhaseTimes::sum);

@@ -14,6 +14,7 @@
 // nothing.
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -277,8 +278,8 @@ inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
 /// on rows still in cache). Threads that run out of GEMM 1 go on to GEMM 2 of finished blocks
 /// instead of waiting for the slowest thread of GEMM 1, which on a shared machine (and for
 /// decode, where a phase is tens of tasks a thread) is a large part of a phase. Measured on the
-/// device machine (16 threads, Qwen3-30B-A3B, alternating with POLYMOE_PIPELINE=0, which runs the
-/// phases instead): bf16 decode 0.632 and 0.672 ms against 0.680 and 0.855; prefill not told
+/// device machine (16 threads, Qwen3-30B-A3B, alternating with POLYMOE_PIPELINE=0, with which
+/// run_gemms runs the phases instead): bf16 decode 0.632 and 0.672 ms against 0.680 and 0.855; prefill not told
 /// apart from the run-to-run spread (docs/benchmarks.md, issue 10, run 18).
 ///
 /// No deadlock: tasks are claimed in order (runs of consecutive tasks, none across the end of GEMM
@@ -290,17 +291,6 @@ template <class F1, class Done, class F2>
 inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vector<Task>& tasks13, index_t panels13,
                             const std::vector<Task>& tasks2, Workspace::Counters& counters, F1&& gemm1,
                             Done&& block_done, F2&& gemm2) {
-  static const bool off = [] {  // POLYMOE_PIPELINE=0: the three phases (a knob to measure the pipeline)
-    const char* e = std::getenv("POLYMOE_PIPELINE");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  if (off) {
-    parallel_tasks(tasks13, gemm1);
-    kernels::parallel_for(tbb::blocked_range<std::size_t>(0, blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t b = r.begin(); b != r.end(); ++b) block_done(static_cast<index_t>(b));
-    });
-    return parallel_tasks(tasks2, gemm2);
-  }
   const std::size_t n1 = tasks13.size(), n = n1 + tasks2.size();
   // per block: GEMM 1 tasks still to finish, + 1 until block_done has run; 0 = ready for GEMM 2
   std::atomic<std::int32_t>* const pending = counters.at_least(blocks.size());
@@ -342,6 +332,41 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
       c = cursor.load(std::memory_order_relaxed);
     }
   });
+}
+
+/// GEMM 1's tasks, `block_done(b)` for every row block (nullptr: nothing between the GEMMs), and
+/// GEMM 2's tasks: as one pipeline when `pipelined` (pipelined_tasks; the time charged to `gemms`),
+/// else as phases (gemm1, act when there is a block_done, gemm2). POLYMOE_PIPELINE=0, a knob for
+/// measuring the pipeline, runs a pipelined layer's GEMMs as phases, still charged to `gemms`.
+template <class F1, class Done, class F2>
+inline void run_gemms(bool pipelined, PhaseClock& clock, const std::vector<RowBlock>& blocks,
+                      const std::vector<Task>& tasks13, index_t panels13, const std::vector<Task>& tasks2,
+                      Workspace::Counters& counters, F1&& gemm1, Done&& block_done, F2&& gemm2) {
+  constexpr bool has_done = !std::is_same_v<std::decay_t<Done>, std::nullptr_t>;
+  static const bool knob_off = [] {
+    const char* e = std::getenv("POLYMOE_PIPELINE");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  if (pipelined && !knob_off) {
+    const auto done = [&](index_t b) {
+      if constexpr (has_done) block_done(b);
+    };
+    pipelined_tasks(blocks, tasks13, panels13, tasks2, counters, gemm1, done, gemm2);
+    return clock.lap(PhaseTimes::gemms);
+  }
+  const auto lap = [&](PhaseTimes::phase p) {
+    if (!pipelined) clock.lap(p);
+  };
+  parallel_tasks(tasks13, gemm1);
+  lap(PhaseTimes::gemm1);
+  if constexpr (has_done) {
+    kernels::parallel_for(tbb::blocked_range<std::size_t>(0, blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t b = r.begin(); b != r.end(); ++b) block_done(static_cast<index_t>(b));
+    });
+    lap(PhaseTimes::act);
+  }
+  parallel_tasks(tasks2, gemm2);
+  clock.lap(pipelined ? PhaseTimes::gemms : PhaseTimes::gemm2);
 }
 
 }  // namespace detail

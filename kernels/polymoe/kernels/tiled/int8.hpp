@@ -330,8 +330,9 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
-  const auto quantize_rows = [&](index_t n0, index_t n1) {
-    for (index_t n = n0; n != n1; ++n)
+  const auto quantize_block = [&](index_t block) {
+    const RowBlock& b = sr.blocks[static_cast<std::size_t>(block)];
+    for (index_t n = b.begin; n != b.begin + b.rows; ++n)
       at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * ldi);
   };
   const auto gemm2 = [&](const Task& task) {
@@ -343,24 +344,8 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0);
     detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
   };
-  if (pk.pipelined) {
-    detail::pipelined_tasks(
-        sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
-        [&](index_t block) {
-          const RowBlock& b = sr.blocks[static_cast<std::size_t>(block)];
-          quantize_rows(b.begin, b.begin + b.rows);
-        },
-        gemm2);
-    clock.lap(PhaseTimes::gemms);
-  } else {
-    detail::parallel_tasks(ws.tasks13, gemm1);
-    clock.lap(PhaseTimes::gemm1);
-    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16),
-                          [&](const tbb::blocked_range<index_t>& r) { quantize_rows(r.begin(), r.end()); });
-    clock.lap(PhaseTimes::act);
-    detail::parallel_tasks(ws.tasks2, gemm2);
-    clock.lap(PhaseTimes::gemm2);
-  }
+  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
+                    quantize_block, gemm2);
 
   sum_slots(sr, ws.y, k, out);
   clock.lap(PhaseTimes::sum);
