@@ -6,15 +6,21 @@
 //   stream : the thread's share of 1 GiB of panels, walked in order (weights from DRAM, as the
 //            forward of a layer whose weights exceed the LLC).
 // Variants, alternating in rounds (each keeps its best round): amx::block (1x4 register blocking,
-// slabs of 8 k-blocks), amx::block22 (2x2) as the forward runs it (`lib`), and other slab lengths
-// and step orders. Before timing, every variant's result is compared bit for bit with block's.
+// slabs of 8 k-blocks), amx::block22 (2x2) as the forward runs it (`lib`), other slab lengths, step
+// orders and hints of the next slab's prefetch; and for bf16 the decode path (one row, AVX-512)
+// with its prefetch variants, streamed. Before timing, every variant's result is compared bit for
+// bit with the first of its list.
 //
-//   bench_amx [--threads 1,16] [--seconds 0.1]
+// With --peaks it prints only the tile peaks: limits.hpp's (the best of five short bursts on zero
+// operands) against the rate held for 0.3 s on every thread with zero and with random operands.
+//
+//   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,11 +74,102 @@ std::vector<std::pair<const char*, Kernel<Int8>>> variants() {
   return {
       {"1x4 s8", &amx::block<L, amx::slab_kb, C>},
       {"1x4 s16", &amx::block<L, 16, C>},
-      {"2x2 s8 lib", &amx::block22<L, amx::slab22_kb, false, C>},
-      {"2x2 s16", &amx::block22<L, 16, false, C>},
-      {"2x2c s8", &amx::block22<L, 8, true, C>},
-      {"2x2 s32", &amx::block22<L, 32, false, C>},
+      {"2x2 s8 lib", &amx::block22<L, amx::slab22_kb, false, Pf::t0, C>},
+      {"2x2 s8 pfT2", &amx::block22<L, amx::slab22_kb, false, Pf::t2, C>},
+      {"2x2 s8 nopf", &amx::block22<L, amx::slab22_kb, false, Pf::none, C>},
+      {"2x2 s4", &amx::block22<L, 4, false, Pf::t0, C>},
+      {"2x2 s16", &amx::block22<L, 16, false, Pf::t0, C>},
+      {"2x2 s32 pfT2", &amx::block22<L, 32, false, Pf::t2, C>},
+      {"2x2c s8", &amx::block22<L, 8, true, Pf::t0, C>},
   };
+}
+
+/// The decode path (one row, AVX-512, no tiles) with a prefetch variant, called as a row-block
+/// kernel.
+template <Pf P, index_t Ahead>
+void decode_row(const std::uint16_t* a, index_t, index_t, index_t nkb, const std::uint16_t* panel, float* c) {
+  const std::uint16_t* rows[1] = {a};
+  amx_layout_decode_dp<1, P, Ahead>(rows, nkb * amx_kb, panel, c);
+}
+
+/// Its variants, the first (t0, 4 KiB ahead) the library's.
+std::vector<std::pair<const char*, Kernel<false>>> decode_variants() {
+  return {
+      {"dec t0 4K lib", &decode_row<Pf::t0, 4096>}, {"dec t0 8K", &decode_row<Pf::t0, 8192>},
+      {"dec t2 4K", &decode_row<Pf::t2, 4096>},     {"dec t2 8K", &decode_row<Pf::t2, 8192>},
+      {"dec nta 4K", &decode_row<Pf::nta, 4096>},   {"dec none", &decode_row<Pf::none, 4096>},
+  };
+}
+
+/// `iters` x 4 tile products on four accumulators (tiles 0-3), the operand tiles 4-6 loaded from
+/// `operands` (3 KiB): limits.hpp's peak loop with operands that are not zero.
+template <bool Int8>
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) float products_of(const void* operands, long iters) noexcept {
+  amx::configure();
+  const char* o = static_cast<const char*>(operands);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, o, 64);
+  _tile_loadd(5, o + 1024, 64);
+  _tile_loadd(6, o + 2048, 64);
+  for (long i = 0; i < iters; ++i) {
+    if constexpr (Int8) {
+      _tile_dpbusd(0, 4, 5);
+      _tile_dpbusd(1, 4, 6);
+      _tile_dpbusd(2, 4, 5);
+      _tile_dpbusd(3, 4, 6);
+    } else {
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_dpbf16ps(2, 4, 5);
+      _tile_dpbf16ps(3, 4, 6);
+    }
+  }
+  alignas(64) float c[256];
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+
+/// The tile rate held for `seconds` on every thread (not the best of five short bursts, as
+/// limits.hpp), with zero or random operands: G op/s.
+template <bool Int8>
+double sustained_peak(int threads, bool random, double seconds, double burst_gops) {
+  alignas(64) static std::uint16_t operands[3 * 512];
+  std::uint32_t x = 12345;
+  for (auto& v : operands) {
+    x = x * 1664525u + 1013904223u;
+    // int8: any two bytes; bf16: a value of either sign with magnitude in [2^-8, 2) (exponent
+    // 119-127, any mantissa), so no NaN, Inf or denormal
+    const std::uint32_t r = x >> 8;
+    v = !random ? 0 : Int8 ? static_cast<std::uint16_t>(r) : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
+  }
+  const double per_product = Int8 ? 2.0 * 16 * 16 * 64 : 2.0 * 16 * 16 * 32;
+  const long iters = std::max(1000L, static_cast<long>(seconds * burst_gops * 1e9 / threads / (4 * per_product)));
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  const double t = bench::run_together(threads, [&](int id) { sink[static_cast<std::size_t>(id)] = products_of<Int8>(operands, iters); });
+  if (sink[0] == 42) std::printf(" ");
+  return 4.0 * per_product * static_cast<double>(iters) * threads / t / 1e9;
+}
+
+/// --peaks: the burst peaks of limits.hpp against the rate held for 0.3 s, zero and random operands.
+void peaks(const std::vector<long>& threads) {
+  for (const long t : threads) {
+    bench::Limits l;
+    l.threads = static_cast<int>(t);
+    l.amx();
+    for (const bool int8 : {false, true}) {
+      const double burst = int8 ? l.amx_int8_gops : l.amx_bf16_gflops;
+      const double zero = int8 ? sustained_peak<true>(l.threads, false, 0.3, burst) : sustained_peak<false>(l.threads, false, 0.3, burst);
+      const double rnd = int8 ? sustained_peak<true>(l.threads, true, 0.3, burst) : sustained_peak<false>(l.threads, true, 0.3, burst);
+      std::printf("peaks %s %2ld thread(s): burst (zero operands, best of 5) %6.0f G/s; held 0.3 s: zero operands %6.0f "
+                  "(%5.1f %%), random operands %6.0f (%5.1f %%)\n",
+                  int8 ? "int8" : "bf16", t, burst, zero, 100 * zero / burst, rnd, 100 * rnd / burst);
+      std::fflush(stdout);
+    }
+  }
 }
 
 template <bool Int8>
@@ -100,68 +197,80 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
       });
       const index_t lda_bytes = amx_row_stride_bytes(K * static_cast<index_t>(sizeof(a_type<O>)));
       const index_t lda = lda_bytes / static_cast<index_t>(sizeof(a_type<O>));
-      // every variant's result against lib's, bit for bit (same products, same order of sums), on
-      // row counts with and without an odd last row group
-      for (const index_t m : {index_t{16}, index_t{48}, index_t{128}}) {
-        std::vector<a_type<O>> a(static_cast<std::size_t>((m + 16) * lda));
-        for (std::size_t i = 0; i < a.size(); ++i)
-          a[i] = static_cast<a_type<O>>(Int8 ? (i * 13 % 251) : 0x3f00 + (i * 7 % 255));
-        std::vector<std::vector<typename O::c_type>> out;
-        for (const auto& [name, kernel] : variants<Int8>()) {
-          out.emplace_back(static_cast<std::size_t>((m + 15) / 16 * 16 * panel_cols));
-          bench::run_together(1, [&, kernel = kernel](int) {
-            amx::configure();
-            kernel(a.data(), lda, m, nkb, panels.get(), out.back().data());
-          });
-          if (std::memcmp(out.back().data(), out.front().data(), out.front().size() * sizeof(typename O::c_type)) != 0) {
-            std::printf("bench_amx: %s variant %s differs from 1x4 s8 at K=%ld m=%ld\n", type, name, static_cast<long>(K),
-                        static_cast<long>(m));
-            std::exit(1);
+      // every variant's result against the first's, bit for bit (same products, same order of
+      // sums), on row counts with and without an odd last row group
+      const auto check = [&](const auto& vs, std::initializer_list<index_t> ms) {
+        for (const index_t m : ms) {
+          std::vector<a_type<O>> a(static_cast<std::size_t>((m + 16) * lda));
+          for (std::size_t i = 0; i < a.size(); ++i)
+            a[i] = static_cast<a_type<O>>(Int8 ? (i * 13 % 251) : 0x3f00 + (i * 7 % 255));
+          // C 64-byte aligned, as the forward's (the decode path stores whole vectors)
+          const auto c_bytes = static_cast<std::size_t>((m + 15) / 16 * 16 * panel_cols) * sizeof(typename O::c_type);
+          std::vector<std::unique_ptr<typename O::c_type[], void (*)(void*)>> out;
+          for (const auto& [name, kernel] : vs) {
+            out.emplace_back(static_cast<typename O::c_type*>(std::aligned_alloc(64, c_bytes)), &std::free);
+            std::memset(out.back().get(), 0, c_bytes);
+            bench::run_together(1, [&, kernel = kernel](int) {
+              amx::configure();
+              kernel(a.data(), lda, m, nkb, panels.get(), out.back().get());
+            });
+            if (std::memcmp(out.back().get(), out.front().get(), c_bytes) != 0) {
+              std::printf("bench_amx: %s variant %s differs from %s at K=%ld m=%ld\n", type, name, vs.front().first,
+                          static_cast<long>(K), static_cast<long>(m));
+              std::exit(1);
+            }
           }
         }
-      }
-      for (const index_t m : {index_t{32}, index_t{128}}) {
+      };
+      // the variants alternate within each of four rounds; each keeps its best time. Calls per
+      // thread: about `seconds` at 40 % of the per-thread peak (at the DRAM rate for one row),
+      // whole passes when streaming.
+      const auto measure = [&](const auto& vs, index_t m, bool stream) {
         std::vector<std::unique_ptr<a_type<O>[], void (*)(void*)>> as;
         std::vector<std::unique_ptr<typename O::c_type[], void (*)(void*)>> cs;
+        const auto c_bytes = static_cast<std::size_t>((m + 15) / 16 * 16 * panel_cols * 4);
         for (int t = 0; t < nt; ++t) {
           as.emplace_back(static_cast<a_type<O>*>(std::aligned_alloc(64, static_cast<std::size_t>((m + 16) * lda_bytes))),
                           &std::free);
           std::memset(as.back().get(), 1, static_cast<std::size_t>((m + 16) * lda_bytes));
-          cs.emplace_back(static_cast<typename O::c_type*>(std::aligned_alloc(64, static_cast<std::size_t>(m * panel_cols * 4))),
-                          &std::free);
+          cs.emplace_back(static_cast<typename O::c_type*>(std::aligned_alloc(64, c_bytes)), &std::free);
         }
         const double ops_per_call = 2.0 * static_cast<double>(m) * static_cast<double>(K) * panel_cols;
-        for (const bool stream : {false, true}) {
-          // the variants alternate within each of four rounds; each keeps its best time. Calls per
-          // thread: about `seconds` at 40 % of the per-thread peak, whole passes when streaming.
-          const auto vs = variants<Int8>();
-          long calls = std::max(16L, static_cast<long>(seconds * 0.4 * peak_now / nt * 1e9 / ops_per_call));
-          if (stream) calls = std::max<long>(calls / static_cast<long>(per_thread), 1) * static_cast<long>(per_thread);
-          std::vector<double> best_s(vs.size(), 1e30);
-          for (int round = 0; round < 4; ++round)
-            for (std::size_t vi = 0; vi < vs.size(); ++vi) {
-              const Kernel<Int8> kernel = vs[vi].second;
-              const double s = bench::run_together(nt, [&](int t) {
-                const auto* base = panels.get() + static_cast<std::size_t>(t) * per_thread * static_cast<std::size_t>(panel_elems);
-                for (long i = 0; i < calls; ++i) {
-                  const std::size_t pi = stream ? static_cast<std::size_t>(i) % per_thread : static_cast<std::size_t>(i & 1);
-                  kernel(as[static_cast<std::size_t>(t)].get(), lda, m, nkb, base + pi * static_cast<std::size_t>(panel_elems),
-                         cs[static_cast<std::size_t>(t)].get());
-                }
-              });
-              best_s[vi] = std::min(best_s[vi], s);
-            }
+        long calls = m == 1 ? static_cast<long>(seconds * lim.dram_gbs * 1e9 / nt / static_cast<double>(panel_bytes))
+                            : static_cast<long>(seconds * 0.4 * peak_now / nt * 1e9 / ops_per_call);
+        calls = std::max(16L, calls);
+        if (stream) calls = std::max<long>(calls / static_cast<long>(per_thread), 1) * static_cast<long>(per_thread);
+        std::vector<double> best_s(vs.size(), 1e30);
+        for (int round = 0; round < 4; ++round)
           for (std::size_t vi = 0; vi < vs.size(); ++vi) {
-            const double best = best_s[vi];
-            const double gops = ops_per_call * static_cast<double>(calls) * nt / best / 1e9;
-            const double peak = Int8 ? lim.amx_int8_gops : lim.amx_bf16_gflops;
-            const double gbs = static_cast<double>(panel_bytes) * static_cast<double>(calls) * nt / best / 1e9;
-            std::printf("  %s %-6s K=%4ld m=%3ld thr=%2d %-10s %9.0f G/s %5.1f %%AMX   B %6.1f GB/s %5.1f %%DRAM\n", type,
-                        stream ? "stream" : "hot", static_cast<long>(K), static_cast<long>(m), nt, vs[vi].first, gops,
-                        100.0 * gops / peak, gbs, 100.0 * gbs / lim.dram_gbs);
-            std::fflush(stdout);
+            const auto kernel = vs[vi].second;
+            const double sec = bench::run_together(nt, [&](int t) {
+              const auto* base = panels.get() + static_cast<std::size_t>(t) * per_thread * static_cast<std::size_t>(panel_elems);
+              for (long i = 0; i < calls; ++i) {
+                const std::size_t pi = stream ? static_cast<std::size_t>(i) % per_thread : static_cast<std::size_t>(i & 1);
+                kernel(as[static_cast<std::size_t>(t)].get(), lda, m, nkb, base + pi * static_cast<std::size_t>(panel_elems),
+                       cs[static_cast<std::size_t>(t)].get());
+              }
+            });
+            best_s[vi] = std::min(best_s[vi], sec);
           }
+        for (std::size_t vi = 0; vi < vs.size(); ++vi) {
+          const double best = best_s[vi];
+          const double gops = ops_per_call * static_cast<double>(calls) * nt / best / 1e9;
+          const double peak = Int8 ? lim.amx_int8_gops : lim.amx_bf16_gflops;
+          const double gbs = static_cast<double>(panel_bytes) * static_cast<double>(calls) * nt / best / 1e9;
+          std::printf("  %s %-6s K=%4ld m=%3ld thr=%2d %-13s %9.0f G/s %5.1f %%AMX   B %6.1f GB/s %5.1f %%DRAM\n", type,
+                      stream ? "stream" : "hot", static_cast<long>(K), static_cast<long>(m), nt, vs[vi].first, gops,
+                      100.0 * gops / peak, gbs, 100.0 * gbs / lim.dram_gbs);
+          std::fflush(stdout);
         }
+      };
+      check(variants<Int8>(), {16, 48, 128});
+      for (const index_t m : {index_t{32}, index_t{128}})
+        for (const bool stream : {false, true}) measure(variants<Int8>(), m, stream);
+      if constexpr (!Int8) {
+        check(decode_variants(), {1});
+        measure(decode_variants(), 1, true);
       }
     }
   }
@@ -172,12 +281,21 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
 int main(int argc, char** argv) {
   std::vector<long> threads = {1, 16};
   double seconds = 0.1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool peaks_only = false;
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--peaks") {
+      peaks_only = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_amx: option %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--threads")
-      threads = bench::comma_list(argv[i + 1]);
+      threads = bench::comma_list(argv[++i]);
     else if (a == "--seconds")
-      seconds = std::atof(argv[i + 1]);
+      seconds = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "bench_amx: unknown option %s\n", a.c_str());
       return 2;
@@ -185,6 +303,10 @@ int main(int argc, char** argv) {
   }
   if (const char* why = amx_unavailable_reason()) {
     std::printf("bench_amx: AMX cannot run here: %s\n", why);
+    return 0;
+  }
+  if (peaks_only) {
+    peaks(threads);
     return 0;
   }
   std::vector<bench::Limits> limits;

@@ -320,13 +320,13 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
 }
 
 /// One slab of one block22 step (below): products22 over k-blocks [s0, s1), with the prefetches.
-template <class Ops, index_t SK, bool Two>
+template <class Ops, index_t SK, bool Two, Pf BP>
 POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const typename Ops::a_type* a1, long lda_bytes,
                                       const typename Ops::b_type* panel, index_t s0, index_t s1, index_t nkb,
                                       index_t cp, index_t own, index_t own_end) noexcept {
   for (index_t kb = s0; kb < s1; ++kb) {
     const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-    if (kb + SK < nkb) prefetch_lines(b + SK * Ops::b_kb, own, own_end);
+    if (kb + SK < nkb) prefetch_lines<BP>(b + SK * Ops::b_kb, own, own_end);
     if (cp == 0 && kb + a_prefetch_kb < s1) {
       prefetch_tile_rows(a0 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
       if constexpr (Two) prefetch_tile_rows(a1 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
@@ -341,8 +341,9 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
 /// pair by row pair (ColsOuter false: the pair's A lines serve both column pairs) or column pair by
 /// column pair (true: a column pair's half of the slab serves every row pair). An odd last row
 /// group runs the same steps on tiles 0-1 only. Prefetch as block: each step fetches its share of
-/// the next slab; the first step on a row pair fetches its A lines two k-blocks ahead.
-template <class Ops, index_t SK, bool ColsOuter, class C>
+/// the next slab; the first step on a row pair fetches its A lines two k-blocks ahead. BP is the
+/// hint of the next slab's prefetch (a measurement variant; the library runs t0).
+template <class Ops, index_t SK, bool ColsOuter, Pf BP, class C>
 POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                        const typename Ops::b_type* panel, C* c) noexcept {
   configure();
@@ -362,9 +363,9 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
       const typename Ops::a_type* a1 = a0 + 16 * lda;
       const index_t own = i * share, own_end = std::min(kb_bytes, own + share);
       if (two)
-        slab22<Ops, SK, true>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, SK, true, BP>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
       else
-        slab22<Ops, SK, false>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, SK, false, BP>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
       store_c(c0, c1, two);
     }
   }
@@ -398,8 +399,8 @@ POLYMOE_AMX_TARGET inline void run_loop(const typename Ops::a_type* a, index_t l
                                         const typename Ops::b_type* panel, C* c) noexcept {
   switch (loop()) {
     case Loop::one_by_four: return block<Ops>(a, lda, m, nkb, panel, c);
-    case Loop::two_by_two_cols: return block22<Ops, slab22_kb, true>(a, lda, m, nkb, panel, c);
-    default: return block22<Ops, slab22_kb, false>(a, lda, m, nkb, panel, c);
+    case Loop::two_by_two_cols: return block22<Ops, slab22_kb, true, Pf::t0>(a, lda, m, nkb, panel, c);
+    default: return block22<Ops, slab22_kb, false, Pf::t0>(a, lda, m, nkb, panel, c);
   }
 }
 
@@ -513,8 +514,10 @@ inline void amx_layout_tile_dp(const std::uint16_t* const* a, index_t K, const s
 /// k-pair of all four column tiles at a time: those four lines 1 KiB apart per step left the
 /// hardware prefetchers of the 2-core machine (AMD Zen 4) behind, at about 20 GB/s of weights
 /// against 33 GB/s for a linear stream. Two accumulator sets (even and odd k-pairs) per column
-/// tile. K is padded to a multiple of 32 (the rows and the panel hold zeros there).
-template <int MR>
+/// tile. K is padded to a multiple of 32 (the rows and the panel hold zeros there). Every line is
+/// prefetched Ahead bytes before it is loaded, with hint P (measurement variants; the library runs
+/// t0, 4 KiB).
+template <int MR, Pf P = Pf::t0, index_t Ahead = 4096>
 inline void amx_layout_decode_dp(const std::uint16_t* const* a, index_t K, const std::uint16_t* panel,
                                  float* c) noexcept {
   static_assert(MR >= 1 && MR <= 2);
@@ -537,8 +540,7 @@ inline void amx_layout_decode_dp(const std::uint16_t* const* a, index_t K, const
 #pragma GCC unroll 8
       for (index_t kp = 0; kp < amx_kb / 2; kp += 2) {
         const std::uint16_t* line = tile + kp * 32;
-        _mm_prefetch(reinterpret_cast<const char*>(line) + 4096, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(line) + 4096 + 64, _MM_HINT_T0);
+        prefetch_lines<P>(line, Ahead, Ahead + 128);
         const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(line));
         const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_load_si512(line + 32));
 #pragma GCC unroll 6

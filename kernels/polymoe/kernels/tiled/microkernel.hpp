@@ -66,10 +66,32 @@ inline constexpr int max_tall_rows = 12;
 
 #if defined(POLYMOE_TILED_AVX512)
 
-/// Fetches bytes [from, to) after p into L1, one 64-byte line at a time.
+/// The cache level that a software prefetch fills (`none`: no prefetch instruction at all). The
+/// library runs t0; the others are measurement variants of the AMX kernels' weight stream (amx.hpp).
+enum class Pf { t0, t1, t2, nta, none };
+
+/// Fetches the line at p with hint P.
+template <Pf P = Pf::t0>
+inline void prefetch_line(const char* p) noexcept {
+  if constexpr (P == Pf::t0)
+    _mm_prefetch(p, _MM_HINT_T0);
+  else if constexpr (P == Pf::t1)
+    _mm_prefetch(p, _MM_HINT_T1);
+  else if constexpr (P == Pf::t2)
+    _mm_prefetch(p, _MM_HINT_T2);
+  else if constexpr (P == Pf::nta)
+    _mm_prefetch(p, _MM_HINT_NTA);
+  else
+    (void)p;
+}
+
+/// Fetches bytes [from, to) after p (into L1 with the default hint), one 64-byte line at a time.
+template <Pf P = Pf::t0>
 inline void prefetch_lines(const void* p, index_t from, index_t to) noexcept {
-  const char* c = static_cast<const char*>(p);
-  for (index_t b = from; b < to; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
+  if constexpr (P != Pf::none) {
+    const char* c = static_cast<const char*>(p);
+    for (index_t b = from; b < to; b += 64) prefetch_line<P>(c + b);
+  }
 }
 
 /// Widens one k-row of a panel into four fp32 vectors.
