@@ -101,38 +101,6 @@ std::vector<std::pair<const char*, Kernel<false>>> decode_variants() {
   };
 }
 
-/// `iters` x 4 tile products on four accumulators (tiles 0-3), the operand tiles 4-6 loaded from
-/// `operands` (3 KiB): limits.hpp's peak loop with operands that are not zero.
-template <bool Int8>
-__attribute__((target("amx-tile,amx-bf16,amx-int8"))) float products_of(const void* operands, long iters) noexcept {
-  amx::configure();
-  const char* o = static_cast<const char*>(operands);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, o, 64);
-  _tile_loadd(5, o + 1024, 64);
-  _tile_loadd(6, o + 2048, 64);
-  for (long i = 0; i < iters; ++i) {
-    if constexpr (Int8) {
-      _tile_dpbusd(0, 4, 5);
-      _tile_dpbusd(1, 4, 6);
-      _tile_dpbusd(2, 4, 5);
-      _tile_dpbusd(3, 4, 6);
-    } else {
-      _tile_dpbf16ps(0, 4, 5);
-      _tile_dpbf16ps(1, 4, 6);
-      _tile_dpbf16ps(2, 4, 5);
-      _tile_dpbf16ps(3, 4, 6);
-    }
-  }
-  alignas(64) float c[256];
-  _tile_stored(0, c, 64);
-  _tile_release();
-  return c[0];
-}
-
 /// The tile rate held for `seconds` on every thread (not the best of five short bursts, as
 /// limits.hpp), with zero or random operands: G op/s.
 template <bool Int8>
@@ -144,12 +112,14 @@ double sustained_peak(int threads, bool random, double seconds, double burst_gop
     // int8: any two bytes; bf16: a value of either sign with magnitude in [2^-8, 2) (exponent
     // 119-127, any mantissa), so no NaN, Inf or denormal
     const std::uint32_t r = x >> 8;
-    v = !random ? 0 : Int8 ? static_cast<std::uint16_t>(r) : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
+    v = Int8 ? static_cast<std::uint16_t>(r) : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
   }
   const double per_product = Int8 ? 2.0 * 16 * 16 * 64 : 2.0 * 16 * 16 * 32;
   const long iters = std::max(1000L, static_cast<long>(seconds * burst_gops * 1e9 / threads / (4 * per_product)));
   std::vector<float> sink(static_cast<std::size_t>(threads));
-  const double t = bench::run_together(threads, [&](int id) { sink[static_cast<std::size_t>(id)] = products_of<Int8>(operands, iters); });
+  const double t = bench::run_together(threads, [&](int id) {
+    sink[static_cast<std::size_t>(id)] = bench::amx_products<Int8>(iters, random ? operands : nullptr);
+  });
   if (sink[0] == 42) std::printf(" ");
   return 4.0 * per_product * static_cast<double>(iters) * threads / t / 1e9;
 }

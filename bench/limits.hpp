@@ -204,18 +204,27 @@ inline double vnni_peak_gops([[maybe_unused]] int threads) {
 }
 
 #if defined(POLYMOE_TILED_AMX_CODE)
-/// `iters` x 4 tile products on four accumulators (tiles 0-3) of zero operands (tiles 4-6).
+/// `iters` x 4 tile products on four accumulators (tiles 0-3); the operand tiles 4-6 are zero, or
+/// loaded from `operands` (3 KiB, 64-byte rows) where it is given.
 template <bool Int8>
-__attribute__((target("amx-tile,amx-bf16,amx-int8"))) inline float amx_products(long iters) noexcept {
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) inline float amx_products(long iters,
+                                                                                const void* operands = nullptr) noexcept {
   kernels::tiled::amx::configure();
   // (the tile intrinsics are asm statements, not expressions: one per statement)
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  _tile_zero(4);
-  _tile_zero(5);
-  _tile_zero(6);
+  if (operands) {
+    const char* o = static_cast<const char*>(operands);
+    _tile_loadd(4, o, 64);
+    _tile_loadd(5, o + 1024, 64);
+    _tile_loadd(6, o + 2048, 64);
+  } else {
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+  }
   for (long i = 0; i < iters; ++i) {
     if constexpr (Int8) {
       _tile_dpbusd(0, 4, 5);
