@@ -132,8 +132,10 @@ void peaks(const std::vector<long>& threads) {
     l.amx();
     for (const bool int8 : {false, true}) {
       const double burst = int8 ? l.amx_int8_gops : l.amx_bf16_gflops;
-      const double zero = int8 ? sustained_peak<true>(l.threads, false, 0.3, burst) : sustained_peak<false>(l.threads, false, 0.3, burst);
-      const double rnd = int8 ? sustained_peak<true>(l.threads, true, 0.3, burst) : sustained_peak<false>(l.threads, true, 0.3, burst);
+      const auto held = [&](bool random) {
+        return int8 ? sustained_peak<true>(l.threads, random, 0.3, burst) : sustained_peak<false>(l.threads, random, 0.3, burst);
+      };
+      const double zero = held(false), rnd = held(true);
       std::printf("peaks %s %2ld thread(s): burst (zero operands, best of 5) %6.0f G/s; held 0.3 s: zero operands %6.0f "
                   "(%5.1f %%), random operands %6.0f (%5.1f %%)\n",
                   int8 ? "int8" : "bf16", t, burst, zero, 100 * zero / burst, rnd, 100 * rnd / burst);

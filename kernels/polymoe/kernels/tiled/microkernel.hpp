@@ -68,15 +68,13 @@ inline constexpr int max_tall_rows = 12;
 
 /// The cache level that a software prefetch fills (`none`: no prefetch instruction at all). The
 /// library runs t0; the others are measurement variants of the AMX kernels' weight stream (amx.hpp).
-enum class Pf { t0, t1, t2, nta, none };
+enum class Pf { t0, t2, nta, none };
 
 /// Fetches the line at p with hint P.
 template <Pf P = Pf::t0>
 inline void prefetch_line(const char* p) noexcept {
   if constexpr (P == Pf::t0)
     _mm_prefetch(p, _MM_HINT_T0);
-  else if constexpr (P == Pf::t1)
-    _mm_prefetch(p, _MM_HINT_T1);
   else if constexpr (P == Pf::t2)
     _mm_prefetch(p, _MM_HINT_T2);
   else if constexpr (P == Pf::nta)
