@@ -6,15 +6,20 @@
 //   stream : the thread's share of 1 GiB of panels, walked in order (weights from DRAM, as the
 //            forward of a layer whose weights exceed the LLC).
 // Variants, alternating in rounds (each keeps its best round): amx::block (1x4 register blocking,
-// slabs of 8 k-blocks), amx::block22 (2x2) as the forward runs it (`lib`), other slab lengths, step
-// orders and hints of the next slab's prefetch; and for bf16 the decode path (one row, AVX-512)
-// with its prefetch variants, streamed. Before timing, every variant's result is compared bit for
-// bit with the first of its list.
+// slabs of 8 k-blocks), amx::block22 (2x2) as the forward runs it (`lib`: after a panel's last
+// slab it fetches the first of the panel multiplied next) and a second copy of its code (`copy`),
+// without the next panel (`nonext`, the loop before), and other hints of the next slab's prefetch; and for bf16 the decode path (one row, AVX-512) with its
+// prefetch variants, streamed. Before timing, every variant's result is compared bit for bit with
+// the first of its list.
 //
 // With --peaks it prints only the tile peaks: limits.hpp's (the best of five short bursts on zero
 // operands) against the rate held for 0.3 s on every thread with zero and with random operands.
 //
-//   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks]
+// With --pair A,B it times only variants A and B, streamed, 32 and 128 rows, in rounds of A B B A
+// (--rounds, 15), and prints the median and quartiles of the per-round rate of B over A: on a
+// machine whose speed moves within seconds, a paired ratio resolves what best-of-rounds does not.
+//
+//   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -62,9 +67,28 @@ using a_type = typename O::lib::a_type;
 template <class O>
 using b_type = typename O::lib::b_type;
 
+/// A row-block kernel: (A, lda, m, nkb, panel, the panel multiplied next, C).
 template <bool Int8>
 using Kernel = void (*)(const a_type<Ops<Int8>>*, index_t, index_t, index_t, const b_type<Ops<Int8>>*,
-                        typename Ops<Int8>::c_type*);
+                        const b_type<Ops<Int8>>*, typename Ops<Int8>::c_type*);
+
+/// block22 as the library runs it, told of no next panel.
+template <class L, class C>
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) void no_next(const typename L::a_type* a, index_t lda,
+                                                                     index_t m, index_t nkb,
+                                                                     const typename L::b_type* panel,
+                                                                     const typename L::b_type*, C* c) {
+  amx::block22<L, amx::slab22_kb, false, Pf::t0, C>(a, lda, m, nkb, panel, nullptr, c);
+}
+
+/// block22 as the library runs it, a second copy of the code (a control for --pair: the spread
+/// between two variants that differ only in where their code lies).
+template <class L, class C>
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) void copy(const typename L::a_type* a, index_t lda, index_t m,
+                                                                  index_t nkb, const typename L::b_type* panel,
+                                                                  const typename L::b_type* next, C* c) {
+  amx::block22<L, amx::slab22_kb, false, Pf::t0, C>(a, lda, m, nkb, panel, next, c);
+}
 
 /// The variants, named, the first (amx::block) the one the others are checked against.
 template <bool Int8>
@@ -73,21 +97,19 @@ std::vector<std::pair<const char*, Kernel<Int8>>> variants() {
   using C = typename Ops<Int8>::c_type;
   return {
       {"1x4 s8", &amx::block<L, amx::slab_kb, C>},
-      {"1x4 s16", &amx::block<L, 16, C>},
       {"2x2 s8 lib", &amx::block22<L, amx::slab22_kb, false, Pf::t0, C>},
+      {"2x2 s8 copy", &copy<L, C>},
+      {"2x2 s8 nonext", &no_next<L, C>},
       {"2x2 s8 pfT2", &amx::block22<L, amx::slab22_kb, false, Pf::t2, C>},
       {"2x2 s8 nopf", &amx::block22<L, amx::slab22_kb, false, Pf::none, C>},
-      {"2x2 s4", &amx::block22<L, 4, false, Pf::t0, C>},
-      {"2x2 s16", &amx::block22<L, 16, false, Pf::t0, C>},
-      {"2x2 s32 pfT2", &amx::block22<L, 32, false, Pf::t2, C>},
-      {"2x2c s8", &amx::block22<L, 8, true, Pf::t0, C>},
   };
 }
 
 /// The decode path (one row, AVX-512, no tiles) with a prefetch variant, called as a row-block
 /// kernel.
 template <Pf P, index_t Ahead>
-void decode_row(const std::uint16_t* a, index_t, index_t, index_t nkb, const std::uint16_t* panel, float* c) {
+void decode_row(const std::uint16_t* a, index_t, index_t, index_t nkb, const std::uint16_t* panel,
+                const std::uint16_t*, float* c) {
   const std::uint16_t* rows[1] = {a};
   amx_layout_decode_dp<1, P, Ahead>(rows, nkb * amx_kb, panel, c);
 }
@@ -145,7 +167,8 @@ void peaks(const std::vector<long>& threads) {
 }
 
 template <bool Int8>
-void run(const std::vector<long>& threads, double seconds, std::vector<bench::Limits>& limits) {
+void run(const std::vector<long>& threads, double seconds, std::vector<bench::Limits>& limits,
+         const std::pair<std::string, std::string>& pair, int pair_rounds) {
   using O = Ops<Int8>;
   const char* type = Int8 ? "int8" : "bf16";
   const std::size_t stream_bytes = std::size_t{1} << 30;
@@ -184,7 +207,7 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
             std::memset(out.back().get(), 0, c_bytes);
             bench::run_together(1, [&, kernel = kernel](int) {
               amx::configure();
-              kernel(a.data(), lda, m, nkb, panels.get(), out.back().get());
+              kernel(a.data(), lda, m, nkb, panels.get(), panels.get() + panel_elems, out.back().get());
             });
             if (std::memcmp(out.back().get(), out.front().get(), c_bytes) != 0) {
               std::printf("bench_amx: %s variant %s differs from %s at K=%ld m=%ld\n", type, name, vs.front().first,
@@ -194,49 +217,100 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
           }
         }
       };
-      // the variants alternate within each of four rounds; each keeps its best time. Calls per
-      // thread: about `seconds` at 40 % of the per-thread peak (at the DRAM rate for one row),
-      // whole passes when streaming.
-      const auto measure = [&](const auto& vs, index_t m, bool stream) {
+      // One case (m rows, hot or streamed): every thread's A rows and C, and the calls per thread
+      // of one timing: about `seconds` at 40 % of the per-thread peak (at the DRAM rate for one
+      // row), whole passes when streaming.
+      struct Case {
         std::vector<std::unique_ptr<a_type<O>[], void (*)(void*)>> as;
         std::vector<std::unique_ptr<typename O::c_type[], void (*)(void*)>> cs;
+        long calls = 0;
+        double ops_per_call = 0;
+      };
+      const auto make_case = [&](index_t m, bool stream) {
+        Case cs;
         const auto c_bytes = static_cast<std::size_t>((m + 15) / 16 * 16 * panel_cols * 4);
         for (int t = 0; t < nt; ++t) {
-          as.emplace_back(static_cast<a_type<O>*>(std::aligned_alloc(64, static_cast<std::size_t>((m + 16) * lda_bytes))),
-                          &std::free);
-          std::memset(as.back().get(), 1, static_cast<std::size_t>((m + 16) * lda_bytes));
-          cs.emplace_back(static_cast<typename O::c_type*>(std::aligned_alloc(64, c_bytes)), &std::free);
+          cs.as.emplace_back(static_cast<a_type<O>*>(std::aligned_alloc(64, static_cast<std::size_t>((m + 16) * lda_bytes))),
+                             &std::free);
+          std::memset(cs.as.back().get(), 1, static_cast<std::size_t>((m + 16) * lda_bytes));
+          cs.cs.emplace_back(static_cast<typename O::c_type*>(std::aligned_alloc(64, c_bytes)), &std::free);
         }
-        const double ops_per_call = 2.0 * static_cast<double>(m) * static_cast<double>(K) * panel_cols;
+        cs.ops_per_call = 2.0 * static_cast<double>(m) * static_cast<double>(K) * panel_cols;
         long calls = m == 1 ? static_cast<long>(seconds * lim.dram_gbs * 1e9 / nt / static_cast<double>(panel_bytes))
-                            : static_cast<long>(seconds * 0.4 * peak_now / nt * 1e9 / ops_per_call);
+                            : static_cast<long>(seconds * 0.4 * peak_now / nt * 1e9 / cs.ops_per_call);
         calls = std::max(16L, calls);
         if (stream) calls = std::max<long>(calls / static_cast<long>(per_thread), 1) * static_cast<long>(per_thread);
+        cs.calls = calls;
+        return cs;
+      };
+      // seconds for every thread to make the case's calls of `kernel`, each with the panel it
+      // multiplies next
+      const auto time_kernel = [&](Case& cs, auto kernel, index_t m, bool stream) {
+        return bench::run_together(nt, [&](int t) {
+          const auto* base = panels.get() + static_cast<std::size_t>(t) * per_thread * static_cast<std::size_t>(panel_elems);
+          const auto pi = [&](long j) {
+            return stream ? static_cast<std::size_t>(j) % per_thread : static_cast<std::size_t>(j & 1);
+          };
+          for (long i = 0; i < cs.calls; ++i)
+            kernel(cs.as[static_cast<std::size_t>(t)].get(), lda, m, nkb, base + pi(i) * static_cast<std::size_t>(panel_elems),
+                   base + pi(i + 1) * static_cast<std::size_t>(panel_elems), cs.cs[static_cast<std::size_t>(t)].get());
+        });
+      };
+      const auto line = [&](const char* what, index_t m, bool stream) {
+        std::printf("  %s %-6s K=%4ld m=%3ld thr=%2d %-13s", type, stream ? "stream" : "hot", static_cast<long>(K),
+                    static_cast<long>(m), nt, what);
+      };
+      // the variants alternate within each of four rounds; each keeps its best time
+      const auto measure = [&](const auto& vs, index_t m, bool stream) {
+        Case cs = make_case(m, stream);
         std::vector<double> best_s(vs.size(), 1e30);
         for (int round = 0; round < 4; ++round)
-          for (std::size_t vi = 0; vi < vs.size(); ++vi) {
-            const auto kernel = vs[vi].second;
-            const double sec = bench::run_together(nt, [&](int t) {
-              const auto* base = panels.get() + static_cast<std::size_t>(t) * per_thread * static_cast<std::size_t>(panel_elems);
-              for (long i = 0; i < calls; ++i) {
-                const std::size_t pi = stream ? static_cast<std::size_t>(i) % per_thread : static_cast<std::size_t>(i & 1);
-                kernel(as[static_cast<std::size_t>(t)].get(), lda, m, nkb, base + pi * static_cast<std::size_t>(panel_elems),
-                       cs[static_cast<std::size_t>(t)].get());
-              }
-            });
-            best_s[vi] = std::min(best_s[vi], sec);
-          }
+          for (std::size_t vi = 0; vi < vs.size(); ++vi)
+            best_s[vi] = std::min(best_s[vi], time_kernel(cs, vs[vi].second, m, stream));
         for (std::size_t vi = 0; vi < vs.size(); ++vi) {
           const double best = best_s[vi];
-          const double gops = ops_per_call * static_cast<double>(calls) * nt / best / 1e9;
+          const double gops = cs.ops_per_call * static_cast<double>(cs.calls) * nt / best / 1e9;
           const double peak = Int8 ? lim.amx_int8_gops : lim.amx_bf16_gflops;
-          const double gbs = static_cast<double>(panel_bytes) * static_cast<double>(calls) * nt / best / 1e9;
-          std::printf("  %s %-6s K=%4ld m=%3ld thr=%2d %-13s %9.0f G/s %5.1f %%AMX   B %6.1f GB/s %5.1f %%DRAM\n", type,
-                      stream ? "stream" : "hot", static_cast<long>(K), static_cast<long>(m), nt, vs[vi].first, gops,
-                      100.0 * gops / peak, gbs, 100.0 * gbs / lim.dram_gbs);
+          const double gbs = static_cast<double>(panel_bytes) * static_cast<double>(cs.calls) * nt / best / 1e9;
+          line(vs[vi].first, m, stream);
+          std::printf(" %9.0f G/s %5.1f %%AMX   B %6.1f GB/s %5.1f %%DRAM\n", gops, 100.0 * gops / peak, gbs,
+                      100.0 * gbs / lim.dram_gbs);
           std::fflush(stdout);
         }
       };
+      // --pair: rounds of A B B A; per round the rate of B over A (the two timings of each summed),
+      // so that a slow state of the machine meets both; the median and quartiles over the rounds
+      const auto measure_pair = [&](const auto& a, const auto& b, index_t m, bool stream) {
+        Case cs = make_case(m, stream);
+        std::vector<double> ratio, rate_a;
+        for (int round = 0; round < pair_rounds; ++round) {
+          const double a1 = time_kernel(cs, a.second, m, stream), b1 = time_kernel(cs, b.second, m, stream);
+          const double b2 = time_kernel(cs, b.second, m, stream), a2 = time_kernel(cs, a.second, m, stream);
+          ratio.push_back((a1 + a2) / (b1 + b2));
+          rate_a.push_back(2 * cs.ops_per_call * static_cast<double>(cs.calls) * nt / (a1 + a2) / 1e9);
+        }
+        std::sort(ratio.begin(), ratio.end());
+        std::sort(rate_a.begin(), rate_a.end());
+        const auto q = [&](double f) { return ratio[static_cast<std::size_t>(f * static_cast<double>(ratio.size() - 1) + 0.5)]; };
+        const std::string what = std::string(b.first) + "/" + a.first;
+        line(what.c_str(), m, stream);
+        std::printf(" rate ratio median %.3f, quartiles %.3f-%.3f, range %.3f-%.3f (%d ABBA rounds; %s median %.0f G/s)\n",
+                    q(0.5), q(0.25), q(0.75), ratio.front(), ratio.back(), pair_rounds, a.first,
+                    rate_a[rate_a.size() / 2]);
+        std::fflush(stdout);
+      };
+      if (!pair.first.empty()) {
+        const auto vs = variants<Int8>();
+        const auto find = [&](const std::string& name) {
+          for (const auto& v : vs)
+            if (name == v.first) return v;
+          std::fprintf(stderr, "bench_amx: no variant named '%s'\n", name.c_str());
+          std::exit(2);
+        };
+        check(vs, {16, 48, 128});
+        for (const index_t m : {index_t{32}, index_t{128}}) measure_pair(find(pair.first), find(pair.second), m, true);
+        continue;
+      }
       check(variants<Int8>(), {16, 48, 128});
       for (const index_t m : {index_t{32}, index_t{128}})
         for (const bool stream : {false, true}) measure(variants<Int8>(), m, stream);
@@ -254,6 +328,8 @@ int main(int argc, char** argv) {
   std::vector<long> threads = {1, 16};
   double seconds = 0.1;
   bool peaks_only = false;
+  std::pair<std::string, std::string> pair;
+  int rounds = 15;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--peaks") {
@@ -268,6 +344,17 @@ int main(int argc, char** argv) {
       threads = bench::comma_list(argv[++i]);
     else if (a == "--seconds")
       seconds = std::atof(argv[++i]);
+    else if (a == "--rounds")
+      rounds = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--pair") {
+      const std::string v = argv[++i];
+      const auto comma = v.find(',');
+      if (comma == std::string::npos) {
+        std::fprintf(stderr, "bench_amx: --pair wants two variant names, A,B\n");
+        return 2;
+      }
+      pair = {v.substr(0, comma), v.substr(comma + 1)};
+    }
     else {
       std::fprintf(stderr, "bench_amx: unknown option %s\n", a.c_str());
       return 2;
@@ -289,8 +376,8 @@ int main(int argc, char** argv) {
     l.amx();
     limits.push_back(l);
   }
-  run<false>(threads, seconds, limits);
-  run<true>(threads, seconds, limits);
+  run<false>(threads, seconds, limits, pair, rounds);
+  run<true>(threads, seconds, limits, pair, rounds);
   for (const auto& l : limits)
     std::printf("limits, best of the run, %d thread(s): AMX %.0f bf16 / %.0f int8, DRAM %.1f GB/s\n", l.threads,
                 l.amx_bf16_gflops, l.amx_int8_gops, l.dram_gbs);

@@ -103,10 +103,19 @@ TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
   for (int threads : {1, 3, 8}) {
     tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     std::vector<std::atomic<int>> done13(blocks), done(blocks), ran2(blocks), early(blocks);
+    // `next`, when given, is the task that the same thread runs next (its weights are prefetched)
+    std::atomic<int> nexts{0}, wrong_next{0};
+    const auto follow = [&](const kt::Task& t, const kt::Task* next) {
+      static thread_local const kt::Task* expected = nullptr;
+      if (expected != nullptr && expected != &t) wrong_next.fetch_add(1);
+      expected = next;
+      if (next != nullptr) nexts.fetch_add(1);
+    };
     kt::Workspace::Counters counters;
     kt::detail::pipelined_tasks(
         rb, t13, panels13, t2, counters,
-        [&](const kt::Task& t) {
+        [&](const kt::Task& t, const kt::Task* next) {
+          follow(t, next);
           if (t.block % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
           done13[static_cast<std::size_t>(t.block)].fetch_add(1);
         },
@@ -114,10 +123,13 @@ TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
           if (done13[static_cast<std::size_t>(b)].load() != panels13) early[static_cast<std::size_t>(b)].fetch_add(1);
           done[static_cast<std::size_t>(b)].fetch_add(1);
         },
-        [&](const kt::Task& t) {
+        [&](const kt::Task& t, const kt::Task* next) {
+          follow(t, next);
           if (done[static_cast<std::size_t>(t.block)].load() != 1) early[static_cast<std::size_t>(t.block)].fetch_add(1);
           ran2[static_cast<std::size_t>(t.block)].fetch_add(1);
         });
+    EXPECT_EQ(wrong_next.load(), 0) << threads << " threads";
+    EXPECT_GT(nexts.load(), 0) << threads << " threads";
     for (int b = 0; b < blocks; ++b) {
       const auto i = static_cast<std::size_t>(b);
       EXPECT_EQ(done13[i].load(), panels13) << "block " << b << ", " << threads << " threads";
@@ -162,7 +174,10 @@ TEST(TiledAmx, Int8TilesGiveTheVnniIntegers) {
   std::vector<std::uint8_t> a(static_cast<std::size_t>((m + 16) * K4));
   for (auto& v : a) v = static_cast<std::uint8_t>(u8(rng));
   alignas(64) std::int32_t tiles[kt::block_rows * kt::panel_cols], want[kt::block_rows * kt::panel_cols];
-  kt::amx::int8_block(a.data(), K4, m, K4, panel.data(), tiles);
+  alignas(64) std::int32_t with_next[kt::block_rows * kt::panel_cols];
+  kt::amx::int8_block(a.data(), K4, m, K4, panel.data(), nullptr, tiles);
+  // naming a next panel (here the same one) only adds prefetches
+  kt::amx::int8_block(a.data(), K4, m, K4, panel.data(), panel.data(), with_next);
   for (index_t i = 0; i < m; ++i)
     for (index_t p = 0; p < kt::panel_cols; ++p) {
       std::int32_t sum = 0;
@@ -171,7 +186,10 @@ TEST(TiledAmx, Int8TilesGiveTheVnniIntegers) {
                panel.data()[((k / 4) * kt::panel_cols + p) * 4 + k % 4];
       want[i * kt::panel_cols + p] = sum;
     }
-  for (index_t i = 0; i < m * kt::panel_cols; ++i) ASSERT_EQ(tiles[i], want[i]) << "element " << i;
+  for (index_t i = 0; i < m * kt::panel_cols; ++i) {
+    ASSERT_EQ(tiles[i], want[i]) << "element " << i;
+    ASSERT_EQ(with_next[i], want[i]) << "element " << i << ", next panel named";
+  }
 }
 
 TEST(TiledAmx, Bf16TilesAgreeWithTheFmaLoop) {
@@ -188,7 +206,7 @@ TEST(TiledAmx, Bf16TilesAgreeWithTheFmaLoop) {
     for (index_t i = 0; i < m; ++i)
       for (index_t k = 0; k < K; ++k) a[static_cast<std::size_t>(i * K32 + k)] = codecs::float_to_bf16(nd(rng));
     alignas(64) float tiles[kt::block_rows * kt::panel_cols], fma[kt::block_rows * kt::panel_cols];
-    kt::amx::bf16_block(a.data(), K32, m, K32, panel.data(), tiles);
+    kt::amx::bf16_block(a.data(), K32, m, K32, panel.data(), m % 2 ? panel.data() : nullptr, tiles);
     kt::detail::amx_layout_rows(m, a.data(), K32, K, panel.data(), fma);
     double worst = 0.0;
     for (index_t i = 0; i < m * kt::panel_cols; ++i)

@@ -241,6 +241,22 @@ struct int8_ops {
   static constexpr index_t col_step = 64;
 };
 
+/// k-block j of the weight stream that runs through `panel` (nkb k-blocks) and on into `next`,
+/// the panel the caller multiplies next (nullptr: none, or not known): what the prefetch of the
+/// next slab fetches, so that the first slab of the next panel is fetched during this one's last
+/// slab instead of waiting on memory when its tiles are loaded (a third of a bf16 panel at K = 768,
+/// two thirds of an int8 one). nullptr past both. Measured on the device machine, paired against
+/// the loop without it (bench_amx --pair, streamed, 16 threads): int8 +0 to +23 %, bf16 +3 to +10 %
+/// at 128 rows and -3 to -6 % at 32; the forward of Qwen3-30B-A3B, old and new build alternating:
+/// int8 prefill 7-14 % faster, bf16 -5 to +9 % (docs/benchmarks.md, issue 10, runs 26-29).
+template <class Ops>
+inline const typename Ops::b_type* kblock_ahead(const typename Ops::b_type* panel, const typename Ops::b_type* next,
+                                                index_t j, index_t nkb) noexcept {
+  if (j < nkb) return panel + j * Ops::b_kb;
+  if (next != nullptr && j - nkb < nkb) return next + (j - nkb) * Ops::b_kb;
+  return nullptr;
+}
+
 /// The C tiles of one step: tiles 0-1 are the column tiles at c0 and c0 + 16, tiles 2-3 those at
 /// c1 and c1 + 16 (rows 256 bytes apart), zeroed on a slab's first pass (`zero`) or loaded to go
 /// on summing; `two` false leaves tiles 2-3 out.
@@ -280,6 +296,8 @@ POLYMOE_AMX_TARGET inline void store_c(C* c0, C* c1, bool two) noexcept {
 /// it, so its latency is paid in full unless the lines are already in L1):
 ///   - while the row groups of a block run one slab, each fetches its share of the next slab's
 ///     lines (the whole slab between them), a few lines per k-block rather than 4 KiB at once;
+///     during the last slab, the first slab of `next`, the panel the caller multiplies next
+///     (kblock_ahead; nullptr: none);
 ///   - every k-block fetches the 16 lines of the A tile a_prefetch_kb loads ahead, in the order
 ///     the loads run (on into the next row group at the end of a slab, and into the next slab).
 /// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
@@ -287,7 +305,8 @@ POLYMOE_AMX_TARGET inline void store_c(C* c0, C* c1, bool two) noexcept {
 /// process: +5 to +26 % in ten pairs (docs/benchmarks.md, issue 10, run 6).
 template <class Ops, index_t SK = slab_kb, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
-                                     const typename Ops::b_type* panel, C* c) noexcept {
+                                     const typename Ops::b_type* panel, const typename Ops::b_type* next,
+                                     C* c) noexcept {
   static_assert(Ops::b_kb * static_cast<index_t>(sizeof(typename Ops::b_type)) == kb_bytes);
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
@@ -301,7 +320,7 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
       const index_t own = r0 / 16 * share, own_end = std::min(kb_bytes, own + share);
       for (index_t kb = s0; kb < s1; ++kb) {
         const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-        if (kb + SK < nkb) prefetch_lines(b + SK * Ops::b_kb, own, own_end);
+        if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + SK, nkb)) prefetch_lines(ahead, own, own_end);
         // the A tile a_prefetch_kb loads ahead: in this row group, else in the next row group,
         // else in the first row group of the next slab
         constexpr index_t d = a_prefetch_kb;
@@ -322,11 +341,12 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
 /// One slab of one block22 step (below): products22 over k-blocks [s0, s1), with the prefetches.
 template <class Ops, index_t SK, bool Two, Pf BP>
 POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const typename Ops::a_type* a1, long lda_bytes,
-                                      const typename Ops::b_type* panel, index_t s0, index_t s1, index_t nkb,
-                                      index_t cp, index_t own, index_t own_end) noexcept {
+                                      const typename Ops::b_type* panel, const typename Ops::b_type* next, index_t s0,
+                                      index_t s1, index_t nkb, index_t cp, index_t own, index_t own_end) noexcept {
   for (index_t kb = s0; kb < s1; ++kb) {
     const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-    if (kb + SK < nkb) prefetch_lines<BP>(b + SK * Ops::b_kb, own, own_end);
+    if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + SK, nkb))
+      prefetch_lines<BP>(ahead, own, own_end);
     if (cp == 0 && kb + a_prefetch_kb < s1) {
       prefetch_tile_rows(a0 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
       if constexpr (Two) prefetch_tile_rows(a1 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
@@ -341,11 +361,13 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
 /// pair by row pair (ColsOuter false: the pair's A lines serve both column pairs) or column pair by
 /// column pair (true: a column pair's half of the slab serves every row pair). An odd last row
 /// group runs the same steps on tiles 0-1 only. Prefetch as block: each step fetches its share of
-/// the next slab; the first step on a row pair fetches its A lines two k-blocks ahead. BP is the
-/// hint of the next slab's prefetch (a measurement variant; the library runs t0).
+/// the next slab (or of `next`'s first); the first step on a row pair fetches its A lines two
+/// k-blocks ahead. BP is the hint of the next slab's prefetch (a measurement variant; the library
+/// runs t0).
 template <class Ops, index_t SK, bool ColsOuter, Pf BP, class C>
 POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
-                                       const typename Ops::b_type* panel, C* c) noexcept {
+                                       const typename Ops::b_type* panel, const typename Ops::b_type* next,
+                                       C* c) noexcept {
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
@@ -363,9 +385,9 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
       const typename Ops::a_type* a1 = a0 + 16 * lda;
       const index_t own = i * share, own_end = std::min(kb_bytes, own + share);
       if (two)
-        slab22<Ops, SK, true, BP>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, SK, true, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
       else
-        slab22<Ops, SK, false, BP>(a0, a1, lda_bytes, panel, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, SK, false, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
       store_c(c0, c1, two);
     }
   }
@@ -396,24 +418,28 @@ inline constexpr index_t slab22_kb = 8;
 
 template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void run_loop(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
-                                        const typename Ops::b_type* panel, C* c) noexcept {
+                                        const typename Ops::b_type* panel, const typename Ops::b_type* next,
+                                        C* c) noexcept {
   switch (loop()) {
-    case Loop::one_by_four: return block<Ops>(a, lda, m, nkb, panel, c);
-    case Loop::two_by_two_cols: return block22<Ops, slab22_kb, true, Pf::t0>(a, lda, m, nkb, panel, c);
-    default: return block22<Ops, slab22_kb, false, Pf::t0>(a, lda, m, nkb, panel, c);
+    case Loop::one_by_four: return block<Ops>(a, lda, m, nkb, panel, next, c);
+    case Loop::two_by_two_cols: return block22<Ops, slab22_kb, true, Pf::t0>(a, lda, m, nkb, panel, next, c);
+    default: return block22<Ops, slab22_kb, false, Pf::t0>(a, lda, m, nkb, panel, next, c);
   }
 }
 
-/// bf16: A bf16 rows (lda >= K32), panel in the bf16 tile layout.
+/// bf16: A bf16 rows (lda >= K32), panel in the bf16 tile layout; `next` the panel (of the same
+/// K) that the caller multiplies next, or nullptr (see kblock_ahead).
 POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
-                                          const std::uint16_t* panel, float* c) noexcept {
-  run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, c);
+                                          const std::uint16_t* panel, const std::uint16_t* next, float* c) noexcept {
+  run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c);
 }
 
-/// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the VNNI layout of int8.hpp.
+/// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the VNNI layout of int8.hpp;
+/// `next` as bf16_block.
 POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
-                                          const std::int8_t* panel, std::int32_t* acc) noexcept {
-  run_loop<int8_ops>(a, lda, m, K4 / 64, panel, acc);
+                                          const std::int8_t* panel, const std::int8_t* next,
+                                          std::int32_t* acc) noexcept {
+  run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc);
 }
 
 }  // namespace amx

@@ -54,13 +54,16 @@ inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, inde
 #endif
 }
 
-/// Rows [0, m) of A times one panel: tiles when enabled and the block is large enough.
+/// Rows [0, m) of A times one panel: tiles when enabled and the block is large enough (`next`:
+/// the panel the thread multiplies next, or nullptr; see amx::kblock_ahead).
 inline void amx_block_times_panel(bool tiles, index_t m, const std::uint16_t* a, index_t lda, index_t K,
-                                  const std::uint16_t* panel, float* c) noexcept {
+                                  const std::uint16_t* panel, const std::uint16_t* next, float* c) noexcept {
 #if defined(POLYMOE_TILED_AMX_CODE)
-  if (tiles && m >= amx_min_rows(amx_min_rows_bf16)) return amx::bf16_block(a, lda, m, padded_k32(K), panel, c);
+  if (tiles && m >= amx_min_rows(amx_min_rows_bf16))
+    return amx::bf16_block(a, lda, m, padded_k32(K), panel, next, c);
 #else
   (void)tiles;
+  (void)next;
 #endif
   amx_layout_rows(m, a, lda, K, panel, c);
 }
@@ -105,18 +108,21 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task) {
+  const auto expert_of = [&](const Task& t) { return sr.blocks[static_cast<std::size_t>(t.block)].expert; };
+  const auto gemm1 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * ldh, ldh, H,
-                                  pk.panel13(b.expert, task.panel), c);
+                                  pk.panel13(b.expert, task.panel),
+                                  next ? pk.panel13(expert_of(*next), next->panel) : nullptr, c);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
   };
-  const auto gemm2 = [&](const Task& task) {
+  const auto gemm2 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
-                                  pk.panel2(b.expert, task.panel), c);
+                                  pk.panel2(b.expert, task.panel),
+                                  next ? pk.panel2(expert_of(*next), next->panel) : nullptr, c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data());
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,

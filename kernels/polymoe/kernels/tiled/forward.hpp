@@ -263,10 +263,13 @@ inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b
             y + (b.begin + i) * H + cb * panel_cols, n);
 }
 
+/// body(task, next) for every task, in parallel ranges of consecutive tasks; `next` is the task
+/// the same thread runs after this one (nullptr at the end of its range), whose weights the AMX
+/// loop starts fetching during this task's last slab (amx::kblock_ahead).
 template <class F>
 inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i != r.end(); ++i) body(tasks[i]);
+    for (std::size_t i = r.begin(); i != r.end(); ++i) body(tasks[i], i + 1 != r.end() ? &tasks[i + 1] : nullptr);
   });
 }
 
@@ -285,7 +288,8 @@ inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
 /// No deadlock: tasks are claimed in order (runs of consecutive tasks, none across the end of GEMM
 /// 1), so every GEMM 1 task that a GEMM 2 task waits for has been claimed by a thread that runs
 /// it, or is running earlier tasks of its claim that wait for nothing; with one thread,
-/// all of GEMM 1 runs before GEMM 2. Each output element is still computed by one task in a fixed
+/// all of GEMM 1 runs before GEMM 2. gemm1 and gemm2 are called as parallel_tasks' body, with the
+/// next task of the thread's claim. Each output element is still computed by one task in a fixed
 /// order: the result does not depend on the thread count or on which thread ran what.
 template <class F1, class Done, class F2>
 inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vector<Task>& tasks13, index_t panels13,
@@ -301,10 +305,12 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
   const auto threads = static_cast<std::size_t>(std::max<std::size_t>(
       1, std::min<std::size_t>(static_cast<std::size_t>(arena),
                                tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism))));
-  const auto run = [&](std::size_t i) {
+  // task i, `last` the end of the thread's claim (the next task it runs, if i + 1 < last)
+  const auto run = [&](std::size_t i, std::size_t last) {
+    const bool more = i + 1 < last;
     if (i < n1) {
       const Task& t = tasks13[i];
-      gemm1(t);
+      gemm1(t, more ? &tasks13[i + 1] : nullptr);
       std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
       if (p.fetch_sub(1, std::memory_order_acq_rel) == 2) {  // the block's last GEMM 1 task
         block_done(static_cast<index_t>(t.block));
@@ -314,7 +320,7 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
       const Task& t = tasks2[i - n1];
       const std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
       while (p.load(std::memory_order_acquire) != 0) spin_pause();
-      gemm2(t);
+      gemm2(t, more ? &tasks2[i + 1 - n1] : nullptr);
     }
   };
   // Guided claims: a run of consecutive tasks, 1 / (2 · threads) of what is left of the current
@@ -328,7 +334,7 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
       const std::size_t end = c < n1 ? n1 : n;
       const std::size_t take = std::max<std::size_t>(1, (end - c) / (2 * threads));
       if (!cursor.compare_exchange_weak(c, c + take, std::memory_order_relaxed)) continue;
-      for (std::size_t i = c; i != c + take; ++i) run(i);
+      for (std::size_t i = c; i != c + take; ++i) run(i, c + take);
       c = cursor.load(std::memory_order_relaxed);
     }
   });
@@ -460,7 +466,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   // GEMM 1 + activation.
   ws.act.resize(static_cast<std::size_t>(N * I));
   make_tasks(sr, pk.panels13, ws.tasks13);
-  detail::parallel_tasks(ws.tasks13, [&](const Task& task) {
+  detail::parallel_tasks(ws.tasks13, [&](const Task& task, const Task*) {
     alignas(64) float c[block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
@@ -480,7 +486,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels2, ws.tasks2);
-  detail::parallel_tasks(ws.tasks2, [&](const Task& task) {
+  detail::parallel_tasks(ws.tasks2, [&](const Task& task, const Task*) {
     alignas(64) float c[block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;

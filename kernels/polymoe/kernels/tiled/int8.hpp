@@ -219,18 +219,20 @@ inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8
 
 /// Rows [0, m) of a row block (quantized, padded to K4) times one int8 panel, scaled to fp32:
 /// c[i][p] = (acc − comp[p]) · scale(i) · s_col[p]. `tile_stride` > 0: the rows are also at
-/// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them.
+/// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them; `next` then is
+/// the codes of the panel the thread multiplies next, or nullptr (see amx::kblock_ahead).
 template <class RowOf, class ScaleOf>
 inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4, const I8Panel& panel, float* c,
-                                index_t tile_stride = 0) {
+                                index_t tile_stride = 0, const std::int8_t* next = nullptr) {
   alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
 #if defined(POLYMOE_TILED_AMX_CODE)
   if (tile_stride > 0 && m >= amx_min_rows(amx_min_rows_int8) && K4 % 64 == 0) {
-    amx::int8_block(row(0), tile_stride, m, K4, panel.codes, acc);
+    amx::int8_block(row(0), tile_stride, m, K4, panel.codes, next, acc);
     return scale_i8(m, acc, scale, panel, c);
   }
 #else
   (void)tile_stride;
+  (void)next;
 #endif
   const std::uint8_t* rows[max_tile_rows];
   constexpr index_t qb = 32768 / (panel_cols * int8_quad);  // quads per 32 KiB slab of the panel
@@ -321,13 +323,15 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task) {
+  const auto expert_of = [&](const Task& t) { return sr.blocks[static_cast<std::size_t>(t.block)].expert; };
+  const auto gemm1 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
-        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0);
+        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0,
+        next ? pk.panel13(expert_of(*next), next->panel).codes : nullptr);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
   const auto quantize_block = [&](index_t block) {
@@ -335,13 +339,14 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     for (index_t n = b.begin; n != b.begin + b.rows; ++n)
       at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * ldi);
   };
-  const auto gemm2 = [&](const Task& task) {
+  const auto gemm2 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
     const index_t cb = task.panel;
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; },
-        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0);
+        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0,
+        next ? pk.panel2(expert_of(*next), next->panel).codes : nullptr);
     detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
