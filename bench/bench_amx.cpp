@@ -8,9 +8,9 @@
 // Variants, alternating in rounds (each keeps its best round): amx::block (1x4 register blocking,
 // slabs of 8 k-blocks), amx::block22 (2x2) as the forward runs it (`lib`: after a panel's last
 // slab it fetches the first of the panel multiplied next) and a second copy of its code (`copy`),
-// without the next panel (`nonext`, the loop before), and other hints of the next slab's prefetch; and for bf16 the decode path (one row, AVX-512) with its
-// prefetch variants, streamed. Before timing, every variant's result is compared bit for bit with
-// the first of its list.
+// without the next panel (`nonext`, the loop before), and other hints of the next slab's
+// prefetch; and for bf16 the decode path (one row, AVX-512) with its prefetch variants, streamed.
+// Before timing, every variant's result is compared bit for bit with the first of its list.
 //
 // With --peaks it prints only the tile peaks: limits.hpp's (the best of five short bursts on zero
 // operands) against the rate held for 0.3 s on every thread with zero and with random operands.
@@ -301,11 +301,8 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
       };
       if (!pair.first.empty()) {
         const auto vs = variants<Int8>();
-        const auto find = [&](const std::string& name) {
-          for (const auto& v : vs)
-            if (name == v.first) return v;
-          std::fprintf(stderr, "bench_amx: no variant named '%s'\n", name.c_str());
-          std::exit(2);
+        const auto find = [&](const std::string& name) {  // (main checked the names)
+          return *std::find_if(vs.begin(), vs.end(), [&](const auto& v) { return name == v.first; });
         };
         check(vs, {16, 48, 128});
         for (const index_t m : {index_t{32}, index_t{128}}) measure_pair(find(pair.first), find(pair.second), m, true);
@@ -354,8 +351,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       pair = {v.substr(0, comma), v.substr(comma + 1)};
-    }
-    else {
+      for (const std::string& name : {pair.first, pair.second}) {
+        const auto vs = variants<false>();  // the same names for int8
+        if (std::none_of(vs.begin(), vs.end(), [&](const auto& v) { return name == v.first; })) {
+          std::fprintf(stderr, "bench_amx: --pair: no variant named '%s'\n", name.c_str());
+          return 2;
+        }
+      }
+    } else {
       std::fprintf(stderr, "bench_amx: unknown option %s\n", a.c_str());
       return 2;
     }
