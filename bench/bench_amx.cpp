@@ -72,22 +72,15 @@ template <bool Int8>
 using Kernel = void (*)(const a_type<Ops<Int8>>*, index_t, index_t, index_t, const b_type<Ops<Int8>>*,
                         const b_type<Ops<Int8>>*, typename Ops<Int8>::c_type*);
 
-/// block22 as the library runs it, told of no next panel.
-template <class L, class C>
-__attribute__((target("amx-tile,amx-bf16,amx-int8"))) void no_next(const typename L::a_type* a, index_t lda,
-                                                                     index_t m, index_t nkb,
-                                                                     const typename L::b_type* panel,
-                                                                     const typename L::b_type*, C* c) {
-  amx::block22<L, amx::slab22_kb, false, Pf::t0, C>(a, lda, m, nkb, panel, nullptr, c);
-}
-
-/// block22 as the library runs it, a second copy of the code (a control for --pair: the spread
-/// between two variants that differ only in where their code lies).
-template <class L, class C>
-__attribute__((target("amx-tile,amx-bf16,amx-int8"))) void copy(const typename L::a_type* a, index_t lda, index_t m,
-                                                                  index_t nkb, const typename L::b_type* panel,
-                                                                  const typename L::b_type* next, C* c) {
-  amx::block22<L, amx::slab22_kb, false, Pf::t0, C>(a, lda, m, nkb, panel, next, c);
+/// block22 as the library runs it, told of the next panel (Next) or of none, as a second copy of
+/// its code: `copy` is the control for --pair (two variants that differ only in where their code
+/// lies), `nonext` the loop before the next panel was fetched.
+template <class L, class C, bool Next>
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) void lib_copy(const typename L::a_type* a, index_t lda,
+                                                                      index_t m, index_t nkb,
+                                                                      const typename L::b_type* panel,
+                                                                      const typename L::b_type* next, C* c) {
+  amx::block22<L, false, Pf::t0, C>(a, lda, m, nkb, panel, Next ? next : nullptr, c);
 }
 
 /// The variants, named, the first (amx::block) the one the others are checked against.
@@ -96,12 +89,12 @@ std::vector<std::pair<const char*, Kernel<Int8>>> variants() {
   using L = typename Ops<Int8>::lib;
   using C = typename Ops<Int8>::c_type;
   return {
-      {"1x4 s8", &amx::block<L, amx::slab_kb, C>},
-      {"2x2 s8 lib", &amx::block22<L, amx::slab22_kb, false, Pf::t0, C>},
-      {"2x2 s8 copy", &copy<L, C>},
-      {"2x2 s8 nonext", &no_next<L, C>},
-      {"2x2 s8 pfT2", &amx::block22<L, amx::slab22_kb, false, Pf::t2, C>},
-      {"2x2 s8 nopf", &amx::block22<L, amx::slab22_kb, false, Pf::none, C>},
+      {"1x4 s8", &amx::block<L, C>},
+      {"2x2 s8 lib", &amx::block22<L, false, Pf::t0, C>},
+      {"2x2 s8 copy", &lib_copy<L, C, true>},
+      {"2x2 s8 nonext", &lib_copy<L, C, false>},
+      {"2x2 s8 pfT2", &amx::block22<L, false, Pf::t2, C>},
+      {"2x2 s8 nopf", &amx::block22<L, false, Pf::none, C>},
   };
 }
 

@@ -156,7 +156,10 @@ POLYMOE_AMX_TARGET inline void configure() noexcept {
   __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
-/// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block).
+/// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block): what block and
+/// block22 run per pass over a row block. For block22, 4, 16 and 32 were measured too (16 faster
+/// with L2-resident weights, slower with streamed ones; 4 and 32 no better; docs/benchmarks.md,
+/// issue 10, runs 14-15 and 20).
 inline constexpr index_t slab_kb = 8;
 
 /// Bytes of one k-block of a panel (4 column tiles of 1 KiB, bf16 and int8 alike).
@@ -303,7 +306,7 @@ POLYMOE_AMX_TARGET inline void store_c(C* c0, C* c1, bool two) noexcept {
 /// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
 /// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
 /// process: +5 to +26 % in ten pairs (docs/benchmarks.md, issue 10, run 6).
-template <class Ops, index_t SK = slab_kb, class C>
+template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                      const typename Ops::b_type* panel, const typename Ops::b_type* next,
                                      C* c) noexcept {
@@ -311,8 +314,8 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   const index_t share = (kb_bytes / ((m + 15) / 16) + 63) / 64 * 64;  // bytes per k-block per row group
-  for (index_t s0 = 0; s0 < nkb; s0 += SK) {
-    const index_t s1 = nkb < s0 + SK ? nkb : s0 + SK;
+  for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
+    const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
     for (index_t r0 = 0; r0 < m; r0 += 16) {
       C* cr = c + r0 * panel_cols;
       start_c(s0 == 0, cr, cr + 32, true);
@@ -320,7 +323,7 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
       const index_t own = r0 / 16 * share, own_end = std::min(kb_bytes, own + share);
       for (index_t kb = s0; kb < s1; ++kb) {
         const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-        if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + SK, nkb)) prefetch_lines(ahead, own, own_end);
+        if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + slab_kb, nkb)) prefetch_lines(ahead, own, own_end);
         // the A tile a_prefetch_kb loads ahead: in this row group, else in the next row group,
         // else in the first row group of the next slab
         constexpr index_t d = a_prefetch_kb;
@@ -339,13 +342,13 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
 }
 
 /// One slab of one block22 step (below): products22 over k-blocks [s0, s1), with the prefetches.
-template <class Ops, index_t SK, bool Two, Pf BP>
+template <class Ops, bool Two, Pf BP>
 POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const typename Ops::a_type* a1, long lda_bytes,
                                       const typename Ops::b_type* panel, const typename Ops::b_type* next, index_t s0,
                                       index_t s1, index_t nkb, index_t cp, index_t own, index_t own_end) noexcept {
   for (index_t kb = s0; kb < s1; ++kb) {
     const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-    if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + SK, nkb))
+    if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + slab_kb, nkb))
       prefetch_lines<BP>(ahead, own, own_end);
     if (cp == 0 && kb + a_prefetch_kb < s1) {
       prefetch_tile_rows(a0 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
@@ -357,14 +360,14 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
 
 /// block with 2 x 2 register blocking: C tiles for (rows r0, r0 + 16) x (column tiles j, j + 1),
 /// A tiles 4-5, B tiles 6-7 — four tile loads per four products where block has five, each A and
-/// B tile used twice. A slab is SK k-blocks; within it the (row pair, column pair) steps run row
-/// pair by row pair (ColsOuter false: the pair's A lines serve both column pairs) or column pair by
-/// column pair (true: a column pair's half of the slab serves every row pair). An odd last row
+/// B tile used twice. A slab is slab_kb k-blocks; within it the (row pair, column pair) steps run
+/// row pair by row pair (ColsOuter false: the pair's A lines serve both column pairs) or column
+/// pair by column pair (true: a column pair's half of the slab serves every row pair). An odd last row
 /// group runs the same steps on tiles 0-1 only. Prefetch as block: each step fetches its share of
 /// the next slab (or of `next`'s first); the first step on a row pair fetches its A lines two
 /// k-blocks ahead. BP is the hint of the next slab's prefetch (a measurement variant; the library
 /// runs t0).
-template <class Ops, index_t SK, bool ColsOuter, Pf BP, class C>
+template <class Ops, bool ColsOuter, Pf BP, class C>
 POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                        const typename Ops::b_type* panel, const typename Ops::b_type* next,
                                        C* c) noexcept {
@@ -372,8 +375,8 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
   const index_t share = (kb_bytes / steps + 63) / 64 * 64;  // bytes per k-block per step
-  for (index_t s0 = 0; s0 < nkb; s0 += SK) {
-    const index_t s1 = nkb < s0 + SK ? nkb : s0 + SK;
+  for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
+    const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
     for (index_t i = 0; i < steps; ++i) {
       const index_t rp = ColsOuter ? i % pairs : i / 2, cp = ColsOuter ? i / pairs : i % 2;
       const index_t r0 = 32 * rp;
@@ -385,9 +388,9 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
       const typename Ops::a_type* a1 = a0 + 16 * lda;
       const index_t own = i * share, own_end = std::min(kb_bytes, own + share);
       if (two)
-        slab22<Ops, SK, true, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, true, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
       else
-        slab22<Ops, SK, false, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, false, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
       store_c(c0, c1, two);
     }
   }
@@ -412,9 +415,6 @@ inline Loop loop() noexcept {
   return l;
 }
 
-/// Slab length (k-blocks) of block22 as the library runs it (16 was faster with L2-resident
-/// weights, slower with streamed ones; 32 no better).
-inline constexpr index_t slab22_kb = 8;
 
 template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void run_loop(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
@@ -422,8 +422,8 @@ POLYMOE_AMX_TARGET inline void run_loop(const typename Ops::a_type* a, index_t l
                                         C* c) noexcept {
   switch (loop()) {
     case Loop::one_by_four: return block<Ops>(a, lda, m, nkb, panel, next, c);
-    case Loop::two_by_two_cols: return block22<Ops, slab22_kb, true, Pf::t0>(a, lda, m, nkb, panel, next, c);
-    default: return block22<Ops, slab22_kb, false, Pf::t0>(a, lda, m, nkb, panel, next, c);
+    case Loop::two_by_two_cols: return block22<Ops, true, Pf::t0>(a, lda, m, nkb, panel, next, c);
+    default: return block22<Ops, false, Pf::t0>(a, lda, m, nkb, panel, next, c);
   }
 }
 

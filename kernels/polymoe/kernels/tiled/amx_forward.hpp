@@ -108,21 +108,20 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto expert_of = [&](const Task& t) { return sr.blocks[static_cast<std::size_t>(t.block)].expert; };
   const auto gemm1 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const RowBlock& b = sr.block(task);
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * ldh, ldh, H,
                                   pk.panel13(b.expert, task.panel),
-                                  next ? pk.panel13(expert_of(*next), next->panel) : nullptr, c);
+                                  next ? pk.panel13(sr.block(*next).expert, next->panel) : nullptr, c);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
   };
   const auto gemm2 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const RowBlock& b = sr.block(task);
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
                                   pk.panel2(b.expert, task.panel),
-                                  next ? pk.panel2(expert_of(*next), next->panel) : nullptr, c);
+                                  next ? pk.panel2(sr.block(*next).expert, next->panel) : nullptr, c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data());
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,

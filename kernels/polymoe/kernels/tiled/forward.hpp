@@ -469,7 +469,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   make_tasks(sr, pk.panels13, ws.tasks13);
   detail::parallel_tasks(ws.tasks13, [&](const Task& task, const Task*) {
     alignas(64) float c[block_rows * panel_cols];
-    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[static_cast<std::size_t>(b.begin + i)]; }, H,
                               pk.panel13(b.expert, cb), c);
@@ -489,7 +489,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   make_tasks(sr, pk.panels2, ws.tasks2);
   detail::parallel_tasks(ws.tasks2, [&](const Task& task, const Task*) {
     alignas(64) float c[block_rows * panel_cols];
-    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
                               pk.panel2(b.expert, cb), c);

@@ -323,15 +323,14 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto expert_of = [&](const Task& t) { return sr.blocks[static_cast<std::size_t>(t.block)].expert; };
   const auto gemm1 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
         [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0,
-        next ? pk.panel13(expert_of(*next), next->panel).codes : nullptr);
+        next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
   const auto quantize_block = [&](index_t block) {
@@ -341,12 +340,12 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   };
   const auto gemm2 = [&](const Task& task, const Task* next) {
     alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.blocks[static_cast<std::size_t>(task.block)];
+    const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
     detail::block_times_i8panel(
         b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; },
         [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0,
-        next ? pk.panel2(expert_of(*next), next->panel).codes : nullptr);
+        next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
     detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,

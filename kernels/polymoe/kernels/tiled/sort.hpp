@@ -34,6 +34,10 @@ struct ExpertRows {
   std::vector<index_t> first_block;  ///< [E + 1] blocks of expert e: [first_block[e], first_block[e+1])
 
   [[nodiscard]] index_t rows() const noexcept { return static_cast<index_t>(slot_of.size()); }
+  /// The row block of a task.
+  [[nodiscard]] const RowBlock& block(const Task& t) const noexcept {
+    return blocks[static_cast<std::size_t>(t.block)];
+  }
 };
 
 /// How an expert's rows are cut into row blocks: at most max_rows each; with granule > 0 into as
