@@ -28,7 +28,6 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <polymoe/kernels/tiled/amx.hpp>
@@ -84,49 +83,13 @@ __attribute__((target("amx-tile,amx-bf16,amx-int8"))) void lib_copy(const typena
   amx::block22<L, false, Pf::t0, C>(a, lda, m, nkb, panel, Next ? next : nullptr, c);
 }
 
-/// int8 with each B tile of a panel contiguous (1 KiB, rows 64 bytes apart, column tiles 1 KiB
-/// apart: bf16's arrangement) instead of the VNNI layout's rows 256 bytes apart: a layout
-/// experiment on the same bytes (its results differ from the library's, so its variants are
-/// checked against `1x4 s8 tiles`). For bf16 the `tiles` variants are the library's ops.
-struct int8_tiles_ops : amx::int8_ops {
-  static constexpr index_t col_step = 1024;
-  __attribute__((target("amx-tile,amx-bf16,amx-int8"))) static void products(const b_type* b) noexcept {
-    _tile_loadd(5, b, 64);
-    _tile_loadd(6, b + 1024, 64);
-    _tile_dpbusd(0, 4, 5);
-    _tile_loadd(7, b + 2048, 64);
-    _tile_dpbusd(1, 4, 6);
-    _tile_loadd(5, b + 3072, 64);
-    _tile_dpbusd(2, 4, 7);
-    _tile_dpbusd(3, 4, 5);
-  }
-  template <bool Two>
-  __attribute__((target("amx-tile,amx-bf16,amx-int8"))) static void products22(const a_type* a0, const a_type* a1,
-                                                                                long lda_bytes, const b_type* b) noexcept {
-    _tile_loadd(4, a0, lda_bytes);
-    _tile_loadd(6, b, 64);
-    _tile_dpbusd(0, 4, 6);
-    _tile_loadd(7, b + 1024, 64);
-    _tile_dpbusd(1, 4, 7);
-    if constexpr (Two) {
-      _tile_loadd(5, a1, lda_bytes);
-      _tile_dpbusd(2, 5, 6);
-      _tile_dpbusd(3, 5, 7);
-    }
-  }
-};
-
-/// The variants, named, the first (amx::block) the one the others are checked against (the
-/// `tiles` variants: the first of theirs).
+/// The variants, named, the first (amx::block) the one the others are checked against.
 template <bool Int8>
 std::vector<std::pair<const char*, Kernel<Int8>>> variants() {
   using L = typename Ops<Int8>::lib;
   using C = typename Ops<Int8>::c_type;
-  using T = std::conditional_t<Int8, int8_tiles_ops, L>;
   return {
       {"1x4 s8", &amx::block<L, C>},
-      {"1x4 s8 tiles", &amx::block<T, C>},
-      {"2x2 s8 tiles", &amx::block22<T, false, Pf::t0, C>},
       {"2x2 s8 lib", &amx::block22<L, false, Pf::t0, C>},
       {"2x2 s8 copy", &lib_copy<L, C, true>},
       {"2x2 s8 nonext", &lib_copy<L, C, false>},
@@ -239,10 +202,8 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
               amx::configure();
               kernel(a.data(), lda, m, nkb, panels.get(), panels.get() + panel_elems, out.back().get());
             });
-            const bool tiles = std::strstr(name, "tiles") != nullptr;
-            const std::size_t ref = tiles ? 1 : 0;  // "1x4 s8 tiles" is the second variant
-            if (std::memcmp(out.back().get(), out[tiles ? std::min(ref, out.size() - 1) : 0].get(), c_bytes) != 0) {
-              std::printf("bench_amx: %s variant %s differs from %s at K=%ld m=%ld\n", type, name, vs[ref].first,
+            if (std::memcmp(out.back().get(), out.front().get(), c_bytes) != 0) {
+              std::printf("bench_amx: %s variant %s differs from %s at K=%ld m=%ld\n", type, name, vs.front().first,
                           static_cast<long>(K), static_cast<long>(m));
               std::exit(1);
             }

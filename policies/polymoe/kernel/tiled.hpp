@@ -171,7 +171,8 @@ struct scheme<quant::nvfp4> {
 template <>
 struct scheme<quant::int8_w8a8> {
   using packed = kt::Int8PackedExperts;
-  static packed pack(const quant::int8_w8a8::weights& w) {
+  /// `amx`: the tile layout for tdpbusd (kernel::tiled_amx on a machine with AMX).
+  static packed pack(const quant::int8_w8a8::weights& w, bool amx = false) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
     const auto [b13, b2] = bias_rows(w);
@@ -179,7 +180,7 @@ struct scheme<quant::int8_w8a8> {
         s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
         [&](index_t e, index_t r) { return w.w13_scale[static_cast<std::size_t>(e * R + r)]; },
         [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
-        [&](index_t e, index_t r) { return w.w2_scale[static_cast<std::size_t>(e * H + r)]; }, b13, b2);
+        [&](index_t e, index_t r) { return w.w2_scale[static_cast<std::size_t>(e * H + r)]; }, b13, b2, amx);
   }
 };
 

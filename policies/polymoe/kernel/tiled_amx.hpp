@@ -35,8 +35,7 @@ template <>
 struct scheme<quant::int8_w8a8> {
   using packed = kernels::tiled::Int8PackedExperts;
   static packed pack(const quant::int8_w8a8::weights& w) {
-    packed p = tiled_detail::scheme<quant::int8_w8a8>::pack(w);
-    p.use_amx = kernels::tiled::amx_enabled();
+    packed p = tiled_detail::scheme<quant::int8_w8a8>::pack(w, kernels::tiled::amx_enabled());
     p.pipelined = true;
     return p;
   }
@@ -45,7 +44,7 @@ struct scheme<quant::int8_w8a8> {
 }  // namespace tiled_amx_detail
 
 /// kernel::tiled with AMX tile micro-kernels: quant::bf16 (tdpbf16ps; weights prepacked into the
-/// tile layout) and quant::int8_w8a8 (tdpbusd on the VNNI layout). Blocks of few rows per expert
+/// tile layout) and quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout). Blocks of few rows per expert
 /// (decode) run AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON)
 /// runs the tiles without any run-time test; other builds detect AMX when a layer is prepared and
 /// fall back to AVX-512 without it (kernels/tiled/amx.hpp). Unlike kernel::tiled, the two GEMMs

@@ -54,7 +54,7 @@ TEST(TiledAmx, SaysWhetherItRunsTiles) {
 TEST(TiledAmx, AgreesWithTheReferenceAcrossBlockSizes) {
   // Few experts, so that blocks run from 1 row (decode, AVX-512) to 128 (eight tile row groups),
   // and T=300 gives experts more rows than one AMX block holds (about 150: cut in two);
-  // H a multiple of 64 (int8 tiles) and not (int8 falls back to VNNI), I not a multiple of 32.
+  // H a multiple of 64 and not (int8's tile layout pads K to 64), I not a multiple of 32.
   for (const index_t H : {index_t{128}, index_t{200}})
     for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}, index_t{300}}) {
       SCOPED_TRACE(T);
@@ -161,9 +161,55 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   });
 }
 
+/// Byte of int8 weight (k, column c) in the tile layout of kernel::tiled_amx, as amx.hpp describes
+/// it: [K/64][4 column tiles][16 quads][16 columns][4].
+index_t tile_byte(index_t k, index_t c) {
+  const index_t kblock = k / 64, col_tile = c / 16, quad = k % 64 / 4;
+  return ((kblock * 4 + col_tile) * 16 + quad) * 64 + c % 16 * 4 + k % 4;
+}
+
+TEST(TiledAmx, Int8TileLayoutRunsOnTheVnniPath) {
+  // Blocks below the AMX threshold (and every block without AMX) run the VNNI kernel over the
+  // panels that AMX reads: the same integers as from the VNNI layout of kernel::tiled, and as a
+  // scalar sum. K = 640: two 32 KiB slabs; rows from 1 (decode, with its prefetch) to 40.
+  constexpr index_t K4 = 640;
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127);
+  std::vector<std::int8_t> w(static_cast<std::size_t>(K4 * kt::panel_cols));
+  for (auto& v : w) v = static_cast<std::int8_t>(s8(rng));
+  kt::AlignedBuffer<std::int8_t> tiled(w.size()), vnni(w.size());
+  for (index_t k = 0; k < K4; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const std::int8_t v = w[static_cast<std::size_t>(k * kt::panel_cols + c)];
+      tiled.data()[tile_byte(k, c)] = v;
+      vnni.data()[((k / 4) * kt::panel_cols + c) * 4 + k % 4] = v;
+    }
+  alignas(64) std::int32_t zero[kt::panel_cols] = {};
+  alignas(64) float one[kt::panel_cols];
+  std::fill_n(one, kt::panel_cols, 1.0f);
+  for (const index_t m : {index_t{1}, index_t{2}, index_t{5}, index_t{16}, index_t{40}}) {
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(m * K4));
+    for (auto& v : a) v = static_cast<std::uint8_t>(u8(rng));
+    const auto row = [&](index_t i) { return a.data() + i * K4; };
+    const auto unit = [](index_t) { return 1.0f; };
+    alignas(64) float from_tiles[kt::amx_block_rows * kt::panel_cols], from_vnni[kt::amx_block_rows * kt::panel_cols];
+    kt::detail::block_times_i8panel(m, row, unit, K4, kt::I8Panel{tiled.data(), zero, one, true}, from_tiles);
+    kt::detail::block_times_i8panel(m, row, unit, K4, kt::I8Panel{vnni.data(), zero, one, false}, from_vnni);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t c = 0; c < kt::panel_cols; ++c) {
+        std::int32_t sum = 0;
+        for (index_t k = 0; k < K4; ++k)
+          sum += a[static_cast<std::size_t>(i * K4 + k)] * w[static_cast<std::size_t>(k * kt::panel_cols + c)];
+        const index_t at = i * kt::panel_cols + c;
+        ASSERT_EQ(from_tiles[at], static_cast<float>(sum)) << "m=" << m << " row " << i << " column " << c;
+        ASSERT_EQ(from_vnni[at], static_cast<float>(sum)) << "m=" << m << " row " << i << " column " << c;
+      }
+  }
+}
+
 #if defined(POLYMOE_TILED_AMX_CODE)
 
-TEST(TiledAmx, Int8TilesGiveTheVnniIntegers) {
+TEST(TiledAmx, Int8TilesGiveTheIntegers) {
   if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
   // One panel of K = 640 (10 tiles of 64 k: a second slab) against 48 rows, every value range.
   constexpr index_t K4 = 640, m = 48;
@@ -182,8 +228,7 @@ TEST(TiledAmx, Int8TilesGiveTheVnniIntegers) {
     for (index_t p = 0; p < kt::panel_cols; ++p) {
       std::int32_t sum = 0;
       for (index_t k = 0; k < K4; ++k)
-        sum += a[static_cast<std::size_t>(i * K4 + k)] *
-               panel.data()[((k / 4) * kt::panel_cols + p) * 4 + k % 4];
+        sum += a[static_cast<std::size_t>(i * K4 + k)] * panel.data()[tile_byte(k, p)];
       want[i * kt::panel_cols + p] = sum;
     }
   for (index_t i = 0; i < m * kt::panel_cols; ++i) {

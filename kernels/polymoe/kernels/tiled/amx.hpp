@@ -17,11 +17,11 @@
 //   bf16 weights, AMX layout: per panel [K32/32][4 column tiles][16 k-pairs][16 columns][2] — the
 //     B operand of tdpbf16ps, 1 KiB a tile, K padded to a multiple of 32 with zeros. Rows of A are
 //     bf16, K32 long, one buffer for the whole batch in sorted-row order.
-//   int8 weights: the VNNI layout of int8.hpp is already a B operand of tdpbusd ([quad][64][4]:
-//     a tile is 16 quads at a stride of 256 bytes); K must be a multiple of 64.
+//   int8 weights: the tile layout of int8.hpp, per panel [K64/64][4 column tiles][16 quads][16
+//     columns][4] — the B operand of tdpbusd, 1 KiB a tile, as bf16's. Rows of A are u8, K64 long.
 //
 // Few rows per block (decode) do not fill a tile: below amx_min_rows a block runs an AVX-512 FMA
-// loop over the same AMX layout (bf16) or the VNNI kernel (int8). The threshold was measured
+// loop over the same AMX layout (bf16) or the VNNI kernel over the int8 tile layout. The threshold was measured
 // (docs/benchmarks.md, issue 10).
 #include <algorithm>
 #include <cstdint>
@@ -52,7 +52,7 @@ inline constexpr bool amx_target = false;
 /// (docs/benchmarks.md, issue 10): on the 2-core machine bf16 blocks of 8 rows ran faster on tiles
 /// than on the FMA loop, blocks of 4 slower; on the device machine (2 threads, three alternating
 /// runs) int8 blocks of about 32 rows ran 6-28 % faster on tiles than on VNNI, blocks of 16 as
-/// fast either way.
+/// fast either way (both on the VNNI layout, before int8 had a tile layout).
 inline constexpr index_t amx_min_rows_bf16 = 8;
 inline constexpr index_t amx_min_rows_int8 = 16;
 
@@ -210,20 +210,20 @@ struct bf16_ops {
   static constexpr index_t col_step = amx_tile_elems;  ///< B elements from one column tile to the next
 };
 
-/// The same for int8 (C int32, A u8, B s8): the B tiles of the VNNI layout, 16 quads at a stride of
-/// 256 bytes, column tiles 64 bytes apart.
+/// The same for int8 (C int32, A u8, B s8): the B tiles of int8.hpp's tile layout, 1 KiB each
+/// (16 quads x 16 columns x 4), column tiles 1 KiB apart.
 struct int8_ops {
   using a_type = std::uint8_t;
   using b_type = std::int8_t;
   static constexpr index_t a_k = 64;
-  static constexpr index_t b_kb = 16 * 256;
+  static constexpr index_t b_kb = 4 * 1024;
   POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
-    _tile_loadd(5, b, 256);
-    _tile_loadd(6, b + 64, 256);
+    _tile_loadd(5, b, 64);
+    _tile_loadd(6, b + 1024, 64);
     _tile_dpbusd(0, 4, 5);
-    _tile_loadd(7, b + 128, 256);
+    _tile_loadd(7, b + 2048, 64);
     _tile_dpbusd(1, 4, 6);
-    _tile_loadd(5, b + 192, 256);
+    _tile_loadd(5, b + 3072, 64);
     _tile_dpbusd(2, 4, 7);
     _tile_dpbusd(3, 4, 5);
   }
@@ -231,9 +231,9 @@ struct int8_ops {
   template <bool Two>
   POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
     _tile_loadd(4, a0, lda_bytes);
-    _tile_loadd(6, b, 256);
+    _tile_loadd(6, b, 64);
     _tile_dpbusd(0, 4, 6);
-    _tile_loadd(7, b + 64, 256);
+    _tile_loadd(7, b + 1024, 64);
     _tile_dpbusd(1, 4, 7);
     if constexpr (Two) {
       _tile_loadd(5, a1, lda_bytes);
@@ -241,7 +241,7 @@ struct int8_ops {
       _tile_dpbusd(3, 5, 7);
     }
   }
-  static constexpr index_t col_step = 64;
+  static constexpr index_t col_step = 1024;
 };
 
 /// k-block j of the weight stream that runs through `panel` (nkb k-blocks) and on into `next`,
@@ -434,7 +434,7 @@ POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, i
   run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c);
 }
 
-/// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the VNNI layout of int8.hpp;
+/// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the tile layout of int8.hpp;
 /// `next` as bf16_block.
 POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
                                           const std::int8_t* panel, const std::int8_t* next,

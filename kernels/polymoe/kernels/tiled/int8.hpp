@@ -8,8 +8,14 @@
 // The result is then scaled: (acc − comp[c]) · s_row · s_col — the int8_w8a8 policy's values
 // (x ≈ q · s_row, W = w · s_col), summed exactly and rounded once instead of once per product.
 //
-// Layout: a panel's k-row quad (4 consecutive k) is 256 bytes, [64 columns][4 k]; K is padded to a
-// multiple of 4 with zero weights. Activations are quantized once per row into a padded buffer
+// Layouts. A 64-byte line holds 16 columns x 4 consecutive k (a quad), [16][4], in both:
+//   VNNI (kernel::tiled): a quad's four lines are 256 bytes, [K4/4][64 columns][4 k]; K padded to a
+//     multiple of 4 with zero weights;
+//   tiles (kernel::tiled_amx with AMX): [K64/64][4 column tiles][16 quads][16 columns][4], K padded
+//     to a multiple of 64. A B tile of tdpbusd is then 1 KiB in one piece, as bf16's layout, where
+//     in the VNNI layout its 16 lines lie 256 bytes apart. Measured on the device machine (bench_amx
+//     --pair, streamed, 16 threads, paired A B B A rounds): 128-row blocks 5-20 % faster, 32-row
+//     blocks unchanged (docs/benchmarks.md, issue 10, run 31). Activations are quantized once per row into a padded buffer
 // (per token for the first GEMM, per sorted row for the second) as the policy's
 // quantize_activation does it: s = amax / 127, round to nearest even, saturate. A row holding a
 // non-finite value cannot be quantized; its scale is NaN, so its outputs are NaN (the reference
@@ -39,47 +45,60 @@ inline constexpr index_t int8_quad = 4;
 inline constexpr index_t int8_max_k = 65536;
 
 [[nodiscard]] constexpr index_t padded_k(index_t K) noexcept { return (K + int8_quad - 1) / int8_quad * int8_quad; }
+/// K padded for the tile layout (a tdpbusd tile row is 64 k).
+[[nodiscard]] constexpr index_t padded_k64(index_t K) noexcept { return (K + 63) / 64 * 64; }
 
-/// One int8 panel: codes [K4/4][64][4], the compensation 128·sum_k w and the weight scales [64].
+/// Byte of weight (k, column c) in a panel of either layout (see above).
+[[nodiscard]] constexpr index_t int8_slot(index_t k, index_t c, bool tiles) noexcept {
+  return tiles ? (k / 64) * 4096 + (c / 16) * 1024 + (k % 64 / int8_quad) * 64 + (c % 16) * int8_quad + k % int8_quad
+               : (k / int8_quad) * panel_cols * int8_quad + c * int8_quad + k % int8_quad;
+}
+
+/// One int8 panel: codes in the VNNI or (tiles) the tile layout, the compensation 128·sum_k w and
+/// the weight scales [64].
 struct I8Panel {
   const std::int8_t* codes;
   const std::int32_t* comp;
   const float* scale;
+  bool tiles = false;
 };
 
 /// All experts' int8 weights of one layer.
 struct Int8PackedExperts : PanelGrid {
-  AlignedBuffer<std::int8_t> w13, w2;    ///< [E][panels][K4/4][64][4]
+  AlignedBuffer<std::int8_t> w13, w2;    ///< [E][panels][kpad(K) x 64 codes]
   AlignedBuffer<std::int32_t> c13, c2;   ///< [E][panels][64]
   AlignedBuffer<float> s13, s2;          ///< [E][panels][64]
-  bool use_amx = false;                  ///< tiled_amx: tdpbusd for blocks of amx_min_rows() rows or more
+  bool use_amx = false;                  ///< tiled_amx: the tile layout, tdpbusd for blocks of amx_min_rows() rows or more
   bool pipelined = false;                ///< tiled_amx: the GEMMs as one pipeline (detail::pipelined_tasks)
 
+  /// K as the panels pad it (and the quantized activation rows with them).
+  [[nodiscard]] index_t kpad(index_t K) const noexcept { return use_amx ? padded_k64(K) : padded_k(K); }
   [[nodiscard]] I8Panel panel13(index_t e, index_t cb) const noexcept {
     const index_t i = e * panels13 + cb;
-    return {w13.data() + i * padded_k(shape.hidden) * panel_cols, c13.data() + i * panel_cols,
-            s13.data() + i * panel_cols};
+    return {w13.data() + i * kpad(shape.hidden) * panel_cols, c13.data() + i * panel_cols, s13.data() + i * panel_cols,
+            use_amx};
   }
   [[nodiscard]] I8Panel panel2(index_t e, index_t cb) const noexcept {
     const index_t i = e * panels2 + cb;
-    return {w2.data() + i * padded_k(shape.intermediate) * panel_cols, c2.data() + i * panel_cols,
-            s2.data() + i * panel_cols};
+    return {w2.data() + i * kpad(shape.intermediate) * panel_cols, c2.data() + i * panel_cols,
+            s2.data() + i * panel_cols, use_amx};
   }
   [[nodiscard]] index_t expert_bytes() const noexcept {
-    return (panels13 * padded_k(shape.hidden) + panels2 * padded_k(shape.intermediate)) * panel_cols +
+    return (panels13 * kpad(shape.hidden) + panels2 * kpad(shape.intermediate)) * panel_cols +
            (panels13 + panels2) * panel_cols * 8;
   }
 };
 
 /// Packs from the policy's storage: q13(e, r, k) / q2(e, r, k) the int8 weight of canonical row r,
-/// s13(e, r) / s2(e, r) its scale.
+/// s13(e, r) / s2(e, r) its scale; `amx`: in the tile layout, for tdpbusd (sets use_amx).
 template <class Q13, class S13, class Q2, class S2, class B13, class B2>
-Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2, B13 b13, B2 b2) {
+Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2, B13 b13, B2 b2, bool amx = false) {
   require(s.hidden <= int8_max_k && s.intermediate <= int8_max_k, "tiled kernel: int8 W8A8 sums in int32 need "
           "hidden and intermediate <= ", int8_max_k, ", got ", s.hidden, " and ", s.intermediate);
   Int8PackedExperts p;
   p.init(s, b13, b2);
-  const index_t E = s.experts, H4 = padded_k(s.hidden), I4 = padded_k(s.intermediate);
+  p.use_amx = amx;
+  const index_t E = s.experts, H4 = p.kpad(s.hidden), I4 = p.kpad(s.intermediate);
   const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
   p.w13 = AlignedBuffer<std::int8_t>(n(E * p.panels13 * H4 * panel_cols));
   p.w2 = AlignedBuffer<std::int8_t>(n(E * p.panels2 * I4 * panel_cols));
@@ -87,11 +106,11 @@ Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2
   p.c2 = AlignedBuffer<std::int32_t>(n(E * p.panels2 * panel_cols));
   p.s13 = AlignedBuffer<float>(n(E * p.panels13 * panel_cols));
   p.s2 = AlignedBuffer<float>(n(E * p.panels2 * panel_cols));
-  const auto fill = [](std::int8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q, float sc) {
+  const auto fill = [amx](std::int8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q, float sc) {
     std::int32_t sum = 0;
     for (index_t k = 0; k < K; ++k) {
       const std::int8_t v = q(k);
-      codes[(k / int8_quad) * panel_cols * int8_quad + c * int8_quad + k % int8_quad] = v;
+      codes[int8_slot(k, c, amx)] = v;
       sum += v;
     }
     comp[c] = 128 * sum;
@@ -142,9 +161,16 @@ inline float quantize_row_u8(const float* x, index_t n, index_t n4, std::uint8_t
 
 #if defined(POLYMOE_TILED_VNNI)
 
-/// C[MR][64] (+)= sum over quads [q0, q1) of a[r][4q..4q+4) · panel[q][:][4] in int32. With
-/// `prefetch`, also fetches the panel 4 KiB ahead (the decode path streams from memory).
-template <int MR>
+/// Where quad q's line of column tile v lies in a panel of either layout.
+template <bool Tiles>
+[[nodiscard]] constexpr index_t int8_line(index_t q, index_t v) noexcept {
+  return Tiles ? (q / 16) * 4096 + v * 1024 + (q % 16) * 64 : q * panel_cols * int8_quad + v * 64;
+}
+
+/// C[MR][64] (+)= sum over quads [q0, q1) of a[r][4q..4q+4) · W[4q..4q+4)[:] in int32, W a panel in
+/// the VNNI or (Tiles) the tile layout. With `prefetch`, also fetches the panel 4 KiB ahead, 256
+/// bytes per quad in memory order (the decode path streams from memory).
+template <int MR, bool Tiles>
 inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const std::int8_t* panel, std::int32_t* c,
                     bool accumulate, bool prefetch) noexcept {
   __m512i acc[MR][4];
@@ -153,12 +179,13 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v)
       acc[r][v] = accumulate ? _mm512_load_si512(c + r * panel_cols + 16 * v) : _mm512_setzero_si512();
-  const std::int8_t* wq = panel + q0 * panel_cols * int8_quad;
-  for (index_t q = q0; q < q1; ++q, wq += panel_cols * int8_quad) {
+  for (index_t q = q0; q < q1; ++q) {
+    const std::int8_t* wq = panel + int8_line<Tiles>(q, 0);
     if (prefetch)
-      prefetch_lines(wq, 4096, 4096 + 256);
-    const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + 64);
-    const __m512i w2 = _mm512_load_si512(wq + 128), w3 = _mm512_load_si512(wq + 192);
+      prefetch_lines(panel + q * panel_cols * int8_quad, 4096, 4096 + 256);
+    constexpr index_t vs = int8_line<Tiles>(0, 1);
+    const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + vs);
+    const __m512i w2 = _mm512_load_si512(wq + 2 * vs), w3 = _mm512_load_si512(wq + 3 * vs);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       std::int32_t quad;
@@ -178,7 +205,7 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 
 #else  // portable
 
-template <int MR>
+template <int MR, bool Tiles>
 inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const std::int8_t* panel, std::int32_t* c,
                     bool accumulate, bool) noexcept {
   if (!accumulate) std::fill_n(c, MR * panel_cols, 0);
@@ -188,7 +215,7 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
         std::int32_t sum = 0;
         for (index_t j = 0; j < int8_quad; ++j)
           sum += static_cast<std::int32_t>(a[r][q * int8_quad + j]) *
-                 static_cast<std::int32_t>(panel[(q * panel_cols + p) * int8_quad + j]);
+                 static_cast<std::int32_t>(panel[int8_slot(q * int8_quad + j, p, Tiles)]);
         c[r * panel_cols + p] += sum;
       }
 }
@@ -217,16 +244,17 @@ inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8
   }
 }
 
-/// Rows [0, m) of a row block (quantized, padded to K4) times one int8 panel, scaled to fp32:
-/// c[i][p] = (acc − comp[p]) · scale(i) · s_col[p]. `tile_stride` > 0: the rows are also at
-/// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them; `next` then is
-/// the codes of the panel the thread multiplies next, or nullptr (see amx::kblock_ahead).
+/// Rows [0, m) of a row block (quantized, padded to K4, the panel's padded K) times one int8
+/// panel, scaled to fp32: c[i][p] = (acc − comp[p]) · scale(i) · s_col[p]. `tile_stride` > 0 (a
+/// panel in the tile layout): the rows are also at row(0), tile_stride bytes apart (and 16 more
+/// readable), and AMX may run them; `next` then is the codes of the panel the thread multiplies
+/// next, or nullptr (see amx::kblock_ahead).
 template <class RowOf, class ScaleOf>
 inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4, const I8Panel& panel, float* c,
                                 index_t tile_stride = 0, const std::int8_t* next = nullptr) {
   alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
 #if defined(POLYMOE_TILED_AMX_CODE)
-  if (tile_stride > 0 && m >= amx_min_rows(amx_min_rows_int8) && K4 % 64 == 0) {
+  if (tile_stride > 0 && panel.tiles && m >= amx_min_rows(amx_min_rows_int8)) {
     amx::int8_block(row(0), tile_stride, m, K4, panel.codes, next, acc);
     return scale_i8(m, acc, scale, panel, c);
   }
@@ -235,7 +263,7 @@ inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4,
   (void)next;
 #endif
   const std::uint8_t* rows[max_tile_rows];
-  constexpr index_t qb = 32768 / (panel_cols * int8_quad);  // quads per 32 KiB slab of the panel
+  constexpr index_t qb = 32768 / (panel_cols * int8_quad);  // quads per 32 KiB slab of the panel (8 x 16)
   const index_t Q = K4 / int8_quad;
   const bool decode = m <= decode_rows;
   for (index_t q0 = 0; q0 < Q; q0 += qb) {
@@ -245,7 +273,12 @@ inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4,
       for (int i = 0; i < n; ++i) rows[i] = row(r0 + i);
       std::int32_t* ci = acc + r0 * panel_cols;
       // (decode: the block is n <= decode_rows rows)
-      with_rows<max_tile_rows>(n, [&]<int M>() { tile_i8<M>(rows, q0, q1, panel.codes, ci, q0 > 0, decode); });
+      with_rows<max_tile_rows>(n, [&]<int M>() {
+        if (panel.tiles)
+          tile_i8<M, true>(rows, q0, q1, panel.codes, ci, q0 > 0, decode);
+        else
+          tile_i8<M, false>(rows, q0, q1, panel.codes, ci, q0 > 0, decode);
+      });
     }
   }
   scale_i8(m, acc, scale, panel, c);
@@ -261,7 +294,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
-  const index_t H4 = padded_k(H), I4 = padded_k(I);
+  const index_t H4 = pk.kpad(H), I4 = pk.kpad(I);
   PhaseClock clock;
   begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
