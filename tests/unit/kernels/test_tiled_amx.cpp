@@ -69,6 +69,28 @@ TEST(TiledAmx, BiasesAndWeightOnInput) {
   for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, 60, 4u); });
 }
 
+TEST(TiledAmx, SkippedSlots) {
+  // Local id -1 (a slot routed to another rank) contributes nothing; some tokens have no slot
+  // computed here at all (their inputs are never quantized or converted).
+  const MoeConfig cfg = test::moe_config(128, 64, 4, 2);
+  std::mt19937 rng(11);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
+  Routing r = test::random_routing(rng, 40, 4, 2);
+  for (index_t t = 0; t < 40; t += 3) r.ids(t, 1) = -1;
+  for (index_t t = 0; t < 40; t += 5) r.ids(t, 0) = r.ids(t, 1) = -1;
+  const ExpertMlp mlp{ActivationParams{}, false};
+  const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 4};
+  for_both_schemes([&]<class Q>() {
+    Matrix want(40, cfg.hidden), got(40, cfg.hidden);
+    kernels::reference_standard<Q>(d, Q::quantize(w.experts), mlp, want);
+    kernel::tiled_amx{}.run<Q>(d, kernel::tiled_amx::prepare<Q>(Q::quantize(w.experts)), mlp,
+                               CombineInput<format::standard>{got});
+    EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>) << Q::name;
+    for (index_t t = 0; t < 40; t += 5) EXPECT_TRUE(got.row(t).isZero()) << Q::name << " token " << t;
+  });
+}
+
 TEST(TiledAmx, PhaseTimesOfTheBf16Forward) {
   const MoeConfig cfg = test::moe_config(128, 64, 4, 2);
   std::mt19937 rng(6);
@@ -184,25 +206,22 @@ TEST(TiledAmx, Int8TileLayoutRunsOnTheVnniPath) {
       tiled.data()[tile_byte(k, c)] = v;
       vnni.data()[((k / 4) * kt::panel_cols + c) * 4 + k % 4] = v;
     }
-  alignas(64) std::int32_t zero[kt::panel_cols] = {};
-  alignas(64) float one[kt::panel_cols];
-  std::fill_n(one, kt::panel_cols, 1.0f);
   for (const index_t m : {index_t{1}, index_t{2}, index_t{5}, index_t{16}, index_t{40}}) {
     std::vector<std::uint8_t> a(static_cast<std::size_t>(m * K4));
     for (auto& v : a) v = static_cast<std::uint8_t>(u8(rng));
     const auto row = [&](index_t i) { return a.data() + i * K4; };
-    const auto unit = [](index_t) { return 1.0f; };
-    alignas(64) float from_tiles[kt::amx_block_rows * kt::panel_cols], from_vnni[kt::amx_block_rows * kt::panel_cols];
-    kt::detail::block_times_i8panel(m, row, unit, K4, kt::I8Panel{tiled.data(), zero, one, true}, from_tiles);
-    kt::detail::block_times_i8panel(m, row, unit, K4, kt::I8Panel{vnni.data(), zero, one, false}, from_vnni);
+    alignas(64) std::int32_t from_tiles[kt::amx_block_rows * kt::panel_cols];
+    alignas(64) std::int32_t from_vnni[kt::amx_block_rows * kt::panel_cols];
+    kt::detail::block_times_i8panel(m, row, K4, kt::I8Panel{tiled.data(), nullptr, nullptr, true}, from_tiles);
+    kt::detail::block_times_i8panel(m, row, K4, kt::I8Panel{vnni.data(), nullptr, nullptr, false}, from_vnni);
     for (index_t i = 0; i < m; ++i)
       for (index_t c = 0; c < kt::panel_cols; ++c) {
         std::int32_t sum = 0;
         for (index_t k = 0; k < K4; ++k)
           sum += a[static_cast<std::size_t>(i * K4 + k)] * w[static_cast<std::size_t>(k * kt::panel_cols + c)];
         const index_t at = i * kt::panel_cols + c;
-        ASSERT_EQ(from_tiles[at], static_cast<float>(sum)) << "m=" << m << " row " << i << " column " << c;
-        ASSERT_EQ(from_vnni[at], static_cast<float>(sum)) << "m=" << m << " row " << i << " column " << c;
+        ASSERT_EQ(from_tiles[at], sum) << "m=" << m << " row " << i << " column " << c;
+        ASSERT_EQ(from_vnni[at], sum) << "m=" << m << " row " << i << " column " << c;
       }
   }
 }

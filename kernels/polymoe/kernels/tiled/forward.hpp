@@ -103,9 +103,9 @@ struct Workspace {
   AlignedVector<float> act;          ///< [N, I] activations, sorted-row order
   AlignedVector<float> y;            ///< [N, H] weighted expert outputs, sorted-row order
   // int8 W8A8 only (int8.hpp): quantized GEMM inputs, offset by 128, and their per-row scales.
-  AlignedVector<std::uint8_t> xq, hq, xg;  // xg: xq gathered in sorted order (AMX)
+  AlignedVector<std::uint8_t> xq, hq, xg;  // xg: the quantized inputs in sorted order (AMX)
   AlignedVector<std::uint16_t> a16, h16;   // bf16 GEMM inputs in sorted order (AMX)
-  std::vector<float> xs, hs;
+  std::vector<float> hs;
   std::vector<const std::uint8_t*> aq_rows;
   std::vector<float> a_scales;
 };
@@ -236,9 +236,10 @@ inline void add_row(const float* c, const float* bias, float wt, float* dst, ind
 #endif
 }
 
-/// First-GEMM epilogue of a finished tile c[b.rows][64]: bias, activation (rounded to bf16 if
-/// RoundBf16) into the block's rows of act [N, ld] (fp32, or bf16 bits for the AMX inputs).
-template <bool RoundBf16, class Out>
+/// First-GEMM epilogue of a finished tile c[b.rows][64]: bias (unless AddBias is false: the
+/// tile has it already), activation (rounded to bf16 if RoundBf16) into the block's rows of act
+/// [N, ld] (fp32, or bf16 bits for the AMX inputs).
+template <bool RoundBf16, class Out, bool AddBias = true>
 inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, float* c, Out* act,
                      index_t ld) {
   const index_t I = pk.shape.intermediate, act_cols = pk.act_cols();
@@ -246,7 +247,7 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
   const index_t n = std::min(act_cols, I - cb * act_cols);
   for (index_t i = 0; i < b.rows; ++i) {
     float* ci = c + i * panel_cols;
-    add_row(ci, bias, 1.0f, ci, panel_cols);
+    if constexpr (AddBias) add_row(ci, bias, 1.0f, ci, panel_cols);
     activate<RoundBf16>(mlp.activation, ci, pk.shape.gated ? ci + panel_cols / 2 : nullptr,
                         act + (b.begin + i) * ld + cb * act_cols, n);
   }

@@ -224,39 +224,45 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 
 namespace detail {
 
-/// c[i][p] = (acc[i][p] − comp[p]) · scale(i) · s_col[p] for rows [0, m).
-template <class ScaleOf>
-inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8Panel& panel, float* c) {
+/// The int8 epilogue of a finished block in one pass: dst(i)[p] = ((acc[i][p] − comp[p]) ·
+/// scale(i) · s_col[p] + bias[p]) · weight(i) for rows [0, m) and p < n (n <= 64). The integers'
+/// scaling fused with what finish13 (bias; weight 1) and finish2 (bias and routing weight, into
+/// y) do to an fp32 tile: one pass over the block's C where scaling into a tile and then
+/// finishing it took two.
+template <class ScaleOf, class WeightOf, class DstOf>
+inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8Panel& panel, const float* bias,
+                     WeightOf weight, DstOf dst, index_t n) {
   for (index_t i = 0; i < m; ++i) {
-    const float sr = scale(i);
+    const float sr = scale(i), wt = weight(i);
     const std::int32_t* ai = acc + i * panel_cols;
-    float* ci = c + i * panel_cols;
+    float* d = dst(i);
 #if defined(POLYMOE_TILED_AVX512)
-    // whole 64-byte vectors, as the epilogue reads them back (see add_row)
-    const __m512 s = _mm512_set1_ps(sr);
-    for (index_t p = 0; p < panel_cols; p += 16) {
-      const __m512i v = _mm512_sub_epi32(_mm512_loadu_si512(ai + p), _mm512_loadu_si512(panel.comp + p));
-      _mm512_storeu_ps(ci + p, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_loadu_ps(panel.scale + p)));
+    const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
+    for (index_t p = 0; p < n; p += 16) {
+      const __mmask16 k = simd::tail_mask(n - p);
+      const __m512i v = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, ai + p), _mm512_maskz_loadu_epi32(k, panel.comp + p));
+      const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
+      _mm512_mask_storeu_ps(d + p, k, _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w));
     }
 #else
-    for (index_t p = 0; p < panel_cols; ++p) ci[p] = static_cast<float>(ai[p] - panel.comp[p]) * sr * panel.scale[p];
+    for (index_t p = 0; p < n; ++p)
+      d[p] = (static_cast<float>(ai[p] - panel.comp[p]) * sr * panel.scale[p] + bias[p]) * wt;
 #endif
   }
 }
 
-/// Rows [0, m) of a row block (quantized, padded to K4, the panel's padded K) times one int8
-/// panel, scaled to fp32: c[i][p] = (acc − comp[p]) · scale(i) · s_col[p]. `tile_stride` > 0 (a
-/// panel in the tile layout): the rows are also at row(0), tile_stride bytes apart (and 16 more
-/// readable), and AMX may run them; `next` then is the codes of the panel the thread multiplies
-/// next, or nullptr (see amx::kblock_ahead).
-template <class RowOf, class ScaleOf>
-inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4, const I8Panel& panel, float* c,
+/// acc[i][p] = sum over k < K4 of row(i)[k] · w[k][p], in int32, for rows [0, m) of a row block
+/// (quantized, as q + 128, padded to K4, the panel's padded K) and one int8 panel (scale_i8 then
+/// turns them into values). `tile_stride` > 0 (a panel in the tile layout): the rows are also at
+/// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them; `next` then is
+/// the codes of the panel the thread multiplies next, or nullptr (see amx::kblock_ahead).
+template <class RowOf>
+inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel& panel, std::int32_t* acc,
                                 index_t tile_stride = 0, const std::int8_t* next = nullptr) {
-  alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
 #if defined(POLYMOE_TILED_AMX_CODE)
   if (tile_stride > 0 && panel.tiles && m >= amx_min_rows(amx_min_rows_int8)) {
     amx::int8_block(row(0), tile_stride, m, K4, panel.codes, next, acc);
-    return scale_i8(m, acc, scale, panel, c);
+    return;
   }
 #else
   (void)tile_stride;
@@ -281,7 +287,6 @@ inline void block_times_i8panel(index_t m, RowOf row, ScaleOf scale, index_t K4,
       });
     }
   }
-  scale_i8(m, acc, scale, panel, c);
 }
 
 }  // namespace detail
@@ -324,22 +329,29 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
       }
     });
   } else {
-    ws.xq.resize(static_cast<std::size_t>(T * H4));
-    ws.xs.resize(static_cast<std::size_t>(T));
+    // One pass over the tokens: each is quantized once, into its first sorted row (tiles: the
+    // rows of a block must lie at one stride, so the token's other rows get copies of it, from
+    // L1) or into a row per token that all of its sorted rows point to.
+    if (tiles)
+      ws.xg.resize(static_cast<std::size_t>((N + spare) * ldh));
+    else
+      ws.xq.resize(static_cast<std::size_t>(T * H4));
     kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
-      for (index_t t = r.begin(); t != r.end(); ++t)
-        at(ws.xs, t) = quantize_row_u8(d.hidden.row(t).data(), H, H4, ws.xq.data() + t * H4);
-    });
-    if (tiles) ws.xg.resize(static_cast<std::size_t>((N + spare) * ldh));
-    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 64), [&](const tbb::blocked_range<index_t>& r) {
-      for (index_t n = r.begin(); n != r.end(); ++n) {
-        const index_t t = at(sr.slot_of, n) / k;
-        at(ws.a_scales, n) = at(ws.xs, t);
-        if (tiles) {  // the tiles want a block's rows contiguous: a copy in sorted order
-          std::copy_n(ws.xq.data() + t * H4, H4, ws.xg.data() + n * ldh);
-          at(ws.aq_rows, n) = ws.xg.data() + n * ldh;
-        } else {
-          at(ws.aq_rows, n) = ws.xq.data() + t * H4;
+      for (index_t t = r.begin(); t != r.end(); ++t) {
+        const std::uint8_t* first = nullptr;
+        float scale = 0.0f;
+        for (index_t j = 0; j < k; ++j) {
+          const index_t n = at(sr.row_of, t * k + j);
+          if (n < 0) continue;  // not computed here
+          std::uint8_t* dst = tiles ? ws.xg.data() + n * ldh : ws.xq.data() + t * H4;
+          if (first == nullptr) {
+            scale = quantize_row_u8(d.hidden.row(t).data(), H, H4, dst);
+            first = dst;
+          } else if (dst != first) {
+            std::copy_n(first, H4, dst);
+          }
+          at(ws.a_scales, n) = scale;
+          at(ws.aq_rows, n) = dst;
         }
       }
     });
@@ -356,15 +368,19 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
+  const auto one = [](index_t) { return 1.0f; };
   const auto gemm1 = [&](const Task& task, const Task* next) {
+    alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
-    detail::block_times_i8panel(
-        b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); },
-        [&](index_t i) { return at(ws.a_scales, b.begin + i); }, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0,
-        next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr);
-    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+    const I8Panel panel = pk.panel13(b.expert, cb);
+    detail::block_times_i8panel(b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); }, H4, panel, acc,
+                                tiles ? ldh : 0, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr);
+    detail::scale_i8(
+        b.rows, acc, [&](index_t i) { return at(ws.a_scales, b.begin + i); }, panel, pk.bias13(b.expert, cb), one,
+        [&](index_t i) { return c + i * panel_cols; }, panel_cols);
+    detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
   const auto quantize_block = [&](index_t block) {
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(block)];
@@ -372,14 +388,18 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
       at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * ldi);
   };
   const auto gemm2 = [&](const Task& task, const Task* next) {
-    alignas(64) float c[amx_block_rows * panel_cols];
+    alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
-    detail::block_times_i8panel(
-        b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; },
-        [&](index_t i) { return at(ws.hs, b.begin + i); }, I4, pk.panel2(b.expert, cb), c, tiles ? ldi : 0,
-        next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
-    detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
+    const I8Panel panel = pk.panel2(b.expert, cb);
+    detail::block_times_i8panel(b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; }, I4, panel, acc,
+                                tiles ? ldi : 0, next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
+    // finish2's bias and routing weight, fused with the scaling: straight into y
+    detail::scale_i8(
+        b.rows, acc, [&](index_t i) { return at(ws.hs, b.begin + i); }, panel, pk.bias2(b.expert, cb),
+        [&](index_t i) { return mlp.weight_on_input ? 1.0f : ws.row_weight[static_cast<std::size_t>(b.begin + i)]; },
+        [&](index_t i) { return ws.y.data() + (b.begin + i) * H + cb * panel_cols; },
+        std::min(panel_cols, H - cb * panel_cols));
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
                     quantize_block, gemm2);
