@@ -64,8 +64,11 @@ void bench_triple(const sweep& s) {
       rec.weight_bytes = r.distinct * one_expert;
       rec.note = note + "; " + std::to_string(V) + " routing(s) per instance";
       // forward f: routing f mod V on instance (f / V) mod n, so a cycle of V·n forwards reads
-      // every expert of every instance
-      const int warm = std::min(2, V * n);
+      // every expert of every instance. The warm-up is one such cycle: every instance has run a
+      // forward of this size, so no timed forward grows an instance's workspace (first-touch page
+      // faults of hundreds of MB: with two warm-up forwards, the first forward of a second
+      // instance fell among the timed ones).
+      const int warm = V * n;
       kernels::tiled::PhaseTimes phases;  // the timed forwards' (tiled kernels only)
       time_reps(s.opt->reps, warm, [&](int f) {
         if (s.opt->phases && f == warm) kernels::tiled::phase_times = &phases;

@@ -15,7 +15,8 @@
 //     to a multiple of 64. A B tile of tdpbusd is then 1 KiB in one piece, as bf16's layout, where
 //     in the VNNI layout its 16 lines lie 256 bytes apart. Measured on the device machine (bench_amx
 //     --pair, streamed, 16 threads, paired A B B A rounds): 128-row blocks 5-20 % faster, 32-row
-//     blocks unchanged (docs/benchmarks.md, issue 10, run 31). Activations are quantized once per row into a padded buffer
+//     blocks unchanged (docs/benchmarks.md, issue 10, run 31).
+// Activations are quantized once per row into a padded buffer
 // (per token for the first GEMM, per sorted row for the second) as the policy's
 // quantize_activation does it: s = amax / 127, round to nearest even, saturate. A row holding a
 // non-finite value cannot be quantized; its scale is NaN, so its outputs are NaN (the reference
@@ -166,6 +167,8 @@ template <bool Tiles>
 [[nodiscard]] constexpr index_t int8_line(index_t q, index_t v) noexcept {
   return Tiles ? (q / 16) * 4096 + v * 1024 + (q % 16) * 64 : q * panel_cols * int8_quad + v * 64;
 }
+static_assert(int8_line<true>(21, 3) == int8_slot(84, 48, true) && int8_line<false>(21, 3) == int8_slot(84, 48, false),
+              "int8_line is int8_slot at the first byte of a quad's line");
 
 /// C[MR][64] (+)= sum over quads [q0, q1) of a[r][4q..4q+4) · W[4q..4q+4)[:] in int32, W a panel in
 /// the VNNI or (Tiles) the tile layout. With `prefetch`, also fetches the panel 4 KiB ahead, 256
