@@ -253,16 +253,25 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
   }
 }
 
-/// Second-GEMM epilogue: y[row] = (c + bias) · routing weight (row_weight[row]; 1 when the weight
-/// scaled the input).
-inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, const float* c,
-                    const float* row_weight, float* y) {
+/// Second-GEMM epilogue, row by row: write(i, bias, wt, dst, n) stores row i of the block's
+/// finished tile, plus bias, times wt into dst[0..n): the block's row of y [N, H] in this panel's
+/// columns, wt the routing weight (row_weight[row]; 1 when the weight scaled the input).
+template <class Write>
+inline void finish2_rows(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb,
+                         const float* row_weight, float* y, Write write) {
   const index_t H = pk.shape.hidden;
   const float* bias = pk.bias2(b.expert, cb);
   const index_t n = std::min(panel_cols, H - cb * panel_cols);
   for (index_t i = 0; i < b.rows; ++i)
-    add_row(c + i * panel_cols, bias, mlp.weight_on_input ? 1.0f : row_weight[b.begin + i],
-            y + (b.begin + i) * H + cb * panel_cols, n);
+    write(i, bias, mlp.weight_on_input ? 1.0f : row_weight[b.begin + i], y + (b.begin + i) * H + cb * panel_cols, n);
+}
+
+/// finish2_rows for an fp32 tile c[b.rows][64]: y[row] = (c + bias) · routing weight.
+inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, const float* c,
+                    const float* row_weight, float* y) {
+  finish2_rows(mlp, pk, b, cb, row_weight, y, [c](index_t i, const float* bias, float wt, float* dst, index_t n) {
+    add_row(c + i * panel_cols, bias, wt, dst, n);
+  });
 }
 
 /// body(task, next) for every task, in parallel ranges of consecutive tasks; `next` is the task

@@ -165,10 +165,8 @@ inline float quantize_row_u8(const float* x, index_t n, index_t n4, std::uint8_t
 /// Where quad q's line of column tile v lies in a panel of either layout.
 template <bool Tiles>
 [[nodiscard]] constexpr index_t int8_line(index_t q, index_t v) noexcept {
-  return Tiles ? (q / 16) * 4096 + v * 1024 + (q % 16) * 64 : q * panel_cols * int8_quad + v * 64;
+  return int8_slot(q * int8_quad, v * 16, Tiles);
 }
-static_assert(int8_line<true>(21, 3) == int8_slot(84, 48, true) && int8_line<false>(21, 3) == int8_slot(84, 48, false),
-              "int8_line is int8_slot at the first byte of a quad's line");
 
 /// C[MR][64] (+)= sum over quads [q0, q1) of a[r][4q..4q+4) · W[4q..4q+4)[:] in int32, W a panel in
 /// the VNNI or (Tiles) the tile layout. With `prefetch`, also fetches the panel 4 KiB ahead, 256
@@ -227,36 +225,29 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 
 namespace detail {
 
-/// The int8 epilogue of a finished block in one pass: dst(i)[p] = ((acc[i][p] − comp[p]) ·
-/// scale(i) · s_col[p] + bias[p]) · weight(i) for rows [0, m) and p < n (n <= 64). The integers'
-/// scaling fused with what finish13 (bias; weight 1) and finish2 (bias and routing weight, into
-/// y) do to an fp32 tile: one pass over the block's C where scaling into a tile and then
-/// finishing it took two.
-template <class ScaleOf, class WeightOf, class DstOf>
-inline void scale_i8(index_t m, const std::int32_t* acc, ScaleOf scale, const I8Panel& panel, const float* bias,
-                     WeightOf weight, DstOf dst, index_t n) {
-  for (index_t i = 0; i < m; ++i) {
-    const float sr = scale(i), wt = weight(i);
-    const std::int32_t* ai = acc + i * panel_cols;
-    float* d = dst(i);
+/// One row of the int8 epilogue: d[p] = ((acc[p] − comp[p]) · sr · s_col[p] + bias[p]) · wt for
+/// p < n (n <= 64). The integers' scaling fused with what finish13 (bias; wt 1) and finish2_rows
+/// (bias and routing weight, into y) do to an fp32 tile: one pass over the block's C where
+/// scaling into a tile and then finishing it took two.
+inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel, const float* bias, float wt, float* d,
+                         index_t n) noexcept {
 #if defined(POLYMOE_TILED_AVX512)
-    const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
-    for (index_t p = 0; p < n; p += 16) {
-      const __mmask16 k = simd::tail_mask(n - p);
-      const __m512i v = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, ai + p), _mm512_maskz_loadu_epi32(k, panel.comp + p));
-      const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
-      _mm512_mask_storeu_ps(d + p, k, _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w));
-    }
-#else
-    for (index_t p = 0; p < n; ++p)
-      d[p] = (static_cast<float>(ai[p] - panel.comp[p]) * sr * panel.scale[p] + bias[p]) * wt;
-#endif
+  const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
+  for (index_t p = 0; p < n; p += 16) {
+    const __mmask16 k = simd::tail_mask(n - p);
+    const __m512i v = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, acc + p), _mm512_maskz_loadu_epi32(k, panel.comp + p));
+    const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
+    _mm512_mask_storeu_ps(d + p, k, _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w));
   }
+#else
+  for (index_t p = 0; p < n; ++p)
+    d[p] = (static_cast<float>(acc[p] - panel.comp[p]) * sr * panel.scale[p] + bias[p]) * wt;
+#endif
 }
 
 /// acc[i][p] = sum over k < K4 of row(i)[k] · w[k][p], in int32, for rows [0, m) of a row block
-/// (quantized, as q + 128, padded to K4, the panel's padded K) and one int8 panel (scale_i8 then
-/// turns them into values). `tile_stride` > 0 (a panel in the tile layout): the rows are also at
+/// (quantized, as q + 128, padded to K4, the panel's padded K) and one int8 panel (scale_i8_row
+/// then turns them into values). `tile_stride` > 0 (a panel in the tile layout): the rows are also at
 /// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them; `next` then is
 /// the codes of the panel the thread multiplies next, or nullptr (see amx::kblock_ahead).
 template <class RowOf>
@@ -371,7 +362,6 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.y.resize(static_cast<std::size_t>(N * H));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto one = [](index_t) { return 1.0f; };
   const auto gemm1 = [&](const Task& task, const Task* next) {
     alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     alignas(64) float c[amx_block_rows * panel_cols];
@@ -380,9 +370,10 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     const I8Panel panel = pk.panel13(b.expert, cb);
     detail::block_times_i8panel(b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); }, H4, panel, acc,
                                 tiles ? ldh : 0, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr);
-    detail::scale_i8(
-        b.rows, acc, [&](index_t i) { return at(ws.a_scales, b.begin + i); }, panel, pk.bias13(b.expert, cb), one,
-        [&](index_t i) { return c + i * panel_cols; }, panel_cols);
+    const float* bias = pk.bias13(b.expert, cb);
+    for (index_t i = 0; i < b.rows; ++i)
+      detail::scale_i8_row(acc + i * panel_cols, at(ws.a_scales, b.begin + i), panel, bias, 1.0f, c + i * panel_cols,
+                           panel_cols);
     detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
   const auto quantize_block = [&](index_t block) {
@@ -397,12 +388,11 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     const I8Panel panel = pk.panel2(b.expert, cb);
     detail::block_times_i8panel(b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; }, I4, panel, acc,
                                 tiles ? ldi : 0, next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
-    // finish2's bias and routing weight, fused with the scaling: straight into y
-    detail::scale_i8(
-        b.rows, acc, [&](index_t i) { return at(ws.hs, b.begin + i); }, panel, pk.bias2(b.expert, cb),
-        [&](index_t i) { return mlp.weight_on_input ? 1.0f : ws.row_weight[static_cast<std::size_t>(b.begin + i)]; },
-        [&](index_t i) { return ws.y.data() + (b.begin + i) * H + cb * panel_cols; },
-        std::min(panel_cols, H - cb * panel_cols));
+    // the scaling fused with finish2's bias and routing weight: straight into y
+    detail::finish2_rows(mlp, pk, b, cb, ws.row_weight.data(), ws.y.data(),
+                         [&](index_t i, const float* bias, float wt, float* dst, index_t n) {
+                           detail::scale_i8_row(acc + i * panel_cols, at(ws.hs, b.begin + i), panel, bias, wt, dst, n);
+                         });
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
                     quantize_block, gemm2);
