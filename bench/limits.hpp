@@ -32,6 +32,7 @@
 #endif
 
 #include <polymoe/kernels/tiled/amx.hpp>
+#include <polymoe/kernels/tiled/buffer.hpp>
 
 namespace polymoe::bench {
 
@@ -63,20 +64,8 @@ inline std::vector<long> comma_list(const std::string& s) {
   return v;
 }
 
-/// Last-level cache size: the kernel's /sys value, else sysconf(_SC_LEVEL3_CACHE_SIZE), else 32
-/// MiB. /sys first: glibc's sysconf said 320 MiB for the 32 MiB L3 of the 2-core AMD EPYC machine.
-inline std::size_t llc_bytes() {
-  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
-  std::string s;
-  if (f >> s && !s.empty() && std::isdigit(static_cast<unsigned char>(s[0]))) {
-    std::size_t n = std::stoul(s);
-    if (s.back() == 'K') n <<= 10;
-    if (s.back() == 'M') n <<= 20;
-    if (n > 0) return n;
-  }
-  if (const long v = sysconf(_SC_LEVEL3_CACHE_SIZE); v > 0) return static_cast<std::size_t>(v);
-  return std::size_t{32} << 20;
-}
+/// Last-level cache size (the library's reading of it: kernels::tiled::last_level_cache_bytes).
+inline std::size_t llc_bytes() { return polymoe::kernels::tiled::last_level_cache_bytes(); }
 
 /// Available physical memory in bytes (sysconf), 0 when unknown.
 inline std::size_t available_memory_bytes() {

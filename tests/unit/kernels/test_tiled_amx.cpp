@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -181,6 +182,33 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
         EXPECT_TRUE((out.array() == first.array()).all()) << Q::name << ", " << threads << " threads";
     }
   });
+}
+
+// GEMM 2's epilogues with streamed stores (detail::stream_y: y larger than the last-level cache)
+// write the values of the ordinary stores, bit for bit; rows shorter than a panel (the last panel
+// of a hidden size that is not a multiple of 64) and unaligned rows take the ordinary stores.
+TEST(TiledAmx, StreamedEpiloguesStoreTheSameValues) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::uniform_int_distribution<std::int32_t> i32(-100000, 100000);
+  alignas(64) float c[kt::panel_cols], bias[kt::panel_cols], scale[kt::panel_cols];
+  alignas(64) std::int32_t acc[kt::panel_cols], comp[kt::panel_cols];
+  for (index_t p = 0; p < kt::panel_cols; ++p) {
+    c[p] = u(rng), bias[p] = u(rng), scale[p] = u(rng) * 1e-3f;
+    acc[p] = i32(rng), comp[p] = i32(rng) / 4;
+  }
+  const kt::I8Panel panel{nullptr, comp, scale, true};
+  for (const index_t n : {kt::panel_cols, index_t{40}})
+    for (const index_t offset : {index_t{0}, index_t{1}}) {
+      alignas(64) float plain[2 * kt::panel_cols] = {}, streamed[2 * kt::panel_cols] = {};
+      kt::detail::add_row(c, bias, 0.37f, plain + offset, n);
+      kt::detail::add_row(c, bias, 0.37f, streamed + offset, n, true);
+      EXPECT_EQ(std::memcmp(plain, streamed, sizeof plain), 0) << "add_row n=" << n << " offset " << offset;
+      kt::detail::scale_i8_row(acc, 0.013f, panel, bias, 0.61f, plain + offset, n);
+      kt::detail::scale_i8_row(acc, 0.013f, panel, bias, 0.61f, streamed + offset, n, true);
+      EXPECT_EQ(std::memcmp(plain, streamed, sizeof plain), 0) << "scale_i8_row n=" << n << " offset " << offset;
+      EXPECT_NE(plain[offset], 0.0f);  // (written at all)
+    }
 }
 
 /// Byte of int8 weight (k, column c) in the tile layout of kernel::tiled_amx, as amx.hpp describes

@@ -106,6 +106,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   if (I32 > I)
     for (index_t n = 0; n < N; ++n) std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
   ws.y.resize(static_cast<std::size_t>(N * H));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
   const auto gemm1 = [&](const Task& task, const Task* next) {
@@ -122,7 +123,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
                                   pk.panel2(b.expert, task.panel),
                                   next ? pk.panel2(sr.block(*next).expert, next->panel) : nullptr, c);
-    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data());
+    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
                     gemm2);

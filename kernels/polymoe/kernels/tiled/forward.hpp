@@ -222,16 +222,22 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& 
 /// dst[0..n) = (c[q] + bias[q]) · wt (n <= 64; dst may be c). With AVX-512 in whole 64-byte
 /// vectors: the tile just written by the micro-kernel (or by the int8 scaling) is read back by the
 /// same width it was stored with, so no load waits on a failed store-to-load forward (GCC's own
-/// vectorization of the loop uses 32-byte halves here).
-inline void add_row(const float* c, const float* bias, float wt, float* dst, index_t n) noexcept {
+/// vectorization of the loop uses 32-byte halves here). `stream`: a whole aligned row (n = 64) is
+/// stored with non-temporal stores (see stream_y; the caller fences them).
+inline void add_row(const float* c, const float* bias, float wt, float* dst, index_t n, bool stream = false) noexcept {
 #if defined(POLYMOE_TILED_AVX512)
   const __m512 w = _mm512_set1_ps(wt);
+  stream = stream && n == panel_cols && reinterpret_cast<std::uintptr_t>(dst) % 64 == 0;
   for (index_t q = 0; q < n; q += 16) {
     const __mmask16 m = simd::tail_mask(n - q);
-    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + q), _mm512_maskz_loadu_ps(m, bias + q));
-    _mm512_mask_storeu_ps(dst + q, m, _mm512_mul_ps(v, w));
+    const __m512 v = _mm512_mul_ps(_mm512_add_ps(_mm512_maskz_loadu_ps(m, c + q), _mm512_maskz_loadu_ps(m, bias + q)), w);
+    if (stream)
+      _mm512_stream_ps(dst + q, v);
+    else
+      _mm512_mask_storeu_ps(dst + q, m, v);
   }
 #else
+  (void)stream;
   for (index_t q = 0; q < n; ++q) dst[q] = (c[q] + bias[q]) * wt;
 #endif
 }
@@ -253,25 +259,50 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
   }
 }
 
+/// Whether GEMM 2 streams its rows of y [N, H] (`bytes`) past the caches with non-temporal stores:
+/// when y is larger than the last-level cache, its lines cannot stay cached until sum_slots reads
+/// them, and an ordinary store first reads each line from memory (for ownership) only to write it
+/// back: a third of y's traffic (134 MB of 402 at T = 2048 on Qwen3-30B-A3B). Measured on the
+/// 16-core device machine (docs/benchmarks.md, issue 10, runs 40-41; y 134 MB against a 105 MiB
+/// LLC): int8 T=2048 1-19 % faster in seven of seven paired rounds, bf16 -13 % to +8 % with no
+/// direction; at T=16-512 (y up to 34 MB) streamed at every size, the rounds resolved nothing,
+/// and y is not streamed there. POLYMOE_Y_STREAM=0 / 1, a knob for measuring it, turns it off /
+/// on at every size.
+inline bool stream_y(std::size_t bytes) noexcept {
+  static const int knob = [] {
+    const char* e = std::getenv("POLYMOE_Y_STREAM");
+    return e == nullptr ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
+  }();
+  return knob < 0 ? bytes > last_level_cache_bytes() : knob == 1;
+}
+
 /// Second-GEMM epilogue, row by row: write(i, bias, wt, dst, n) stores row i of the block's
 /// finished tile, plus bias, times wt into dst[0..n): the block's row of y [N, H] in this panel's
-/// columns, wt the routing weight (row_weight[row]; 1 when the weight scaled the input).
+/// columns, wt the routing weight (row_weight[row]; 1 when the weight scaled the input). `stream`:
+/// write streams its stores (stream_y), fenced here, so that they are in memory before the task
+/// counts as done.
 template <class Write>
 inline void finish2_rows(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb,
-                         const float* row_weight, float* y, Write write) {
+                         const float* row_weight, float* y, bool stream, Write write) {
   const index_t H = pk.shape.hidden;
   const float* bias = pk.bias2(b.expert, cb);
   const index_t n = std::min(panel_cols, H - cb * panel_cols);
   for (index_t i = 0; i < b.rows; ++i)
     write(i, bias, mlp.weight_on_input ? 1.0f : row_weight[b.begin + i], y + (b.begin + i) * H + cb * panel_cols, n);
+#if defined(POLYMOE_TILED_AVX512)
+  if (stream) _mm_sfence();
+#else
+  (void)stream;
+#endif
 }
 
 /// finish2_rows for an fp32 tile c[b.rows][64]: y[row] = (c + bias) · routing weight.
 inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, const float* c,
-                    const float* row_weight, float* y) {
-  finish2_rows(mlp, pk, b, cb, row_weight, y, [c](index_t i, const float* bias, float wt, float* dst, index_t n) {
-    add_row(c + i * panel_cols, bias, wt, dst, n);
-  });
+                    const float* row_weight, float* y, bool stream = false) {
+  finish2_rows(mlp, pk, b, cb, row_weight, y, stream,
+               [c, stream](index_t i, const float* bias, float wt, float* dst, index_t n) {
+                 add_row(c + i * panel_cols, bias, wt, dst, n, stream);
+               });
 }
 
 /// body(task, next) for every task, in parallel ranges of consecutive tasks; `next` is the task
@@ -496,6 +527,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
   make_tasks(sr, pk.panels2, ws.tasks2);
   detail::parallel_tasks(ws.tasks2, [&](const Task& task, const Task*) {
     alignas(64) float c[block_rows * panel_cols];
@@ -503,7 +535,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
                               pk.panel2(b.expert, cb), c);
-    detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data());
+    detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data(), stream);
   });
   clock.lap(PhaseTimes::gemm2);
 

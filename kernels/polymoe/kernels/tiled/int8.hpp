@@ -226,20 +226,26 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 namespace detail {
 
 /// One row of the int8 epilogue: d[p] = ((acc[p] − comp[p]) · sr · s_col[p] + bias[p]) · wt for
-/// p < n (n <= 64). The integers' scaling fused with what finish13 (bias; wt 1) and finish2_rows
+/// p < n (n <= 64; `stream` as add_row's). The integers' scaling fused with what finish13 (bias; wt 1) and finish2_rows
 /// (bias and routing weight, into y) do to an fp32 tile: one pass over the block's C where
 /// scaling into a tile and then finishing it took two.
 inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel, const float* bias, float wt, float* d,
-                         index_t n) noexcept {
+                         index_t n, bool stream = false) noexcept {
 #if defined(POLYMOE_TILED_AVX512)
   const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
+  stream = stream && n == panel_cols && reinterpret_cast<std::uintptr_t>(d) % 64 == 0;
   for (index_t p = 0; p < n; p += 16) {
     const __mmask16 k = simd::tail_mask(n - p);
     const __m512i v = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, acc + p), _mm512_maskz_loadu_epi32(k, panel.comp + p));
     const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
-    _mm512_mask_storeu_ps(d + p, k, _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w));
+    const __m512 y = _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w);
+    if (stream)
+      _mm512_stream_ps(d + p, y);
+    else
+      _mm512_mask_storeu_ps(d + p, k, y);
   }
 #else
+  (void)stream;
   for (index_t p = 0; p < n; ++p)
     d[p] = (static_cast<float>(acc[p] - panel.comp[p]) * sr * panel.scale[p] + bias[p]) * wt;
 #endif
@@ -360,6 +366,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
   ws.hs.resize(static_cast<std::size_t>(N));
   ws.y.resize(static_cast<std::size_t>(N * H));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
   const auto gemm1 = [&](const Task& task, const Task* next) {
@@ -389,9 +396,10 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     detail::block_times_i8panel(b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; }, I4, panel, acc,
                                 tiles ? ldi : 0, next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
     // the scaling fused with finish2's bias and routing weight: straight into y
-    detail::finish2_rows(mlp, pk, b, cb, ws.row_weight.data(), ws.y.data(),
+    detail::finish2_rows(mlp, pk, b, cb, ws.row_weight.data(), ws.y.data(), stream,
                          [&](index_t i, const float* bias, float wt, float* dst, index_t n) {
-                           detail::scale_i8_row(acc + i * panel_cols, at(ws.hs, b.begin + i), panel, bias, wt, dst, n);
+                           detail::scale_i8_row(acc + i * panel_cols, at(ws.hs, b.begin + i), panel, bias, wt, dst, n,
+                                                stream);
                          });
   };
   detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
