@@ -219,22 +219,35 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& 
   }
 }
 
+#if defined(POLYMOE_TILED_AVX512)
+/// Whether a row of n values at dst takes non-temporal stores (store_lanes) when the caller asks
+/// for them (`stream`; see stream_y): only a whole 64-byte-aligned panel row (n = 64).
+inline bool streams_row(bool stream, const float* dst, index_t n) noexcept {
+  return stream && n == panel_cols && reinterpret_cast<std::uintptr_t>(dst) % 64 == 0;
+}
+
+/// Lanes m of v into p; with `stream` (streams_row: all 16 lanes, p aligned) a non-temporal store.
+inline void store_lanes(float* p, __mmask16 m, __m512 v, bool stream) noexcept {
+  if (stream)
+    _mm512_stream_ps(p, v);
+  else
+    _mm512_mask_storeu_ps(p, m, v);
+}
+#endif
+
 /// dst[0..n) = (c[q] + bias[q]) · wt (n <= 64; dst may be c). With AVX-512 in whole 64-byte
 /// vectors: the tile just written by the micro-kernel (or by the int8 scaling) is read back by the
 /// same width it was stored with, so no load waits on a failed store-to-load forward (GCC's own
-/// vectorization of the loop uses 32-byte halves here). `stream`: a whole aligned row (n = 64) is
-/// stored with non-temporal stores (see stream_y; the caller fences them).
+/// vectorization of the loop uses 32-byte halves here). `stream`: a whole aligned row is stored
+/// with non-temporal stores (streams_row; the caller fences them).
 inline void add_row(const float* c, const float* bias, float wt, float* dst, index_t n, bool stream = false) noexcept {
 #if defined(POLYMOE_TILED_AVX512)
   const __m512 w = _mm512_set1_ps(wt);
-  stream = stream && n == panel_cols && reinterpret_cast<std::uintptr_t>(dst) % 64 == 0;
+  stream = streams_row(stream, dst, n);
   for (index_t q = 0; q < n; q += 16) {
     const __mmask16 m = simd::tail_mask(n - q);
-    const __m512 v = _mm512_mul_ps(_mm512_add_ps(_mm512_maskz_loadu_ps(m, c + q), _mm512_maskz_loadu_ps(m, bias + q)), w);
-    if (stream)
-      _mm512_stream_ps(dst + q, v);
-    else
-      _mm512_mask_storeu_ps(dst + q, m, v);
+    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + q), _mm512_maskz_loadu_ps(m, bias + q));
+    store_lanes(dst + q, m, _mm512_mul_ps(v, w), stream);
   }
 #else
   (void)stream;

@@ -226,23 +226,19 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 namespace detail {
 
 /// One row of the int8 epilogue: d[p] = ((acc[p] − comp[p]) · sr · s_col[p] + bias[p]) · wt for
-/// p < n (n <= 64; `stream` as add_row's). The integers' scaling fused with what finish13 (bias; wt 1) and finish2_rows
-/// (bias and routing weight, into y) do to an fp32 tile: one pass over the block's C where
-/// scaling into a tile and then finishing it took two.
+/// p < n (n <= 64; `stream` as add_row's). The integers' scaling fused with what finish13 (bias;
+/// wt 1) and finish2_rows (bias and routing weight, into y) do to an fp32 tile: one pass over the
+/// block's C where scaling into a tile and then finishing it took two.
 inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel, const float* bias, float wt, float* d,
                          index_t n, bool stream = false) noexcept {
 #if defined(POLYMOE_TILED_AVX512)
   const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
-  stream = stream && n == panel_cols && reinterpret_cast<std::uintptr_t>(d) % 64 == 0;
+  stream = streams_row(stream, d, n);
   for (index_t p = 0; p < n; p += 16) {
     const __mmask16 k = simd::tail_mask(n - p);
     const __m512i v = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, acc + p), _mm512_maskz_loadu_epi32(k, panel.comp + p));
     const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
-    const __m512 y = _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w);
-    if (stream)
-      _mm512_stream_ps(d + p, y);
-    else
-      _mm512_mask_storeu_ps(d + p, k, y);
+    store_lanes(d + p, k, _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w), stream);
   }
 #else
   (void)stream;
