@@ -134,13 +134,24 @@ TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
       expected = next;
       if (next != nullptr) nexts.fetch_add(1);
     };
+    // every task gets a worker slot below pipeline_workers() that no task running at once has
+    const std::size_t workers = kt::detail::pipeline_workers();
+    std::vector<std::atomic<int>> busy(workers);
+    std::atomic<int> bad_slot{0}, shared_slot{0};
+    const auto hold = [&](std::size_t slot) {
+      if (slot >= workers) return bad_slot.fetch_add(1), false;
+      if (busy[slot].exchange(1) != 0) shared_slot.fetch_add(1);
+      return true;
+    };
     kt::Workspace::Counters counters;
     kt::detail::pipelined_tasks(
         rb, t13, panels13, t2, counters,
-        [&](const kt::Task& t, const kt::Task* next) {
+        [&](const kt::Task& t, const kt::Task* next, std::size_t slot) {
+          const bool held = hold(slot);
           follow(t, next);
           if (t.block % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
           done13[static_cast<std::size_t>(t.block)].fetch_add(1);
+          if (held) busy[slot].store(0);
         },
         [&](index_t b) {
           if (done13[static_cast<std::size_t>(b)].load() != panels13) early[static_cast<std::size_t>(b)].fetch_add(1);
@@ -152,6 +163,8 @@ TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
           ran2[static_cast<std::size_t>(t.block)].fetch_add(1);
         });
     EXPECT_EQ(wrong_next.load(), 0) << threads << " threads";
+    EXPECT_EQ(bad_slot.load(), 0) << threads << " threads";
+    EXPECT_EQ(shared_slot.load(), 0) << threads << " threads";
     EXPECT_GT(nexts.load(), 0) << threads << " threads";
     for (int b = 0; b < blocks; ++b) {
       const auto i = static_cast<std::size_t>(b);
@@ -182,6 +195,36 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
         EXPECT_TRUE((out.array() == first.array()).all()) << Q::name << ", " << threads << " threads";
     }
   });
+}
+
+// int8's GEMM 1 by block (one task per row block: its input rows gathered into the worker's
+// buffer, its activations kept there and quantized by the same task) gives the bits of GEMM 1 by
+// (block, panel), whatever the thread count: blocks cut in two (about 150 rows per expert at
+// T=300), partial tiles, decode-sized blocks (T=3), K not a multiple of 64 (H=200), the last
+// activation panel partial (I=72), biases, and inputs weighted per pair.
+TEST(TiledAmx, Int8Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
+  int& knob = kt::detail::gemm1_by_block_knob();
+  const int saved = knob;
+  MoeConfig weighted = test::moe_config(128, 64, 4, 1);
+  weighted.router_weight_on_input = true;
+  for (const MoeConfig& cfg : {test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true), weighted})
+    for (const index_t T : {index_t{3}, index_t{300}}) {
+      std::mt19937 rng(static_cast<unsigned>(T + cfg.hidden));
+      const MoeWeights w = test::random_weights(rng, cfg);
+      const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+      const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
+      MoeLayer<a2a::local, quant::int8_w8a8, kernel::tiled_amx> layer(cfg, w);
+      knob = 0;
+      const Matrix by_panel = layer.forward_routed(hidden, r.ids, r.weights);
+      knob = 1;
+      for (int threads : {1, 3, 7}) {
+        tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+        const Matrix by_block = layer.forward_routed(hidden, r.ids, r.weights);
+        EXPECT_TRUE((by_block.array() == by_panel.array()).all())
+            << "T=" << T << " H=" << cfg.hidden << ", " << threads << " threads";
+      }
+    }
+  knob = saved;
 }
 
 // GEMM 2's epilogues with streamed stores (detail::stream_y: y larger than the last-level cache)

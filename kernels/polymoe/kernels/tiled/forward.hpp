@@ -105,6 +105,10 @@ struct Workspace {
   // int8 W8A8 only (int8.hpp): quantized GEMM inputs, offset by 128, and their per-row scales.
   AlignedVector<std::uint8_t> xq, hq, xg;  // xg: the quantized inputs in sorted order (AMX)
   AlignedVector<std::uint16_t> a16, h16;   // bf16 GEMM inputs in sorted order (AMX)
+  // int8 GEMM 1 by block (detail::gemm1_by_block): per pipeline worker, a block's gathered input
+  // rows and its fp32 activations.
+  AlignedVector<std::uint8_t> block_in;
+  AlignedVector<float> block_act;
   std::vector<float> hs;
   std::vector<const std::uint8_t*> aq_rows;
   std::vector<float> a_scales;
@@ -318,14 +322,78 @@ inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b
                });
 }
 
+/// The slot a task body gets outside pipelined_tasks (parallel_tasks): none.
+inline constexpr std::size_t no_slot = static_cast<std::size_t>(-1);
+
+/// Calls a task body as body(task, next, slot) when it takes a slot (the index of the pipeline
+/// worker that runs it, below pipeline_workers(), or no_slot), else as body(task, next).
+template <class F>
+inline void call_task(F& body, const Task& t, const Task* next, std::size_t slot) {
+  if constexpr (std::is_invocable_v<F&, const Task&, const Task*, std::size_t>)
+    body(t, next, slot);
+  else
+    body(t, next);
+}
+
 /// body(task, next) for every task, in parallel ranges of consecutive tasks; `next` is the task
 /// the same thread runs after this one (nullptr at the end of its range), whose weights the AMX
 /// loop starts fetching during this task's last slab (amx::kblock_ahead).
 template <class F>
 inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i != r.end(); ++i) body(tasks[i], i + 1 != r.end() ? &tasks[i + 1] : nullptr);
+    for (std::size_t i = r.begin(); i != r.end(); ++i)
+      call_task(body, tasks[i], i + 1 != r.end() ? &tasks[i + 1] : nullptr, no_slot);
   });
+}
+
+/// The workers of pipelined_tasks: the threads the arena and tbb::global_control allow.
+inline std::size_t pipeline_workers() noexcept {
+  const int arena = std::max(1, tbb::this_task_arena::max_concurrency());
+  return std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(arena),
+                                                        tbb::global_control::active_value(
+                                                            tbb::global_control::max_allowed_parallelism)));
+}
+
+/// Whether a layer that may pipeline its GEMMs does: POLYMOE_PIPELINE=0, a knob for measuring the
+/// pipeline, runs them as phases.
+inline bool pipeline_on(bool pipelined) noexcept {
+  static const bool knob_off = [] {
+    const char* e = std::getenv("POLYMOE_PIPELINE");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  return pipelined && !knob_off;
+}
+
+/// POLYMOE_GEMM1_BY_BLOCK from the environment: -1 unset, 0 off, 1 on (a knob for measuring
+/// gemm1_by_block; a test sets it directly).
+inline int& gemm1_by_block_knob() noexcept {
+  static int knob = [] {
+    const char* e = std::getenv("POLYMOE_GEMM1_BY_BLOCK");
+    return e == nullptr ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
+  }();
+  return knob;
+}
+
+/// Whether int8's GEMM 1 in kernel::tiled_amx (forward_int8) runs one task per row block, all of
+/// the block's panels in turn, instead of one task per (block, panel). The task gathers the
+/// block's quantized input rows from the per-token rows into its worker's buffer
+/// (Workspace::block_in) and keeps the block's fp32 activations in another (block_act) until it
+/// quantizes them into GEMM 2's rows, so that neither the inputs in sorted order (N rows, 35 MB at
+/// T = 2048 on Qwen3-30B-A3B) nor the fp32 activations [N, I] (50 MB) are written to memory and
+/// read back. It needs the pipeline's worker slots (pipeline_on), and enough rows per block: with
+/// few, a task per block leaves threads idle (decode: 8 blocks at T = 1) and there is little
+/// traffic to save. Measured on the 16-core device machine (Qwen3-30B-A3B, 128 experts, paired A B
+/// B A rounds; docs/benchmarks.md, issue 10, runs 42-44), time by panel over time by block: 16 and
+/// more rows per block on average (T = 256, 512, 2048) 1.10-1.47 in all eight rounds; 8 and fewer
+/// (T = 1-128) 0.84-1.05 in the quieter rounds of 41 forwards (T = 16-128), decode 0.68 and 0.70.
+/// (bf16, whose activations are GEMM 2's bf16 rows anyway, gained nothing from gathering its input
+/// rows by block: 0.96-1.00 at T = 512 and 2048, run 45; it runs by panel.)
+/// POLYMOE_GEMM1_BY_BLOCK=0 / 1 turns it off / on wherever the pipeline runs.
+inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks) noexcept {
+  constexpr index_t rows_per_block = 16;
+  if (!pipeline) return false;
+  if (const int knob = gemm1_by_block_knob(); knob >= 0) return knob == 1;
+  return rows >= rows_per_block * static_cast<index_t>(blocks);
 }
 
 /// GEMM 1's tasks, `block_done(b)` once per row block b after all of its GEMM 1 tasks, and GEMM
@@ -344,8 +412,10 @@ inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
 /// 1), so every GEMM 1 task that a GEMM 2 task waits for has been claimed by a thread that runs
 /// it, or is running earlier tasks of its claim that wait for nothing; with one thread,
 /// all of GEMM 1 runs before GEMM 2. gemm1 and gemm2 are called as parallel_tasks' body, with the
-/// next task of the thread's claim. Each output element is still computed by one task in a fixed
-/// order: the result does not depend on the thread count or on which thread ran what.
+/// next task of the thread's claim, and (call_task) the worker's slot: no two tasks that run at
+/// once have the same slot, and every slot is below pipeline_workers(). Each output element is
+/// still computed by one task in a fixed order: the result does not depend on the thread count or
+/// on which thread ran what.
 template <class F1, class Done, class F2>
 inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vector<Task>& tasks13, index_t panels13,
                             const std::vector<Task>& tasks2, Workspace::Counters& counters, F1&& gemm1,
@@ -356,16 +426,14 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
   for (std::size_t b = 0; b < blocks.size(); ++b)
     pending[b].store(static_cast<std::int32_t>(panels13) + 1, std::memory_order_relaxed);
   std::atomic<std::size_t> cursor{0};
-  const int arena = std::max(1, tbb::this_task_arena::max_concurrency());
-  const auto threads = static_cast<std::size_t>(std::max<std::size_t>(
-      1, std::min<std::size_t>(static_cast<std::size_t>(arena),
-                               tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism))));
-  // task i, `last` the end of the thread's claim (the next task it runs, if i + 1 < last)
-  const auto run = [&](std::size_t i, std::size_t last) {
+  const std::size_t threads = pipeline_workers();
+  // task i on worker `slot`, `last` the end of the thread's claim (the next task it runs, if
+  // i + 1 < last)
+  const auto run = [&](std::size_t i, std::size_t last, std::size_t slot) {
     const bool more = i + 1 < last;
     if (i < n1) {
       const Task& t = tasks13[i];
-      gemm1(t, more ? &tasks13[i + 1] : nullptr);
+      call_task(gemm1, t, more ? &tasks13[i + 1] : nullptr, slot);
       std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
       if (p.fetch_sub(1, std::memory_order_acq_rel) == 2) {  // the block's last GEMM 1 task
         block_done(static_cast<index_t>(t.block));
@@ -375,7 +443,7 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
       const Task& t = tasks2[i - n1];
       const std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
       while (p.load(std::memory_order_acquire) != 0) spin_pause();
-      gemm2(t, more ? &tasks2[i + 1 - n1] : nullptr);
+      call_task(gemm2, t, more ? &tasks2[i + 1 - n1] : nullptr, slot);
     }
   };
   // Guided claims: a run of consecutive tasks, 1 / (2 · threads) of what is left of the current
@@ -383,13 +451,14 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
   // to do, and the last claims are single tasks (one task per claim lost the locality that
   // parallel_tasks' ranges have: prefill ran up to 20 % slower than the phases on the device
   // machine, in two alternating pairs; docs/benchmarks.md, issue 10, run 17).
-  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, threads, 1), [&](const tbb::blocked_range<std::size_t>&) {
+  // (the worker's slot: the first index of its range, which no other running worker holds)
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, threads, 1), [&](const tbb::blocked_range<std::size_t>& w) {
     std::size_t c = cursor.load(std::memory_order_relaxed);
     while (c < n) {
       const std::size_t end = c < n1 ? n1 : n;
       const std::size_t take = std::max<std::size_t>(1, (end - c) / (2 * threads));
       if (!cursor.compare_exchange_weak(c, c + take, std::memory_order_relaxed)) continue;
-      for (std::size_t i = c; i != c + take; ++i) run(i, c + take);
+      for (std::size_t i = c; i != c + take; ++i) run(i, c + take, w.begin());
       c = cursor.load(std::memory_order_relaxed);
     }
   });
@@ -404,11 +473,7 @@ inline void run_gemms(bool pipelined, PhaseClock& clock, const std::vector<RowBl
                       const std::vector<Task>& tasks13, index_t panels13, const std::vector<Task>& tasks2,
                       Workspace::Counters& counters, F1&& gemm1, Done&& block_done, F2&& gemm2) {
   constexpr bool has_done = !std::is_same_v<std::decay_t<Done>, std::nullptr_t>;
-  static const bool knob_off = [] {
-    const char* e = std::getenv("POLYMOE_PIPELINE");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  if (pipelined && !knob_off) {
+  if (pipeline_on(pipelined)) {
     const auto done = [&](index_t b) {
       if constexpr (has_done) block_done(b);
     };

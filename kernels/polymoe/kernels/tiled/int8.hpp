@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -307,6 +308,8 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.aq_rows.resize(static_cast<std::size_t>(N));
   ws.a_scales.resize(static_cast<std::size_t>(N));
   const bool tiles = pk.use_amx;
+  const bool pipeline = detail::pipeline_on(pk.pipelined);
+  const bool by_block = detail::gemm1_by_block(pipeline, N, sr.blocks.size());
   // Row strides of the quantized GEMM inputs (bytes): with tiles, an odd number of cache lines.
   const index_t ldh = tiles ? amx_row_stride_bytes(H4) : H4, ldi = tiles ? amx_row_stride_bytes(I4) : I4;
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
@@ -327,8 +330,10 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   } else {
     // One pass over the tokens: each is quantized once, into its first sorted row (tiles: the
     // rows of a block must lie at one stride, so the token's other rows get copies of it, from
-    // L1) or into a row per token that all of its sorted rows point to.
-    if (tiles)
+    // L1) or into a row per token that all of its sorted rows point to (also with tiles when
+    // GEMM 1 runs by block: its tasks gather their rows).
+    const bool sorted_copy = tiles && !by_block;
+    if (sorted_copy)
       ws.xg.resize(static_cast<std::size_t>((N + spare) * ldh));
     else
       ws.xq.resize(static_cast<std::size_t>(T * H4));
@@ -339,7 +344,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
         for (index_t j = 0; j < k; ++j) {
           const index_t n = at(sr.row_of, t * k + j);
           if (n < 0) continue;  // not computed here
-          std::uint8_t* dst = tiles ? ws.xg.data() + n * ldh : ws.xq.data() + t * H4;
+          std::uint8_t* dst = sorted_copy ? ws.xg.data() + n * ldh : ws.xq.data() + t * H4;
           if (first == nullptr) {
             scale = quantize_row_u8(d.hidden.row(t).data(), H, H4, dst);
             first = dst;
@@ -357,32 +362,65 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
 
   // GEMM 1 + activation (fp32), then the activations quantized per row, then GEMM 2, bias and
   // routing weight: three phases, or (kernel::tiled_amx) one pipeline in which a row block's
-  // activations are quantized as soon as its GEMM 1 tasks are done (detail::pipelined_tasks).
-  ws.act.resize(static_cast<std::size_t>(N * I));
+  // activations are quantized as soon as its GEMM 1 tasks are done (detail::pipelined_tasks) —
+  // or, GEMM 1 by block (detail::gemm1_by_block), by the task that ran them all.
+  const index_t in_slot = amx_block_rows * ldh, act_slot = amx_block_rows * I;  // per worker
+  if (by_block) {
+    const std::size_t workers = detail::pipeline_workers();
+    ws.block_in.resize(workers * static_cast<std::size_t>(in_slot));
+    ws.block_act.resize(workers * static_cast<std::size_t>(act_slot));
+  } else {
+    ws.act.resize(static_cast<std::size_t>(N * I));
+  }
   ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
   ws.hs.resize(static_cast<std::size_t>(N));
   ws.y.resize(static_cast<std::size_t>(N * H));
   const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
-  make_tasks(sr, pk.panels13, ws.tasks13);
+  make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task, const Task* next) {
+  // Panel cb of GEMM 1 for block b, its rows at row(i) (`stride` apart), into act as the rows of
+  // `into` (`after`: the codes of the panel multiplied next, or nullptr).
+  const auto gemm1_panel = [&](const RowBlock& b, auto row, index_t stride, index_t cb, const std::int8_t* after,
+                               const RowBlock& into, float* act) {
     alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.block(task);
-    const index_t cb = task.panel;
     const I8Panel panel = pk.panel13(b.expert, cb);
-    detail::block_times_i8panel(b.rows, [&](index_t i) { return at(ws.aq_rows, b.begin + i); }, H4, panel, acc,
-                                tiles ? ldh : 0, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr);
+    detail::block_times_i8panel(b.rows, row, H4, panel, acc, tiles ? stride : 0, after);
     const float* bias = pk.bias13(b.expert, cb);
     for (index_t i = 0; i < b.rows; ++i)
       detail::scale_i8_row(acc + i * panel_cols, at(ws.a_scales, b.begin + i), panel, bias, 1.0f, c + i * panel_cols,
                            panel_cols);
-    detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, b, cb, c, ws.act.data(), I);
+    detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, into, cb, c, act, I);
+  };
+  const auto quantize_rows = [&](const RowBlock& b, const float* act) {
+    for (index_t i = 0; i < b.rows; ++i)
+      at(ws.hs, b.begin + i) = quantize_row_u8(act + i * I, I, I4, ws.hq.data() + (b.begin + i) * ldi);
+  };
+  const auto gemm1 = [&](const Task& task, const Task* next, std::size_t slot) {
+    const RowBlock& b = sr.block(task);
+    if (!by_block) {
+      const auto row = [&](index_t i) { return at(ws.aq_rows, b.begin + i); };
+      gemm1_panel(b, row, ldh, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr, b,
+                  ws.act.data());
+      return;
+    }
+    std::uint8_t* a = ws.block_in.data() + slot * static_cast<std::size_t>(in_slot);
+    float* act = ws.block_act.data() + slot * static_cast<std::size_t>(act_slot);
+    for (index_t i = 0; i < b.rows; ++i) std::memcpy(a + i * ldh, at(ws.aq_rows, b.begin + i), static_cast<std::size_t>(H4));
+    const auto row = [a, ldh](index_t i) -> const std::uint8_t* { return a + i * ldh; };
+    const RowBlock own{b.expert, 0, b.rows};  // the block's rows of the worker's buffer
+    for (index_t cb = 0; cb < pk.panels13; ++cb) {
+      const std::int8_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1).codes
+                                 : next               ? pk.panel13(sr.block(*next).expert, 0).codes
+                                                      : nullptr;
+      gemm1_panel(b, row, ldh, cb, after, own, act);
+    }
+    quantize_rows(b, act);
   };
   const auto quantize_block = [&](index_t block) {
+    if (by_block) return;  // done by gemm1
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(block)];
-    for (index_t n = b.begin; n != b.begin + b.rows; ++n)
-      at(ws.hs, n) = quantize_row_u8(ws.act.data() + n * I, I, I4, ws.hq.data() + n * ldi);
+    quantize_rows(b, ws.act.data() + b.begin * I);
   };
   const auto gemm2 = [&](const Task& task, const Task* next) {
     alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
@@ -398,8 +436,8 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
                                                 stream);
                          });
   };
-  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
-                    quantize_block, gemm2);
+  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, by_block ? 1 : pk.panels13, ws.tasks2, ws.pending,
+                    gemm1, quantize_block, gemm2);
 
   sum_slots(sr, ws.y, k, out);
   clock.lap(PhaseTimes::sum);
