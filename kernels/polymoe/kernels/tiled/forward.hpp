@@ -385,10 +385,11 @@ inline int& gemm1_by_block_knob() noexcept {
 /// traffic to save. Measured on the 16-core device machine (Qwen3-30B-A3B, 128 experts, paired A B
 /// B A rounds; docs/benchmarks.md, issue 10, runs 42-44), time by panel over time by block: 16 and
 /// more rows per block on average (T = 256, 512, 2048) 1.10-1.47 in all eight rounds; 8 and fewer
-/// (T = 1-128) 0.84-1.05 in the quieter rounds of 41 forwards (T = 16-128), decode 0.68 and 0.70.
-/// (bf16, whose activations are GEMM 2's bf16 rows anyway, gained nothing from gathering its input
-/// rows by block: 0.96-1.00 at T = 512 and 2048, run 45; it runs by panel.)
-/// POLYMOE_GEMM1_BY_BLOCK=0 / 1 turns it off / on wherever the pipeline runs.
+/// (T = 1-128) 0.84-1.05 in the quieter rounds of 41 forwards (T = 16-128), decode 0.68 and 0.70;
+/// at 2 threads, T = 512 and 2048, 0.90-1.24 in three rounds, unresolved (run 47). (bf16, whose
+/// activations are GEMM 2's bf16 rows anyway, gained nothing from gathering its input rows by
+/// block: 0.96-1.00 at T = 512 and 2048, run 45; it runs by panel.) POLYMOE_GEMM1_BY_BLOCK=0 / 1
+/// turns it off / on wherever the pipeline runs.
 inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks) noexcept {
   constexpr index_t rows_per_block = 16;
   if (!pipeline) return false;

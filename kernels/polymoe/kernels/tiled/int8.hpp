@@ -378,14 +378,14 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
   make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  // Panel cb of GEMM 1 for block b, its rows at row(i) (`stride` apart), into act as the rows of
-  // `into` (`after`: the codes of the panel multiplied next, or nullptr).
-  const auto gemm1_panel = [&](const RowBlock& b, auto row, index_t stride, index_t cb, const std::int8_t* after,
-                               const RowBlock& into, float* act) {
+  // Panel cb of GEMM 1 for block b, its rows at row(i) (ldh apart), into act as the rows of `into`
+  // (`after`: the codes of the panel multiplied next, or nullptr).
+  const auto gemm1_panel = [&](const RowBlock& b, auto row, index_t cb, const std::int8_t* after, const RowBlock& into,
+                               float* act) {
     alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     alignas(64) float c[amx_block_rows * panel_cols];
     const I8Panel panel = pk.panel13(b.expert, cb);
-    detail::block_times_i8panel(b.rows, row, H4, panel, acc, tiles ? stride : 0, after);
+    detail::block_times_i8panel(b.rows, row, H4, panel, acc, tiles ? ldh : 0, after);
     const float* bias = pk.bias13(b.expert, cb);
     for (index_t i = 0; i < b.rows; ++i)
       detail::scale_i8_row(acc + i * panel_cols, at(ws.a_scales, b.begin + i), panel, bias, 1.0f, c + i * panel_cols,
@@ -400,20 +400,22 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     const RowBlock& b = sr.block(task);
     if (!by_block) {
       const auto row = [&](index_t i) { return at(ws.aq_rows, b.begin + i); };
-      gemm1_panel(b, row, ldh, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr, b,
+      gemm1_panel(b, row, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr, b,
                   ws.act.data());
       return;
     }
+    // (slot: by_block implies the pipeline, whose tasks get their worker's slot)
     std::uint8_t* a = ws.block_in.data() + slot * static_cast<std::size_t>(in_slot);
     float* act = ws.block_act.data() + slot * static_cast<std::size_t>(act_slot);
-    for (index_t i = 0; i < b.rows; ++i) std::memcpy(a + i * ldh, at(ws.aq_rows, b.begin + i), static_cast<std::size_t>(H4));
+    for (index_t i = 0; i < b.rows; ++i)
+      std::memcpy(a + i * ldh, at(ws.aq_rows, b.begin + i), static_cast<std::size_t>(H4));
     const auto row = [a, ldh](index_t i) -> const std::uint8_t* { return a + i * ldh; };
     const RowBlock own{b.expert, 0, b.rows};  // the block's rows of the worker's buffer
     for (index_t cb = 0; cb < pk.panels13; ++cb) {
       const std::int8_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1).codes
                                  : next               ? pk.panel13(sr.block(*next).expert, 0).codes
                                                       : nullptr;
-      gemm1_panel(b, row, ldh, cb, after, own, act);
+      gemm1_panel(b, row, cb, after, own, act);
     }
     quantize_rows(b, act);
   };
