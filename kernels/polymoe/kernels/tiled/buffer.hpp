@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -29,12 +30,16 @@ namespace detail {
 
 inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 
+/// An on / off knob of the environment (the kernels' measurement switches): -1 when `name` is
+/// unset, 0 when it is "0", 1 for any other value.
+[[nodiscard]] inline int env_switch(const char* name) noexcept {
+  const char* e = std::getenv(name);
+  return e == nullptr ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
+}
+
 /// The alignment of a buffer of `bytes` bytes.
 [[nodiscard]] inline std::size_t buffer_alignment(std::size_t bytes) noexcept {
-  static const bool huge = [] {
-    const char* s = std::getenv("POLYMOE_HUGE_PAGES");
-    return !(s && s[0] == '0' && s[1] == 0);
-  }();
+  static const bool huge = env_switch("POLYMOE_HUGE_PAGES") != 0;
   return huge && bytes >= huge_page ? huge_page : cache_line;
 }
 

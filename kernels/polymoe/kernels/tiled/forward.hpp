@@ -16,8 +16,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <thread>
@@ -31,6 +29,7 @@
 
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/formats.hpp>
+#include <polymoe/kernels/tiled/buffer.hpp>
 #include <polymoe/kernels/tiled/decode.hpp>
 #include <polymoe/kernels/tiled/epilogue.hpp>
 #include <polymoe/kernels/tiled/microkernel.hpp>
@@ -286,10 +285,7 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
 /// and y is not streamed there. POLYMOE_Y_STREAM=0 / 1, a knob for measuring it, turns it off /
 /// on at every size.
 inline bool stream_y(std::size_t bytes) noexcept {
-  static const int knob = [] {
-    const char* e = std::getenv("POLYMOE_Y_STREAM");
-    return e == nullptr ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
-  }();
+  static const int knob = env_switch("POLYMOE_Y_STREAM");
   return knob < 0 ? bytes > last_level_cache_bytes() : knob == 1;
 }
 
@@ -357,20 +353,14 @@ inline std::size_t pipeline_workers() noexcept {
 /// Whether a layer that may pipeline its GEMMs does: POLYMOE_PIPELINE=0, a knob for measuring the
 /// pipeline, runs them as phases.
 inline bool pipeline_on(bool pipelined) noexcept {
-  static const bool knob_off = [] {
-    const char* e = std::getenv("POLYMOE_PIPELINE");
-    return e && std::strcmp(e, "0") == 0;
-  }();
+  static const bool knob_off = env_switch("POLYMOE_PIPELINE") == 0;
   return pipelined && !knob_off;
 }
 
 /// POLYMOE_GEMM1_BY_BLOCK from the environment: -1 unset, 0 off, 1 on (a knob for measuring
 /// gemm1_by_block; a test sets it directly).
 inline int& gemm1_by_block_knob() noexcept {
-  static int knob = [] {
-    const char* e = std::getenv("POLYMOE_GEMM1_BY_BLOCK");
-    return e == nullptr ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
-  }();
+  static int knob = env_switch("POLYMOE_GEMM1_BY_BLOCK");
   return knob;
 }
 
