@@ -53,11 +53,12 @@ TEST(TiledAmx, SaysWhetherItRunsTiles) {
 }
 
 TEST(TiledAmx, AgreesWithTheReferenceAcrossBlockSizes) {
-  // Few experts, so that blocks run from 1 row (decode, AVX-512) to 128 (eight tile row groups),
-  // and T=300 gives experts more rows than one AMX block holds (about 150: cut in two);
-  // H a multiple of 64 and not (int8's tile layout pads K to 64), I not a multiple of 32.
+  // Few experts, so that blocks run from 1 row (decode, AVX-512) to 128 (eight tile row groups)
+  // and 256 (int8), and T=300 and 600 give experts more rows than one AMX block holds (about 150:
+  // cut in two for bf16; about 300: cut in two for int8); H a multiple of 64 and not (int8's tile
+  // layout pads K to 64), I not a multiple of 32.
   for (const index_t H : {index_t{128}, index_t{200}})
-    for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}, index_t{300}}) {
+    for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}, index_t{300}, index_t{600}}) {
       SCOPED_TRACE(T);
       for_both_schemes([&]<class Q>() { expect_agrees<Q>(test::moe_config(H, 72, 4, 2), T, static_cast<unsigned>(T + H)); });
     }
@@ -199,16 +200,17 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
 
 // int8's GEMM 1 by block (one task per row block: its input rows gathered into the worker's
 // buffer, its activations kept there and quantized by the same task) gives the bits of GEMM 1 by
-// (block, panel), whatever the thread count: blocks cut in two (about 150 rows per expert at
-// T=300), partial tiles, decode-sized blocks (T=3), K not a multiple of 64 (H=200), the last
-// activation panel partial (I=72), biases, and inputs weighted per pair.
+// (block, panel), whatever the thread count: blocks of up to 256 rows (about 150 rows per expert
+// at T=300) and blocks cut in two (about 300 at T=600), partial tiles, decode-sized blocks (T=3),
+// K not a multiple of 64 (H=200), the last activation panel partial (I=72), biases, and inputs
+// weighted per pair.
 TEST(TiledAmx, Int8Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
   int& knob = kt::detail::gemm1_by_block_knob();
   const int saved = knob;
   MoeConfig weighted = test::moe_config(128, 64, 4, 1);
   weighted.router_weight_on_input = true;
   for (const MoeConfig& cfg : {test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true), weighted})
-    for (const index_t T : {index_t{3}, index_t{300}}) {
+    for (const index_t T : {index_t{3}, index_t{300}, index_t{600}}) {
       std::mt19937 rng(static_cast<unsigned>(T + cfg.hidden));
       const MoeWeights w = test::random_weights(rng, cfg);
       const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);

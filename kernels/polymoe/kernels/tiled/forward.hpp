@@ -66,7 +66,9 @@ inline constexpr index_t block_rows = 48;
 /// waits on memory. With it (and amx_row_stride_bytes), bf16 T=2048 on 2 threads of the device
 /// machine went from a median 535 to 628 GFLOP/s over noisy runs (docs/benchmarks.md, issue 10).
 /// 256 (one block per expert at T = 2048 on Qwen3-30B-A3B, where 128 cuts half of them in two)
-/// was no faster at 16 threads (run 30). Also the size of the blocks' C buffers.
+/// was no faster at 16 threads (run 30, both formats, GEMM 1 by panel); int8, whose GEMM 1 now
+/// runs by block, takes 256 (amx_block_rows_int8, int8.hpp). Also the size of the blocks' C
+/// buffers.
 inline constexpr index_t amx_block_rows = 128;
 /// k per pass over a row block: a slab of the panel (32 KiB) that the block's tiles share from L1.
 template <class W>
