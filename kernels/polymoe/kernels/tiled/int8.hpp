@@ -291,10 +291,11 @@ inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel&
 /// Qwen3-30B-A3B an expert gets about 128 ± 11 rows, so with 128 about half of the experts were
 /// cut in two, and GEMM 1 by block (detail::gemm1_by_block) streamed those experts' W13 panels
 /// once per block. With 256 (one block per expert there), measured on the 16-core device machine
-/// with the cut as a knob of one build, in paired rounds (docs/benchmarks.md, issue 10, runs 50-51): T=2048 4-15 %
-/// faster in all four int8-only rounds (time with 128 over time with 256: 1.10, 1.15, 1.05, 1.07),
-/// T=512 (about 32 rows an expert, the same blocks either way) 0.95-1.04. The tiles of a block
-/// live on the stack of the thread that runs it (2 x 64 KiB in GEMM 1).
+/// with the cut as a knob of one build, in paired rounds (docs/benchmarks.md, issue 10, runs
+/// 50-51): T=2048 4-15 % faster in all four int8-only rounds (time with 128 over time with 256:
+/// 1.10, 1.15, 1.05, 1.07), T=512 (about 32 rows an expert, the same blocks either way)
+/// 0.95-1.04. The tiles of a block live on the stack of the thread that runs it (2 x 64 KiB in
+/// GEMM 1).
 inline constexpr index_t amx_block_rows_int8 = 256;
 
 /// The forward pass of forward_standard (see forward.hpp) with int8 GEMMs.
