@@ -294,8 +294,9 @@ inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel&
 /// with the cut as a knob of one build, in paired rounds (docs/benchmarks.md, issue 10, runs
 /// 50-51): T=2048 4-15 % faster in all four int8-only rounds (time with 128 over time with 256:
 /// 1.10, 1.15, 1.05, 1.07), T=512 (about 32 rows an expert, the same blocks either way)
-/// 0.95-1.04. The tiles of a block live on the stack of the thread that runs it (2 x 64 KiB in
-/// GEMM 1).
+/// 0.95-1.04; at 2 threads (run 53) T=2048 moved with the T=512 control (0.89-0.90 both), no
+/// difference resolved. The tiles of a block live on the stack of the thread that runs it (2 x 64
+/// KiB in GEMM 1).
 inline constexpr index_t amx_block_rows_int8 = 256;
 
 /// The forward pass of forward_standard (see forward.hpp) with int8 GEMMs.
