@@ -19,7 +19,10 @@
 // (--rounds, 15), and prints the median and quartiles of the per-round rate of B over A: on a
 // machine whose speed moves within seconds, a paired ratio resolves what best-of-rounds does not.
 //
-//   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]]
+// With --formats it times the library's loop on bf16 and int8 operands of the same bytes (see
+// formats()), in rounds (--rounds).
+//
+//   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]] [--formats]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -156,6 +159,112 @@ void peaks(const std::vector<long>& threads) {
                   int8 ? "int8" : "bf16", t, burst, zero, 100 * zero / burst, rnd, 100 * rnd / burst);
       std::fflush(stdout);
     }
+  }
+}
+
+/// --formats: the library's loop (block22) on bf16 and on int8 operands of the same bytes — the
+/// int8 K twice the bf16 K, so that both run the same k-blocks, the same tile loads and the same
+/// number of tile products, and differ only in the product instruction (tdpbusd does twice the
+/// operations of tdpbf16ps) and in the operands' values — in rounds of bf16 int8 int8 bf16.
+/// Per round: the time of bf16 over the time of int8 (1.0: int8 at twice the operations per
+/// second). Operands `random` (uniform bytes for int8; bf16 of either sign with magnitude in
+/// [2^-8, 2)) or `const` (every byte of A 1, the weights a short cycle of small values, as the
+/// other modes).
+void formats(const std::vector<long>& threads, int rounds) {
+  struct Side {
+    std::size_t panel_bytes = 0, per_thread = 0;
+    std::unique_ptr<char[], void (*)(void*)> panels{nullptr, &std::free};
+    std::vector<std::unique_ptr<char[], void (*)(void*)>> as, cs;
+  };
+  const std::size_t stream_bytes = std::size_t{1} << 30;
+  for (const long t : threads) {
+    const int nt = static_cast<int>(t);
+    for (const index_t nkb : {index_t{12}, index_t{32}})
+      for (const bool random : {true, false}) {
+        // side 0 bf16 (K = 32 nkb), side 1 int8 (K = 64 nkb): K rows of 64 bytes either way
+        const index_t row_bytes = nkb * 64, lda_bytes = amx_row_stride_bytes(row_bytes);
+        Side side[2];
+        for (int s = 0; s < 2; ++s) {
+          Side& d = side[s];
+          d.panel_bytes = static_cast<std::size_t>(nkb * amx::kb_bytes);
+          d.per_thread = stream_bytes / static_cast<std::size_t>(nt) / d.panel_bytes;
+          d.panels.reset(static_cast<char*>(std::aligned_alloc(4096, d.per_thread * static_cast<std::size_t>(nt) * d.panel_bytes)));
+          bench::run_together(nt, [&](int id) {
+            const std::size_t n = d.per_thread * d.panel_bytes / 2, base = static_cast<std::size_t>(id) * n;
+            auto* p = reinterpret_cast<std::uint16_t*>(d.panels.get()) + base;
+            std::uint32_t x = 12345u + static_cast<std::uint32_t>(id);
+            for (std::size_t i = 0; i < n; ++i) {
+              x = x * 1664525u + 1013904223u;
+              const std::uint32_t r = x >> 8;
+              p[i] = !random ? static_cast<std::uint16_t>(s == 1 ? ((i * 7 % 15) | ((i * 5 % 13) << 8)) : 0x3f80 + (i % 5))
+                     : s == 1 ? static_cast<std::uint16_t>(r)
+                              : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
+            }
+          });
+          for (int id = 0; id < nt; ++id) {
+            const auto a_bytes = static_cast<std::size_t>((256 + 16) * lda_bytes);
+            d.as.emplace_back(static_cast<char*>(std::aligned_alloc(64, a_bytes)), &std::free);
+            auto* a = reinterpret_cast<std::uint16_t*>(d.as.back().get());
+            std::uint32_t x = 777u + static_cast<std::uint32_t>(id);
+            for (std::size_t i = 0; i < a_bytes / 2; ++i) {
+              x = x * 1664525u + 1013904223u;
+              const std::uint32_t r = x >> 8;
+              a[i] = !random ? std::uint16_t{0x0101}
+                     : s == 1 ? static_cast<std::uint16_t>(r)
+                              : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
+            }
+            d.cs.emplace_back(static_cast<char*>(std::aligned_alloc(64, 256 * panel_cols * 4)), &std::free);
+          }
+        }
+        for (const index_t m : {index_t{32}, index_t{128}, index_t{256}})
+          for (const bool stream : {false, true}) {
+            const double products = static_cast<double>(nkb) * 4.0 * static_cast<double>((m + 15) / 16);
+            const long per = static_cast<long>(side[0].per_thread);
+            long calls = stream ? per : 64;  // a probe: one pass, or 64 calls
+            const auto time_side = [&](int s) {
+              Side& d = side[s];
+              return bench::run_together(nt, [&](int id) {
+                const char* base = d.panels.get() + static_cast<std::size_t>(id) * d.per_thread * d.panel_bytes;
+                const auto pi = [&](long j) { return stream ? static_cast<std::size_t>(j % per) : static_cast<std::size_t>(j & 1); };
+                const auto lda_el = [&](std::size_t el) { return static_cast<index_t>(static_cast<std::size_t>(lda_bytes) / el); };
+                for (long i = 0; i < calls; ++i) {
+                  const char* p = base + pi(i) * d.panel_bytes;
+                  const char* q = base + pi(i + 1) * d.panel_bytes;
+                  if (s == 0)
+                    amx::block22<amx::bf16_ops, false, Pf::t0>(
+                        reinterpret_cast<const std::uint16_t*>(d.as[static_cast<std::size_t>(id)].get()), lda_el(2), m,
+                        nkb, reinterpret_cast<const std::uint16_t*>(p), reinterpret_cast<const std::uint16_t*>(q),
+                        reinterpret_cast<float*>(d.cs[static_cast<std::size_t>(id)].get()));
+                  else
+                    amx::block22<amx::int8_ops, false, Pf::t0>(
+                        reinterpret_cast<const std::uint8_t*>(d.as[static_cast<std::size_t>(id)].get()), lda_el(1), m,
+                        nkb, reinterpret_cast<const std::int8_t*>(p), reinterpret_cast<const std::int8_t*>(q),
+                        reinterpret_cast<std::int32_t*>(d.cs[static_cast<std::size_t>(id)].get()));
+                }
+              });
+            };
+            // calls per timing: about 0.05 s by the probe's bf16 rate (streamed: whole passes)
+            const double probe = time_side(0);
+            calls = std::max(1L, static_cast<long>(0.05 / probe * static_cast<double>(calls)));
+            if (stream) calls = std::max(calls / per, 1L) * per;
+            std::vector<double> ratio, prod_rate;
+            for (int r = 0; r < rounds; ++r) {
+              const double b1 = time_side(0), i1 = time_side(1), i2 = time_side(1), b2 = time_side(0);
+              ratio.push_back((b1 + b2) / (i1 + i2));
+              prod_rate.push_back(2.0 * products * static_cast<double>(calls) * nt / (b1 + b2) / 1e9);
+            }
+            std::sort(ratio.begin(), ratio.end());
+            std::sort(prod_rate.begin(), prod_rate.end());
+            const auto q = [&](double f) { return ratio[static_cast<std::size_t>(f * static_cast<double>(ratio.size() - 1) + 0.5)]; };
+            std::printf("formats thr=%2d kb=%2ld m=%3ld %-6s %-6s time bf16/int8 median %.3f, quartiles %.3f-%.3f, "
+                        "range %.3f-%.3f (%d rounds; bf16 median %.2f G tile products/s, weight bytes consumed at %.1f GB/s)\n",
+                        nt, static_cast<long>(nkb), static_cast<long>(m), stream ? "stream" : "hot",
+                        random ? "random" : "const", q(0.5), q(0.25), q(0.75), ratio.front(), ratio.back(), rounds,
+                        prod_rate[prod_rate.size() / 2],
+                        prod_rate[prod_rate.size() / 2] * 1e9 * 1024 / static_cast<double>((m + 15) / 16) / 1e9);
+            std::fflush(stdout);
+          }
+      }
   }
 }
 
@@ -317,13 +426,17 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
 int main(int argc, char** argv) {
   std::vector<long> threads = {1, 16};
   double seconds = 0.1;
-  bool peaks_only = false;
+  bool peaks_only = false, formats_only = false;
   std::pair<std::string, std::string> pair;
   int rounds = 15;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--peaks") {
       peaks_only = true;
+      continue;
+    }
+    if (a == "--formats") {
+      formats_only = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -362,6 +475,10 @@ int main(int argc, char** argv) {
   }
   if (peaks_only) {
     peaks(threads);
+    return 0;
+  }
+  if (formats_only) {
+    formats(threads, rounds);
     return 0;
   }
   std::vector<bench::Limits> limits;

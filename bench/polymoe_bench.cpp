@@ -114,27 +114,6 @@ Matrix baseline_forward(const ExpertWeights& w, const Matrix& x, const IdMatrix&
   return out;
 }
 
-ExpertWeights random_weights(const preset& p) {
-  ExpertWeights w;
-  w.shape = ExpertShape{p.experts, p.hidden, p.intermediate, true, false};
-  w.w13.resize(p.experts * 2 * p.intermediate, p.hidden);
-  w.w2.resize(p.experts * p.hidden, p.intermediate);
-  const auto fill = [](Matrix& m, float scale, std::uint64_t seed) {
-    const auto n = static_cast<std::size_t>(m.size());
-    const std::size_t chunk = std::size_t{1} << 20;
-    tbb::parallel_for(std::size_t{0}, (n + chunk - 1) / chunk, [&](std::size_t c) {
-      std::uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * (c + 1));
-      for (std::size_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        m.data()[i] = (static_cast<float>(x >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
-      }
-    });
-  };
-  fill(w.w13, 1.7f / std::sqrt(static_cast<float>(p.hidden)), 42);
-  fill(w.w2, 1.7f / std::sqrt(static_cast<float>(p.intermediate)), 43);
-  return w;
-}
-
 // ---------------------------------------------------------------- progress bar (stderr)
 struct progress {
   int total = 0, done = 0;

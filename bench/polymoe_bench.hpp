@@ -3,11 +3,15 @@
 // (polymoe_bench_k_<kernel>.cpp, which instantiate bench_kernel<Kernel> over the valid triples of
 // that kernel) share. No translation unit instantiates every layer.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include <tbb/parallel_for.h>
+
+#include <polymoe/core/config.hpp>
 #include <polymoe/core/expert_weights.hpp>
 #include <polymoe/core/types.hpp>
 
@@ -29,6 +33,17 @@ struct options {
   bool phases = false;  // --phases: the tiled kernels' time per phase
   bool baseline = true;  // --no-baseline: skip the Eigen baseline (x base is then empty)
 };
+
+/// A layer's configuration for a preset: silu-gated experts, no biases, top-k routing.
+inline MoeConfig config_of(const preset& p) {
+  MoeConfig cfg;
+  cfg.hidden = p.hidden;
+  cfg.intermediate = p.intermediate;
+  cfg.num_experts = p.experts;
+  cfg.router.top_k = p.top_k;
+  cfg.activation = Activation::silu_gated;
+  return cfg;
+}
 
 /// One measured point (a layer, the baseline or the peer).
 struct record {
@@ -134,6 +149,28 @@ inline routing_set make_routings(index_t T, index_t E, index_t k, std::uint64_t 
     r.ids.push_back(std::move(id));
   }
   return r;
+}
+
+/// Random fp32 weights of a preset (uniform, scaled by 1.7 / sqrt(fan-in)), the same for every run.
+inline ExpertWeights random_weights(const preset& p) {
+  ExpertWeights w;
+  w.shape = ExpertShape{p.experts, p.hidden, p.intermediate, true, false};
+  w.w13.resize(p.experts * 2 * p.intermediate, p.hidden);
+  w.w2.resize(p.experts * p.hidden, p.intermediate);
+  const auto fill = [](Matrix& m, float scale, std::uint64_t seed) {
+    const auto n = static_cast<std::size_t>(m.size());
+    const std::size_t chunk = std::size_t{1} << 20;
+    tbb::parallel_for(std::size_t{0}, (n + chunk - 1) / chunk, [&](std::size_t c) {
+      std::uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * (c + 1));
+      for (std::size_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        m.data()[i] = (static_cast<float>(x >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+      }
+    });
+  };
+  fill(w.w13, 1.7f / std::sqrt(static_cast<float>(p.hidden)), 42);
+  fill(w.w2, 1.7f / std::sqrt(static_cast<float>(p.intermediate)), 43);
+  return w;
 }
 
 inline Matrix random_hidden(index_t T, index_t H, std::uint64_t seed) {

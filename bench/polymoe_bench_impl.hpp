@@ -20,12 +20,7 @@ void bench_triple(const sweep& s) {
   using Layer = MoeLayer<A2A, Q, Kernel>;
   const preset& p = s.shape;
   const auto t_prep = clock_type::now();
-  MoeConfig cfg;
-  cfg.hidden = p.hidden;
-  cfg.intermediate = p.intermediate;
-  cfg.num_experts = p.experts;
-  cfg.router.top_k = p.top_k;
-  cfg.activation = Activation::silu_gated;
+  const MoeConfig cfg = config_of(p);
 
   const double one_expert = expert_bytes(Q::name, p);
   const double layer_bytes = one_expert * static_cast<double>(p.experts);
@@ -82,6 +77,14 @@ void bench_triple(const sweep& s) {
         for (int i = 0; i < kernels::tiled::PhaseTimes::count; ++i)
           line += detail::concat(" ", kernels::tiled::PhaseTimes::names[static_cast<std::size_t>(i)], " ",
                                  1e3 * phases.seconds[static_cast<std::size_t>(i)] / static_cast<double>(phases.forwards));
+        if (phases.worker_seconds > 0) {
+          line += "; pipeline thread-ms per forward:";
+          for (int i = 0; i < kernels::tiled::PhaseTimes::task_kinds; ++i)
+            line += detail::concat(" ", kernels::tiled::PhaseTimes::task_names[static_cast<std::size_t>(i)], " ",
+                                   1e3 * phases.task_seconds[static_cast<std::size_t>(i)] /
+                                       static_cast<double>(phases.forwards));
+          line += detail::concat("; workers x gemms ", 1e3 * phases.worker_seconds / static_cast<double>(phases.forwards));
+        }
         rec.note += "; " + line;
         s.info(detail::concat("[", Q::name, ", ", Kernel::name, "] T=", T, ", ", threads, " threads: ", line));
       }

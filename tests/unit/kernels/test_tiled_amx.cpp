@@ -110,6 +110,18 @@ TEST(TiledAmx, PhaseTimesOfTheBf16Forward) {
     EXPECT_GT(t.seconds[p], 0.0) << kt::PhaseTimes::names[p];
   for (const auto p : {kt::PhaseTimes::gemm1, kt::PhaseTimes::act, kt::PhaseTimes::gemm2})
     EXPECT_EQ(t.seconds[p], 0.0) << kt::PhaseTimes::names[p];
+  // inside the pipeline, the workers' thread-time per kind of task: both GEMMs' tasks took some,
+  // and all kinds together no more than the workers had (workers x the pipeline's wall time),
+  // which the pipeline's wall time bounds in turn
+  EXPECT_GT(t.task_seconds[kt::PhaseTimes::gemm1_tasks], 0.0);
+  EXPECT_GT(t.task_seconds[kt::PhaseTimes::gemm2_tasks], 0.0);
+  const double busy = t.task_seconds[kt::PhaseTimes::gemm1_tasks] + t.task_seconds[kt::PhaseTimes::block_work] +
+                      t.task_seconds[kt::PhaseTimes::gemm2_tasks] + t.task_seconds[kt::PhaseTimes::waiting];
+  EXPECT_LE(busy, t.worker_seconds);
+  // GEMM 2's epilogue is part of its tasks' time
+  EXPECT_GT(t.task_seconds[kt::PhaseTimes::gemm2_epilogue], 0.0);
+  EXPECT_LE(t.task_seconds[kt::PhaseTimes::gemm2_epilogue], t.task_seconds[kt::PhaseTimes::gemm2_tasks]);
+  EXPECT_LE(t.worker_seconds, static_cast<double>(kt::detail::pipeline_workers()) * t.seconds[kt::PhaseTimes::gemms]);
 }
 
 // The pipeline's promise, checked on counters: a block's GEMM 2 tasks start only after all of

@@ -13,7 +13,9 @@
 // Workspace that grows to the largest batch seen and is reused: after warm-up a forward allocates
 // nothing.
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -299,6 +301,7 @@ inline bool stream_y(std::size_t bytes) noexcept {
 template <class Write>
 inline void finish2_rows(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb,
                          const float* row_weight, float* y, bool stream, Write write) {
+  const TaskClock clock(PhaseTimes::gemm2_epilogue);
   const index_t H = pk.shape.hidden;
   const float* bias = pk.bias2(b.expert, cb);
   const index_t n = std::min(panel_cols, H - cb * panel_cols);
@@ -420,25 +423,40 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
     pending[b].store(static_cast<std::int32_t>(panels13) + 1, std::memory_order_relaxed);
   std::atomic<std::size_t> cursor{0};
   const std::size_t threads = pipeline_workers();
+  // With `timed` (the calling thread records its phases): each worker's thread-time per kind of
+  // work (PhaseTimes::task_kind), charged by TaskClocks into the worker's task_ns and summed at its
+  // end.
+  PhaseTimes* const timed = phase_times;
+  std::array<std::atomic<std::int64_t>, PhaseTimes::task_kinds> total_ns{};
   // task i on worker `slot`, `last` the end of the thread's claim (the next task it runs, if
   // i + 1 < last)
   const auto run = [&](std::size_t i, std::size_t last, std::size_t slot) {
     const bool more = i + 1 < last;
     if (i < n1) {
       const Task& t = tasks13[i];
-      call_task(gemm1, t, more ? &tasks13[i + 1] : nullptr, slot);
+      {
+        const TaskClock clock(PhaseTimes::gemm1_tasks);
+        call_task(gemm1, t, more ? &tasks13[i + 1] : nullptr, slot);
+      }
       std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
       if (p.fetch_sub(1, std::memory_order_acq_rel) == 2) {  // the block's last GEMM 1 task
+        const TaskClock clock(PhaseTimes::block_work);
         block_done(static_cast<index_t>(t.block));
         p.store(0, std::memory_order_release);
       }
     } else {
       const Task& t = tasks2[i - n1];
       const std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
-      while (p.load(std::memory_order_acquire) != 0) spin_pause();
+      {
+        const TaskClock clock(PhaseTimes::waiting);
+        while (p.load(std::memory_order_acquire) != 0) spin_pause();
+      }
+      const TaskClock clock(PhaseTimes::gemm2_tasks);
       call_task(gemm2, t, more ? &tasks2[i + 1 - n1] : nullptr, slot);
     }
   };
+  using clock = std::chrono::steady_clock;
+  const clock::time_point start = timed ? clock::now() : clock::time_point{};
   // Guided claims: a run of consecutive tasks, 1 / (2 · threads) of what is left of the current
   // GEMM (at least one), so that a thread keeps an expert's A rows and panels while there is much
   // to do, and the last claims are single tasks (one task per claim lost the locality that
@@ -446,6 +464,8 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
   // machine, in two alternating pairs; docs/benchmarks.md, issue 10, run 17).
   // (the worker's slot: the first index of its range, which no other running worker holds)
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, threads, 1), [&](const tbb::blocked_range<std::size_t>& w) {
+    std::int64_t local[PhaseTimes::task_kinds] = {};
+    if (timed) task_ns = local;
     std::size_t c = cursor.load(std::memory_order_relaxed);
     while (c < n) {
       const std::size_t end = c < n1 ? n1 : n;
@@ -454,7 +474,18 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
       for (std::size_t i = c; i != c + take; ++i) run(i, c + take, w.begin());
       c = cursor.load(std::memory_order_relaxed);
     }
+    if (timed) {
+      task_ns = nullptr;
+      for (int kind = 0; kind < PhaseTimes::task_kinds; ++kind)
+        total_ns[static_cast<std::size_t>(kind)].fetch_add(local[kind], std::memory_order_relaxed);
+    }
   });
+  if (timed) {
+    for (int kind = 0; kind < PhaseTimes::task_kinds; ++kind)
+      timed->task_seconds[static_cast<std::size_t>(kind)] +=
+          1e-9 * static_cast<double>(total_ns[static_cast<std::size_t>(kind)].load());
+    timed->worker_seconds += static_cast<double>(threads) * std::chrono::duration<double>(clock::now() - start).count();
+  }
 }
 
 /// GEMM 1's tasks, `block_done(b)` for every row block (nullptr: nothing between the GEMMs), and

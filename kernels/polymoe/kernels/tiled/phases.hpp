@@ -10,6 +10,7 @@
 //   kernels::tiled::phase_times = nullptr;
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <string_view>
 
 namespace polymoe::kernels::tiled {
@@ -29,10 +30,47 @@ struct PhaseTimes {
   static constexpr std::array<std::string_view, count> names{"sort", "inputs", "gemm1", "act", "gemm2", "gemms", "sum"};
   std::array<double, count> seconds{};
   long forwards = 0;
+
+  /// Inside `gemms` (the pipeline of kernel::tiled_amx): thread-seconds, summed over the
+  /// pipeline's workers, spent in GEMM 1 tasks, in the per-block work between the GEMMs, in GEMM 2
+  /// tasks, and spinning while a GEMM 2 task waits for its block. What the workers' time
+  /// (workers x gemms) holds besides these is claiming tasks and waiting to start or to end.
+  /// (gemm2_epilogue: the part of gemm2_tasks spent in GEMM 2's epilogue, finish2_rows: bias,
+  /// routing weight and the stores into y.)
+  enum task_kind : int { gemm1_tasks, block_work, gemm2_tasks, waiting, gemm2_epilogue, task_kinds };
+  static constexpr std::array<std::string_view, task_kinds> task_names{"gemm1-tasks", "block-work", "gemm2-tasks",
+                                                                       "waiting", "(of which gemm2-epilogue)"};
+  std::array<double, task_kinds> task_seconds{};
+  double worker_seconds = 0;  ///< workers x the pipeline's wall time
 };
 
 /// Where this thread's forwards record their phases (nullptr: nowhere).
 inline thread_local PhaseTimes* phase_times = nullptr;
+
+/// On a worker of a timed pipeline: its thread-nanoseconds per PhaseTimes::task_kind, for work
+/// inside a task that charges itself (nullptr: not timed).
+inline thread_local std::int64_t* task_ns = nullptr;
+
+/// Charges its lifetime to `kind` of the calling thread's task_ns, when that is set (a timed
+/// pipeline's worker); otherwise costs a load and a branch.
+class TaskClock {
+ public:
+  explicit TaskClock(PhaseTimes::task_kind kind) noexcept : sink_(task_ns), kind_(kind) {
+    if (sink_) since_ = std::chrono::steady_clock::now();
+  }
+  TaskClock(const TaskClock&) = delete;
+  TaskClock& operator=(const TaskClock&) = delete;
+  ~TaskClock() {
+    if (sink_)
+      sink_[kind_] +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since_).count();
+  }
+
+ private:
+  std::int64_t* sink_;
+  PhaseTimes::task_kind kind_;
+  std::chrono::steady_clock::time_point since_{};
+};
 
 /// One forward's stopwatch: lap(p) charges the time since the previous lap (or construction) to p.
 class PhaseClock {

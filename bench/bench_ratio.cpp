@@ -1,0 +1,150 @@
+// bench_ratio: int8 W8A8 against bf16 on kernel::tiled_amx, the two layers' forwards interleaved
+// (issue 10's target: int8 >= 2x our bf16). polymoe_bench times every forward of one layer before
+// the next layer's; on a machine whose DRAM and tile rates move by 2x within seconds, the ratio of
+// two such medians is as much the machine's as the kernels'. Here each round times `--forwards`
+// forwards of bf16, of int8, of int8 and of bf16 again (A B B A: a drift within the round meets
+// both), and the round's ratio is bf16's time over int8's (above 1: int8 faster). Reported per
+// token count: the median and quartiles of the rounds' ratios, and each format's median time per
+// forward. Weights, routing and the cycling of layer copies past the LLC as polymoe_bench.
+//
+//   bench_ratio [--preset qwen3-30b-a3b|tiny] [--tokens 512,2048] [--threads 16] [--rounds 9]
+//               [--forwards 3]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tbb/global_control.h>
+
+#include <polymoe/polymoe.hpp>
+
+#include "polymoe_bench.hpp"
+
+using namespace polymoe;
+using namespace polymoe::bench;
+
+namespace {
+
+/// Copies of one layer, cycled so that every timed pass reads its weights from DRAM.
+template <class Q>
+struct Layers {
+  using Layer = MoeLayer<a2a::local, Q, kernel::tiled_amx>;
+  std::vector<std::unique_ptr<Layer>> copies;
+  std::string note;
+  int next = 0;
+
+  Layers(const preset& p, const ExpertWeights& fp32, std::size_t llc) {
+    const MoeConfig cfg = config_of(p);
+    const double layer_bytes = expert_bytes(Q::name, p) * static_cast<double>(p.experts);
+    const int n = instances_for(layer_bytes, 2 * layer_bytes + 1e6, llc, note);
+    BasicMoeWeights<typename Q::weights> w;
+    w.experts = Q::quantize(fp32);
+    for (int i = 0; i < n; ++i) copies.push_back(std::make_unique<Layer>(cfg, w));
+  }
+
+  /// Seconds for `count` forwards, each on the next copy and the next routing.
+  double time(const Matrix& hidden, const routing_set& r, int count) {
+    const auto t0 = clock_type::now();
+    for (int i = 0; i < count; ++i, ++next) {
+      const auto V = static_cast<int>(r.ids.size());
+      auto& layer = *copies[static_cast<std::size_t>((next / V) % static_cast<int>(copies.size()))];
+      const Matrix out = layer.forward_routed(hidden, r.ids[static_cast<std::size_t>(next % V)], r.weights);
+      if (out.size() && out.data()[0] == 12345.678f) std::printf(" ");
+    }
+    return seconds_since(t0);
+  }
+};
+
+double quantile(std::vector<double> v, double f) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(f * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "bench_ratio: %s\n", what.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  preset p{"qwen3-30b-a3b", 2048, 768, 128, 8};
+  std::vector<long> tokens = {512, 2048};
+  int threads = 16, rounds = 9, forwards = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) fail("option " + a + " needs a value");
+    const std::string v = argv[++i];
+    if (a == "--preset") {
+      if (v == "tiny")
+        p = {"tiny", 256, 128, 16, 4};
+      else if (v != "qwen3-30b-a3b")
+        fail("--preset: qwen3-30b-a3b or tiny, not '" + v + "'");
+    } else if (a == "--tokens") {
+      tokens = comma_list(v.c_str());
+    } else if (a == "--threads") {
+      threads = std::atoi(v.c_str());
+    } else if (a == "--rounds") {
+      rounds = std::atoi(v.c_str());
+    } else if (a == "--forwards") {
+      forwards = std::atoi(v.c_str());
+    } else {
+      fail("unknown option " + a);
+    }
+  }
+  if (threads < 1 || rounds < 1 || forwards < 1 || tokens.empty() ||
+      std::any_of(tokens.begin(), tokens.end(), [](long t) { return t < 1; }))
+    fail("--threads, --rounds, --forwards and every token count must be at least 1");
+  if (const char* why = kernels::tiled::amx_unavailable_reason())
+    std::printf("bench_ratio: AMX cannot run here (%s): both layers run their AVX-512 fallback\n", why);
+
+  const std::size_t llc = llc_bytes();
+  Limits lim;
+  lim.threads = threads;
+  lim.dram_bytes = std::max<std::size_t>(std::size_t{1} << 30, 4 * llc);
+  const ExpertWeights fp32 = random_weights(p);
+  Layers<quant::bf16> bf16(p, fp32, llc);
+  Layers<quant::int8_w8a8> int8(p, fp32, llc);
+  std::printf("bench_ratio: %s (H=%ld I=%ld E=%ld k=%ld), %d threads, %d rounds of %d forwards each way; bf16 %s; "
+              "int8 %s\n",
+              p.name.c_str(), static_cast<long>(p.hidden), static_cast<long>(p.intermediate),
+              static_cast<long>(p.experts), static_cast<long>(p.top_k), threads, rounds, forwards, bf16.note.c_str(),
+              int8.note.c_str());
+  tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+  for (const long T : tokens) {
+    const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T));
+    const routing_set r = make_routings(T, p.experts, p.top_k, static_cast<std::uint64_t>(T) + 17);
+    const int warm = static_cast<int>(r.ids.size()) * static_cast<int>(std::max(bf16.copies.size(), int8.copies.size()));
+    bf16.time(hidden, r, warm);
+    int8.time(hidden, r, warm);
+    const double dram_before = lim.dram(), amx_before = lim.amx();
+    std::vector<double> ratio, t_bf16, t_int8;
+    for (int round = 0; round < rounds; ++round) {
+      const double b1 = bf16.time(hidden, r, forwards), i1 = int8.time(hidden, r, forwards);
+      const double i2 = int8.time(hidden, r, forwards), b2 = bf16.time(hidden, r, forwards);
+      ratio.push_back((b1 + b2) / (i1 + i2));
+      t_bf16.push_back((b1 + b2) / (2 * forwards));
+      t_int8.push_back((i1 + i2) / (2 * forwards));
+    }
+    Limits after;
+    after.threads = threads;
+    after.dram_bytes = lim.dram_bytes;
+    const double dram_after = after.dram(), amx_after = after.amx();
+    std::printf("T=%5ld: time bf16 / time int8 median %.3f, quartiles %.3f-%.3f, range %.3f-%.3f; median ms per "
+                "forward bf16 %.3f, int8 %.3f; DRAM %.1f / %.1f GB/s and AMX bf16 peak %.0f / %.0f GFLOP/s "
+                "before / after\n",
+                T, quantile(ratio, 0.5), quantile(ratio, 0.25), quantile(ratio, 0.75), quantile(ratio, 0.0),
+                quantile(ratio, 1.0), 1e3 * quantile(t_bf16, 0.5), 1e3 * quantile(t_int8, 0.5), dram_before,
+                dram_after, amx_before, amx_after);
+    std::printf("  rounds:");
+    for (const double x : ratio) std::printf(" %.3f", x);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_ratio: %s\n", e.what());
+  return 1;
+}
