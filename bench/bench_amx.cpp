@@ -119,19 +119,22 @@ std::vector<std::pair<const char*, Kernel<false>>> decode_variants() {
   };
 }
 
+/// The next random operand of a linear congruential stream x: for int8 any two bytes; for bf16 a
+/// value of either sign with magnitude in [2^-8, 2) (exponent 119-127, any mantissa), so no NaN,
+/// Inf or denormal.
+std::uint16_t random_operand(std::uint32_t& x, bool int8) {
+  x = x * 1664525u + 1013904223u;
+  const std::uint32_t r = x >> 8;
+  return int8 ? static_cast<std::uint16_t>(r) : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
+}
+
 /// The tile rate held for `seconds` on every thread (not the best of five short bursts, as
 /// limits.hpp), with zero or random operands: G op/s.
 template <bool Int8>
 double sustained_peak(int threads, bool random, double seconds, double burst_gops) {
   alignas(64) static std::uint16_t operands[3 * 512];
   std::uint32_t x = 12345;
-  for (auto& v : operands) {
-    x = x * 1664525u + 1013904223u;
-    // int8: any two bytes; bf16: a value of either sign with magnitude in [2^-8, 2) (exponent
-    // 119-127, any mantissa), so no NaN, Inf or denormal
-    const std::uint32_t r = x >> 8;
-    v = Int8 ? static_cast<std::uint16_t>(r) : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
-  }
+  for (auto& v : operands) v = random_operand(x, Int8);
   const double per_product = Int8 ? 2.0 * 16 * 16 * 64 : 2.0 * 16 * 16 * 32;
   const long iters = std::max(1000L, static_cast<long>(seconds * burst_gops * 1e9 / threads / (4 * per_product)));
   std::vector<float> sink(static_cast<std::size_t>(threads));
@@ -193,26 +196,16 @@ void formats(const std::vector<long>& threads, int rounds) {
             const std::size_t n = d.per_thread * d.panel_bytes / 2, base = static_cast<std::size_t>(id) * n;
             auto* p = reinterpret_cast<std::uint16_t*>(d.panels.get()) + base;
             std::uint32_t x = 12345u + static_cast<std::uint32_t>(id);
-            for (std::size_t i = 0; i < n; ++i) {
-              x = x * 1664525u + 1013904223u;
-              const std::uint32_t r = x >> 8;
-              p[i] = !random ? static_cast<std::uint16_t>(s == 1 ? ((i * 7 % 15) | ((i * 5 % 13) << 8)) : 0x3f80 + (i % 5))
-                     : s == 1 ? static_cast<std::uint16_t>(r)
-                              : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
-            }
+            for (std::size_t i = 0; i < n; ++i)
+              p[i] = random ? random_operand(x, s == 1)
+                            : static_cast<std::uint16_t>(s == 1 ? ((i * 7 % 15) | ((i * 5 % 13) << 8)) : 0x3f80 + (i % 5));
           });
           for (int id = 0; id < nt; ++id) {
             const auto a_bytes = static_cast<std::size_t>((256 + 16) * lda_bytes);
             d.as.emplace_back(static_cast<char*>(std::aligned_alloc(64, a_bytes)), &std::free);
             auto* a = reinterpret_cast<std::uint16_t*>(d.as.back().get());
             std::uint32_t x = 777u + static_cast<std::uint32_t>(id);
-            for (std::size_t i = 0; i < a_bytes / 2; ++i) {
-              x = x * 1664525u + 1013904223u;
-              const std::uint32_t r = x >> 8;
-              a[i] = !random ? std::uint16_t{0x0101}
-                     : s == 1 ? static_cast<std::uint16_t>(r)
-                              : static_cast<std::uint16_t>((r & 0x807f) | ((119 + r % 9) << 7));
-            }
+            for (std::size_t i = 0; i < a_bytes / 2; ++i) a[i] = random ? random_operand(x, s == 1) : std::uint16_t{0x0101};
             d.cs.emplace_back(static_cast<char*>(std::aligned_alloc(64, 256 * panel_cols * 4)), &std::free);
           }
         }
@@ -253,15 +246,13 @@ void formats(const std::vector<long>& threads, int rounds) {
               ratio.push_back((b1 + b2) / (i1 + i2));
               prod_rate.push_back(2.0 * products * static_cast<double>(calls) * nt / (b1 + b2) / 1e9);
             }
-            std::sort(ratio.begin(), ratio.end());
-            std::sort(prod_rate.begin(), prod_rate.end());
-            const auto q = [&](double f) { return ratio[static_cast<std::size_t>(f * static_cast<double>(ratio.size() - 1) + 0.5)]; };
+            const auto q = [&](double f) { return bench::quantile(ratio, f); };
+            const double rate = bench::quantile(prod_rate, 0.5);
             std::printf("formats thr=%2d kb=%2ld m=%3ld %-6s %-6s time bf16/int8 median %.3f, quartiles %.3f-%.3f, "
                         "range %.3f-%.3f (%d rounds; bf16 median %.2f G tile products/s, weight bytes consumed at %.1f GB/s)\n",
                         nt, static_cast<long>(nkb), static_cast<long>(m), stream ? "stream" : "hot",
-                        random ? "random" : "const", q(0.5), q(0.25), q(0.75), ratio.front(), ratio.back(), rounds,
-                        prod_rate[prod_rate.size() / 2],
-                        prod_rate[prod_rate.size() / 2] * 1e9 * 1024 / static_cast<double>((m + 15) / 16) / 1e9);
+                        random ? "random" : "const", q(0.5), q(0.25), q(0.75), q(0.0), q(1.0), rounds, rate,
+                        rate * 1024 / static_cast<double>((m + 15) / 16));
             std::fflush(stdout);
           }
       }
@@ -391,14 +382,11 @@ void run(const std::vector<long>& threads, double seconds, std::vector<bench::Li
           ratio.push_back((a1 + a2) / (b1 + b2));
           rate_a.push_back(2 * cs.ops_per_call * static_cast<double>(cs.calls) * nt / (a1 + a2) / 1e9);
         }
-        std::sort(ratio.begin(), ratio.end());
-        std::sort(rate_a.begin(), rate_a.end());
-        const auto q = [&](double f) { return ratio[static_cast<std::size_t>(f * static_cast<double>(ratio.size() - 1) + 0.5)]; };
+        const auto q = [&](double f) { return bench::quantile(ratio, f); };
         const std::string what = std::string(b.first) + "/" + a.first;
         line(what.c_str(), m, stream);
         std::printf(" rate ratio median %.3f, quartiles %.3f-%.3f, range %.3f-%.3f (%d ABBA rounds; %s median %.0f G/s)\n",
-                    q(0.5), q(0.25), q(0.75), ratio.front(), ratio.back(), pair_rounds, a.first,
-                    rate_a[rate_a.size() / 2]);
+                    q(0.5), q(0.25), q(0.75), q(0.0), q(1.0), pair_rounds, a.first, bench::quantile(rate_a, 0.5));
         std::fflush(stdout);
       };
       if (!pair.first.empty()) {

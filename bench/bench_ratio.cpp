@@ -57,11 +57,6 @@ struct Layers {
   }
 };
 
-double quantile(std::vector<double> v, double f) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(f * static_cast<double>(v.size() - 1) + 0.5)];
-}
-
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "bench_ratio: %s\n", what.c_str());
   std::exit(2);

@@ -62,6 +62,13 @@ inline std::vector<long> comma_list(const std::string& s) {
   return v;
 }
 
+/// The f-quantile of v (0: the least, 0.5: the median, 1: the greatest), nearest rank: the value at
+/// index round(f · (size - 1)) of v sorted. v must not be empty.
+inline double quantile(std::vector<double> v, double f) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(f * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
 /// Last-level cache size (the library's reading of it: kernels::tiled::last_level_cache_bytes).
 inline std::size_t llc_bytes() { return polymoe::kernels::tiled::last_level_cache_bytes(); }
 
