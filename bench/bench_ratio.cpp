@@ -7,8 +7,12 @@
 // token count: the median and quartiles of the rounds' ratios, and each format's median time per
 // forward. Weights, routing and the cycling of layer copies past the LLC as polymoe_bench.
 //
+// With --ab KNOB, each round times each format with a kernel knob off and on (off on on off) and
+// reports, per format, the time off over the time on, and the bf16 / int8 ratio either way. Knob:
+// y-stream (GEMM 2 stores y with non-temporal stores: detail::y_stream_knob).
+//
 //   bench_ratio [--preset qwen3-30b-a3b|tiny] [--tokens 512,2048] [--threads 16] [--rounds 9]
-//               [--forwards 3]
+//               [--forwards 3] [--ab y-stream]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -68,6 +72,8 @@ int main(int argc, char** argv) try {
   preset p{"qwen3-30b-a3b", 2048, 768, 128, 8};
   std::vector<long> tokens = {512, 2048};
   int threads = 16, rounds = 9, forwards = 3;
+  int* ab = nullptr;  // the knob of --ab
+  std::string ab_name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) fail("option " + a + " needs a value");
@@ -85,6 +91,10 @@ int main(int argc, char** argv) try {
       rounds = std::atoi(v.c_str());
     } else if (a == "--forwards") {
       forwards = std::atoi(v.c_str());
+    } else if (a == "--ab") {
+      ab_name = v;
+      if (v != "y-stream") fail("--ab: y-stream, not '" + v + "'");
+      ab = &kernels::tiled::detail::y_stream_knob();
     } else {
       fail("unknown option " + a);
     }
@@ -115,6 +125,38 @@ int main(int argc, char** argv) try {
     bf16.time(hidden, r, warm);
     int8.time(hidden, r, warm);
     const double dram_before = lim.dram(), amx_before = lim.amx();
+    if (ab) {
+      const int saved = *ab;
+      std::vector<double> gain_bf16, gain_int8, ratio_off, ratio_on;
+      const auto pair = [&](auto& layers, double& off, double& on) {
+        *ab = 0, off = layers.time(hidden, r, forwards);
+        *ab = 1, on = layers.time(hidden, r, forwards);
+        on += layers.time(hidden, r, forwards);
+        *ab = 0, off += layers.time(hidden, r, forwards);
+      };
+      for (int round = 0; round < rounds; ++round) {
+        double b_off = 0, b_on = 0, i_off = 0, i_on = 0;
+        pair(bf16, b_off, b_on);
+        pair(int8, i_off, i_on);
+        gain_bf16.push_back(b_off / b_on);
+        gain_int8.push_back(i_off / i_on);
+        ratio_off.push_back(b_off / i_off);
+        ratio_on.push_back(b_on / i_on);
+      }
+      *ab = saved;
+      const auto med = [](const std::vector<double>& v) {
+        char line[64];
+        std::snprintf(line, sizeof line, "%.3f (quartiles %.3f-%.3f)", quantile(v, 0.5), quantile(v, 0.25),
+                      quantile(v, 0.75));
+        return std::string(line);
+      };
+      std::printf("T=%5ld: %s, time off / time on: bf16 %s, int8 %s; time bf16 / time int8: off %s, on %s; DRAM "
+                  "%.1f GB/s, AMX bf16 peak %.0f GFLOP/s before\n",
+                  T, ab_name.c_str(), med(gain_bf16).c_str(), med(gain_int8).c_str(), med(ratio_off).c_str(),
+                  med(ratio_on).c_str(), dram_before, amx_before);
+      std::fflush(stdout);
+      continue;
+    }
     std::vector<double> ratio, t_bf16, t_int8;
     for (int round = 0; round < rounds; ++round) {
       const double b1 = bf16.time(hidden, r, forwards), i1 = int8.time(hidden, r, forwards);

@@ -18,8 +18,8 @@ if(POLYMOE_STD_THREADS)
   polymoe_add_test(test_threads NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_threads.cpp)
 endif()
 # kernel::tiled and kernel::tiled_amx once more with GEMM 2's rows of y streamed past the caches at
-# every size (POLYMOE_Y_STREAM=1; by default detail::stream_y streams only a y larger than the
-# last-level cache, which no layer of these tests has).
+# every size (POLYMOE_Y_STREAM=1; by default detail::stream_y streams y only when y and the weights
+# of the experts with rows outgrow the last-level cache, which no layer of these tests does).
 gtest_discover_tests(test_tiled TEST_SUFFIX .y_stream TEST_LIST test_tiled_y_stream DISCOVERY_TIMEOUT 60
                      PROPERTIES LABELS unit ENVIRONMENT POLYMOE_Y_STREAM=1)
 gtest_discover_tests(test_tiled_amx TEST_SUFFIX .y_stream TEST_LIST test_tiled_amx_y_stream DISCOVERY_TIMEOUT 60

@@ -121,6 +121,26 @@ TEST(Tiled, BlockCuts) {
   EXPECT_EQ(cut_sizes(0, {128, 16}), V{});
 }
 
+// GEMM 2 streams y past the caches when y and the weights the pipeline streams after it (those of
+// the experts with rows) do not fit in the last-level cache together: the Qwen3-30B-A3B layer's
+// figures (bf16 expert 9.4 MB) on the device machine's two LLCs (105 MiB, 300 MiB).
+TEST(Tiled, YIsStreamedWhenItAndTheWeightsOutgrowTheLastLevelCache) {
+  IdMatrix ids(3, 2);
+  ids << 0, 3, 3, 5, 0, 5;  // experts 0, 3, 5 of 8
+  kt::ExpertRows s;
+  kt::sort_by_expert(ids, 8, {128, 16}, s);
+  EXPECT_EQ(s.experts_with_rows(), 3);
+  const std::size_t expert = 3 * 2048 * 768 * 2, MiB = std::size_t{1} << 20;
+  const auto y = [](std::size_t T) { return T * 8 * 2048 * 4; };
+  for (const std::size_t llc : {105 * MiB, 300 * MiB}) {
+    EXPECT_TRUE(kt::detail::streams_y(y(512), 128 * expert, llc)) << llc;   // y 34 MB, weights 1.2 GB
+    EXPECT_TRUE(kt::detail::streams_y(y(2048), 128 * expert, llc)) << llc;  // y 134 MB
+    EXPECT_FALSE(kt::detail::streams_y(y(1), 8 * expert, llc)) << llc;      // decode: 75.5 MB + 64 KiB
+  }
+  EXPECT_FALSE(kt::detail::streams_y(y(512), 4 * expert, 300 * MiB));  // weights that stay cached
+  EXPECT_TRUE(kt::detail::streams_y(y(2048), 0, 105 * MiB));           // y alone larger than the LLC
+}
+
 TEST(Tiled, RowBlockAndTileBoundaries) {
   // Expert 0 gets n rows (every token's slot 0), the other slot goes elsewhere.
   const index_t B = kt::block_rows, M = kt::max_tile_rows, L = kt::max_tall_rows;

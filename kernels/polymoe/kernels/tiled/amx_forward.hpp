@@ -106,7 +106,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   if (I32 > I)
     for (index_t n = 0; n < N; ++n) std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
   ws.y.resize(static_cast<std::size_t>(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
   const auto gemm1 = [&](const Task& task, const Task* next) {

@@ -279,18 +279,35 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
   }
 }
 
-/// Whether GEMM 2 streams its rows of y [N, H] (`bytes`) past the caches with non-temporal stores:
-/// when y is larger than the last-level cache, its lines cannot stay cached until sum_slots reads
-/// them, and an ordinary store first reads each line from memory (for ownership) only to write it
-/// back: a third of y's traffic (134 MB of 402 at T = 2048 on Qwen3-30B-A3B). Measured on the
-/// 16-core device machine (docs/benchmarks.md, issue 10, runs 40-41; y 134 MB against a 105 MiB
-/// LLC): int8 T=2048 1-19 % faster in seven of seven paired rounds, bf16 -13 % to +8 % with no
-/// direction; at T=16-512 (y up to 34 MB) streamed at every size, the rounds resolved nothing,
-/// and y is not streamed there. POLYMOE_Y_STREAM=0 / 1, a knob for measuring it, turns it off /
-/// on at every size.
-inline bool stream_y(std::size_t bytes) noexcept {
-  static const int knob = env_switch("POLYMOE_Y_STREAM");
-  return knob < 0 ? bytes > last_level_cache_bytes() : knob == 1;
+/// Whether GEMM 2 streams its rows of y [N, H] (`y_bytes`) past the caches with non-temporal
+/// stores. sum_slots reads y after the pipeline, and the pipeline streams the weights of every
+/// expert with rows (`weight_bytes`) through the caches after the first rows of y are written: when
+/// the two together are larger than the last-level cache (`llc_bytes`), y's lines cannot all stay
+/// cached until the sum, and an ordinary store first reads each line from memory (for ownership)
+/// only to write it back. Measured on the 16-core device machine with the Qwen3-30B-A3B layer
+/// (docs/benchmarks.md, issue 10): with a 105 MiB LLC (runs 40-41) streaming only a y larger than
+/// the LLC, int8 T=2048 was 1-19 % faster in seven of seven rounds; with a 300 MiB LLC (run 66,
+/// paired rounds in one process, weights 0.6-1.2 GB) streaming was 3 % faster at T=512 (y 34 MB)
+/// and 4-10 % at T=2048 (134 MB) in both formats. Decode (8 experts, 75 MB of bf16 weights, y 64
+/// KiB) stays under the LLC and is not streamed.
+[[nodiscard]] inline bool streams_y(std::size_t y_bytes, std::size_t weight_bytes, std::size_t llc_bytes) noexcept {
+  return y_bytes + weight_bytes > llc_bytes;
+}
+
+/// POLYMOE_Y_STREAM from the environment (-1 unset, 0 off, 1 on; bench_ratio --ab sets it
+/// directly): a knob for measuring streams_y, which turns the streamed stores off / on at every size.
+inline int& y_stream_knob() noexcept {
+  static int knob = env_switch("POLYMOE_Y_STREAM");
+  return knob;
+}
+
+/// streams_y for this machine's last-level cache, unless y_stream_knob says otherwise; `weight_bytes`
+/// as streams_y: `experts` (those with rows) x `expert_bytes`.
+inline bool stream_y(std::size_t y_bytes, index_t experts, index_t expert_bytes) noexcept {
+  const int knob = y_stream_knob();
+  if (knob >= 0) return knob == 1;
+  return streams_y(y_bytes, static_cast<std::size_t>(experts) * static_cast<std::size_t>(expert_bytes),
+                   last_level_cache_bytes());
 }
 
 /// Second-GEMM epilogue, row by row: write(i, bias, wt, dst, n) stores row i of the block's
@@ -629,7 +646,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
   make_tasks(sr, pk.panels2, ws.tasks2);
   detail::parallel_tasks(ws.tasks2, [&](const Task& task, const Task*) {
     alignas(64) float c[block_rows * panel_cols];

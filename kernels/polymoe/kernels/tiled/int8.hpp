@@ -386,7 +386,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
   ws.hs.resize(static_cast<std::size_t>(N));
   ws.y.resize(static_cast<std::size_t>(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
   make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
   // Panel cb of GEMM 1 for block b, its rows at row(i) (ldh apart), into act as the rows of `into`

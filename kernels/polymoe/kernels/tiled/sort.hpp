@@ -34,6 +34,12 @@ struct ExpertRows {
   std::vector<index_t> first_block;  ///< [E + 1] blocks of expert e: [first_block[e], first_block[e+1])
 
   [[nodiscard]] index_t rows() const noexcept { return static_cast<index_t>(slot_of.size()); }
+  /// Experts with at least one row.
+  [[nodiscard]] index_t experts_with_rows() const noexcept {
+    index_t n = 0;
+    for (std::size_t e = 0; e + 1 < offsets.size(); ++e) n += offsets[e + 1] > offsets[e] ? 1 : 0;
+    return n;
+  }
   /// The row block of a task.
   [[nodiscard]] const RowBlock& block(const Task& t) const noexcept {
     return blocks[static_cast<std::size_t>(t.block)];
