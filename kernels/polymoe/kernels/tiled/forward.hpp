@@ -286,10 +286,11 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
 /// cached until the sum, and an ordinary store first reads each line from memory (for ownership)
 /// only to write it back. Measured on the 16-core device machine with the Qwen3-30B-A3B layer
 /// (docs/benchmarks.md, issue 10): with a 105 MiB LLC (runs 40-41) streaming only a y larger than
-/// the LLC, int8 T=2048 was 1-19 % faster in seven of seven rounds; with a 300 MiB LLC (run 66,
-/// paired rounds in one process, weights 0.6-1.2 GB) streaming was 3 % faster at T=512 (y 34 MB)
-/// and 4-10 % at T=2048 (134 MB) in both formats. Decode (8 experts, 75 MB of bf16 weights, y 64
-/// KiB) stays under the LLC and is not streamed.
+/// the LLC, int8 T=2048 was 1-19 % faster in seven of seven rounds; with a 300 MiB LLC (runs 66-68,
+/// the knob off and on in paired rounds in one process, weights 0.6-1.2 GB) streaming was 0.6-5 %
+/// faster at T=512 (y 34 MB) and 4-22 % at T=2048 (134 MB) in both formats, at 16 and at 2
+/// threads. Decode (8 experts, 75 MB of bf16 weights, y 64 KiB) stays under the LLC and is not
+/// streamed.
 [[nodiscard]] inline bool streams_y(std::size_t y_bytes, std::size_t weight_bytes, std::size_t llc_bytes) noexcept {
   return y_bytes + weight_bytes > llc_bytes;
 }
