@@ -241,9 +241,10 @@ TEST(TiledAmx, Int8Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
   knob = saved;
 }
 
-// GEMM 2's epilogues with streamed stores (detail::stream_y: y and the weights larger than the last-level cache)
-// write the values of the ordinary stores, bit for bit; rows shorter than a panel (the last panel
-// of a hidden size that is not a multiple of 64) and unaligned rows take the ordinary stores.
+// GEMM 2's epilogues with streamed stores (detail::stream_y: y and the weights larger than the
+// last-level cache) write the values of the ordinary stores, bit for bit; rows shorter than a panel
+// (the last panel of a hidden size that is not a multiple of 64) and unaligned rows take the
+// ordinary stores.
 TEST(TiledAmx, StreamedEpiloguesStoreTheSameValues) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
