@@ -8,11 +8,13 @@
 // forward. Weights, routing and the cycling of layer copies past the LLC as polymoe_bench.
 //
 // With --ab KNOB, each round times each format with a kernel knob off and on (off on on off) and
-// reports, per format, the time off over the time on, and the bf16 / int8 ratio either way. Knob:
-// y-stream (GEMM 2 stores y with non-temporal stores: detail::y_stream_knob).
+// reports, per format, the time off over the time on, and the bf16 / int8 ratio either way. Knobs:
+// y-stream (GEMM 2 stores y with non-temporal stores: detail::y_stream_knob; off 0, on 1) and
+// sum-span (the top-k sum reads a token's rows of y in steps: detail::sum_span_knob; off whole
+// rows, on the library's step, detail::sum_span).
 //
 //   bench_ratio [--preset qwen3-30b-a3b|tiny] [--tokens 512,2048] [--threads 16] [--rounds 9]
-//               [--forwards 3] [--ab y-stream]
+//               [--forwards 3] [--ab y-stream|sum-span]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -72,7 +74,8 @@ int main(int argc, char** argv) try {
   preset p{"qwen3-30b-a3b", 2048, 768, 128, 8};
   std::vector<long> tokens = {512, 2048};
   int threads = 16, rounds = 9, forwards = 3;
-  int* ab = nullptr;  // the knob of --ab
+  int* ab = nullptr;  // the knob of --ab, and its values off and on
+  int ab_off = 0, ab_on = 1;
   std::string ab_name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -93,8 +96,14 @@ int main(int argc, char** argv) try {
       forwards = std::atoi(v.c_str());
     } else if (a == "--ab") {
       ab_name = v;
-      if (v != "y-stream") fail("--ab: y-stream, not '" + v + "'");
-      ab = &kernels::tiled::detail::y_stream_knob();
+      if (v == "y-stream") {
+        ab = &kernels::tiled::detail::y_stream_knob();
+      } else if (v == "sum-span") {
+        ab = &kernels::tiled::detail::sum_span_knob();
+        ab_off = 1 << 30, ab_on = -1;
+      } else {
+        fail("--ab: y-stream or sum-span, not '" + v + "'");
+      }
     } else {
       fail("unknown option " + a);
     }
@@ -129,10 +138,10 @@ int main(int argc, char** argv) try {
       const int saved = *ab;
       std::vector<double> gain_bf16, gain_int8, ratio_off, ratio_on;
       const auto pair = [&](auto& layers, double& off, double& on) {
-        *ab = 0, off = layers.time(hidden, r, forwards);
-        *ab = 1, on = layers.time(hidden, r, forwards);
+        *ab = ab_off, off = layers.time(hidden, r, forwards);
+        *ab = ab_on, on = layers.time(hidden, r, forwards);
         on += layers.time(hidden, r, forwards);
-        *ab = 0, off += layers.time(hidden, r, forwards);
+        *ab = ab_off, off += layers.time(hidden, r, forwards);
       };
       for (int round = 0; round < rounds; ++round) {
         double b_off = 0, b_on = 0, i_off = 0, i_on = 0;

@@ -141,6 +141,40 @@ TEST(Tiled, YIsStreamedWhenItAndTheWeightsOutgrowTheLastLevelCache) {
   EXPECT_TRUE(kt::detail::streams_y(y(2048), 0, 105 * MiB));           // y alone larger than the LLC
 }
 
+// The top-k sum reads a token's rows of y in steps of columns, slot after slot (detail::sum_span):
+// each output element is still 0 + y[slot 0] + y[slot 1] + ... in slot order, at every step — a
+// hidden size that no step divides, slots computed elsewhere (-1) and tokens with none here.
+TEST(Tiled, TopKSumAddsTheSlotsInOrderAtEveryStep) {
+  constexpr index_t T = 37, k = 3, E = 5, H = 200;
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> expert(-1, E - 1);
+  IdMatrix ids(T, k);
+  for (index_t t = 0; t < T; ++t)
+    for (index_t j = 0; j < k; ++j) ids(t, j) = t % 7 == 0 ? -1 : expert(rng);
+  kt::ExpertRows s;
+  kt::sort_by_expert(ids, E, {128, 16}, s);
+  std::uniform_real_distribution<float> u(-1e3f, 1e3f);
+  kt::AlignedVector<float> y(static_cast<std::size_t>(s.rows() * H));
+  for (float& v : y) v = u(rng);
+  Matrix want = Matrix::Zero(T, H);
+  for (index_t t = 0; t < T; ++t)
+    for (index_t c = 0; c < H; ++c) {
+      float sum = 0.0f;
+      for (index_t j = 0; j < k; ++j)
+        if (ids(t, j) >= 0) sum += y[static_cast<std::size_t>(s.row_of[static_cast<std::size_t>(t * k + j)] * H + c)];
+      want(t, c) = sum;
+    }
+  int& knob = kt::detail::sum_span_knob();
+  const int saved = knob;
+  for (const int span : {-1, 16, 48, 64, 1 << 30}) {
+    knob = span;
+    Matrix got = Matrix::Constant(T, H, 7.0f);
+    kt::sum_slots(s, y, k, got);
+    EXPECT_TRUE((got.array() == want.array()).all()) << "span " << span;
+  }
+  knob = saved;
+}
+
 TEST(Tiled, RowBlockAndTileBoundaries) {
   // Expert 0 gets n rows (every token's slot 0), the other slot goes elsewhere.
   const index_t B = kt::block_rows, M = kt::max_tile_rows, L = kt::max_tall_rows;

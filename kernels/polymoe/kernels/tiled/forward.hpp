@@ -558,18 +558,52 @@ inline void begin_forward(const DispatchOutput<format::standard>& d, const Exper
         ws.row_weight[static_cast<std::size_t>(row)] = d.weights(t, j);
 }
 
-/// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32).
+namespace detail {
+
+/// POLYMOE_SUM_SPAN from the environment (-1 unset): the columns sum_slots adds from one slot's
+/// row before it goes on to the next slot (a knob for measuring sum_span).
+inline int& sum_span_knob() noexcept {
+  static int knob = [] {
+    const char* e = std::getenv("POLYMOE_SUM_SPAN");
+    return e == nullptr ? -1 : std::max(16, std::atoi(e));
+  }();
+  return knob;
+}
+
+/// Columns per step of sum_slots: a token's k rows of y are read in steps of this many columns,
+/// slot after slot, so that k streams of y are in flight at once rather than one; y is read from
+/// memory (streamed: stream_y) at the prefill sizes, where the sum is a phase of its own after the
+/// pipeline. Measured on the 16-core device machine (Qwen3-30B-A3B, 16 threads, the sum phase of
+/// polymoe_bench --phases in invocations alternating the span; docs/benchmarks.md, issue 10, run
+/// 74): whole rows (8 KiB each) 0.43-1.06 ms at T=512 and 1.54-2.24 at T=2048, 64 columns 0.33-0.39
+/// and 1.17-1.35, 256 columns in between; 16 to 128 columns were not told apart. The forward, 5-10 %
+/// of which is the sum, moved by less than the paired rounds resolve (bench_ratio --ab sum-span,
+/// run 73: 0.99-1.03).
+inline index_t sum_span() noexcept {
+  const int knob = sum_span_knob();
+  return knob > 0 ? knob : 64;
+}
+
+}  // namespace detail
+
+/// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32). Each token's columns in
+/// steps of detail::sum_span(), all of its slots in turn (each element: the same additions in the
+/// same order at any step).
 inline void sum_slots(const ExpertRows& sr, const AlignedVector<float>& y, index_t k, MatrixRef out) {
-  const index_t T = out.rows(), H = out.cols();
+  const index_t T = out.rows(), H = out.cols(), span = detail::sum_span();
   kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t t = r.begin(); t != r.end(); ++t) {
       float* o = out.row(t).data();
-      std::fill_n(o, H, 0.0f);
-      for (index_t j = 0; j < k; ++j) {
-        const index_t row = sr.row_of[static_cast<std::size_t>(t * k + j)];
-        if (row < 0) continue;
-        const float* yr = y.data() + row * H;
-        for (index_t c = 0; c < H; ++c) o[c] += yr[c];
+      const index_t* rows = sr.row_of.data() + t * k;
+      for (index_t c0 = 0; c0 < H; c0 += span) {
+        const index_t n = std::min(span, H - c0);
+        float* oc = o + c0;
+        std::fill_n(oc, n, 0.0f);
+        for (index_t j = 0; j < k; ++j) {
+          if (rows[j] < 0) continue;
+          const float* yr = y.data() + rows[j] * H + c0;
+          for (index_t c = 0; c < n; ++c) oc[c] += yr[c];
+        }
       }
     }
   });
