@@ -576,9 +576,9 @@ inline int& sum_span_knob() noexcept {
 /// pipeline. Measured on the 16-core device machine (Qwen3-30B-A3B, 16 threads, the sum phase of
 /// polymoe_bench --phases in invocations alternating the span; docs/benchmarks.md, issue 10, run
 /// 74): whole rows (8 KiB each) 0.43-1.06 ms at T=512 and 1.54-2.24 at T=2048, 64 columns 0.33-0.39
-/// and 1.17-1.35, 256 columns in between; 16 to 128 columns were not told apart. The forward, 5-10 %
-/// of which is the sum, moved by less than the paired rounds resolve (bench_ratio --ab sum-span,
-/// run 73: 0.99-1.03).
+/// and 1.17-1.35, 256 columns in between; 16 to 128 columns were not told apart (run 75). The
+/// forward, 5-10 % of which is the sum, moved by less than the paired rounds resolve (bench_ratio
+/// --ab sum-span, run 73: 0.99-1.03).
 inline index_t sum_span() noexcept {
   const int knob = sum_span_knob();
   return knob > 0 ? knob : 64;
