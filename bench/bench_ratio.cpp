@@ -13,8 +13,11 @@
 // sum-span (the top-k sum reads a token's rows of y in steps: detail::sum_span_knob; off whole
 // rows, on the library's step, detail::sum_span).
 //
+// With --phases 1, each format's phase times over all of its timed forwards of the rounds (as
+// polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
+//
 //   bench_ratio [--preset qwen3-30b-a3b|tiny] [--tokens 512,2048] [--threads 16] [--rounds 9]
-//               [--forwards 3] [--ab y-stream|sum-span]
+//               [--forwards 3] [--ab y-stream|sum-span] [--phases 1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +77,7 @@ int main(int argc, char** argv) try {
   preset p{"qwen3-30b-a3b", 2048, 768, 128, 8};
   std::vector<long> tokens = {512, 2048};
   int threads = 16, rounds = 9, forwards = 3;
+  bool phases = false;
   int* ab = nullptr;  // the knob of --ab, and its values off and on
   int ab_off = 0, ab_on = 1;
   std::string ab_name;
@@ -94,6 +98,8 @@ int main(int argc, char** argv) try {
       rounds = std::atoi(v.c_str());
     } else if (a == "--forwards") {
       forwards = std::atoi(v.c_str());
+    } else if (a == "--phases") {
+      phases = v != "0";
     } else if (a == "--ab") {
       ab_name = v;
       if (v == "y-stream") {
@@ -167,9 +173,16 @@ int main(int argc, char** argv) try {
       continue;
     }
     std::vector<double> ratio, t_bf16, t_int8;
+    kernels::tiled::PhaseTimes p_bf16, p_int8;  // with --phases
+    const auto timed = [&](auto& layers, kernels::tiled::PhaseTimes& p) {
+      if (phases) kernels::tiled::phase_times = &p;
+      const double t = layers.time(hidden, r, forwards);
+      kernels::tiled::phase_times = nullptr;
+      return t;
+    };
     for (int round = 0; round < rounds; ++round) {
-      const double b1 = bf16.time(hidden, r, forwards), i1 = int8.time(hidden, r, forwards);
-      const double i2 = int8.time(hidden, r, forwards), b2 = bf16.time(hidden, r, forwards);
+      const double b1 = timed(bf16, p_bf16), i1 = timed(int8, p_int8);
+      const double i2 = timed(int8, p_int8), b2 = timed(bf16, p_bf16);
       ratio.push_back((b1 + b2) / (i1 + i2));
       t_bf16.push_back((b1 + b2) / (2 * forwards));
       t_int8.push_back((i1 + i2) / (2 * forwards));
@@ -187,6 +200,8 @@ int main(int argc, char** argv) try {
     std::printf("  rounds:");
     for (const double x : ratio) std::printf(" %.3f", x);
     std::printf("\n");
+    if (phases)
+      std::printf("  bf16 %s\n  int8 %s\n", phase_line(p_bf16).c_str(), phase_line(p_int8).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -12,8 +12,10 @@
 #include <tbb/parallel_for.h>
 
 #include <polymoe/core/config.hpp>
+#include <polymoe/core/error.hpp>
 #include <polymoe/core/expert_weights.hpp>
 #include <polymoe/core/types.hpp>
+#include <polymoe/kernels/tiled/phases.hpp>
 
 #include "limits.hpp"
 
@@ -198,6 +200,25 @@ void time_reps(int reps, int warm, Fn fn, record& r) {
   r.min_s = t.front();
   r.max_s = t.back();
   r.median_s = t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+/// A tiled forward's phase times as one line: mean ms per forward of each phase, and (pipelined
+/// kernels) the pipeline workers' thread-ms per forward of each kind of task.
+inline std::string phase_line(const kernels::tiled::PhaseTimes& phases) {
+  using kernels::tiled::PhaseTimes;
+  const double forwards = static_cast<double>(std::max(1L, phases.forwards));
+  std::string line = "phases, mean ms per forward:";
+  for (int i = 0; i < PhaseTimes::count; ++i)
+    line += detail::concat(" ", PhaseTimes::names[static_cast<std::size_t>(i)], " ",
+                           1e3 * phases.seconds[static_cast<std::size_t>(i)] / forwards);
+  if (phases.worker_seconds > 0) {
+    line += "; pipeline thread-ms per forward:";
+    for (int i = 0; i < PhaseTimes::task_kinds; ++i)
+      line += detail::concat(" ", PhaseTimes::task_names[static_cast<std::size_t>(i)], " ",
+                             1e3 * phases.task_seconds[static_cast<std::size_t>(i)] / forwards);
+    line += detail::concat("; workers x gemms ", 1e3 * phases.worker_seconds / forwards);
+  }
+  return line;
 }
 
 inline double flops_per_forward(const preset& p, index_t T) {

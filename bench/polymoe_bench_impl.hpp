@@ -73,18 +73,7 @@ void bench_triple(const sweep& s) {
       }, rec);
       kernels::tiled::phase_times = nullptr;
       if (phases.forwards > 0) {
-        std::string line = "phases, mean ms per forward:";
-        for (int i = 0; i < kernels::tiled::PhaseTimes::count; ++i)
-          line += detail::concat(" ", kernels::tiled::PhaseTimes::names[static_cast<std::size_t>(i)], " ",
-                                 1e3 * phases.seconds[static_cast<std::size_t>(i)] / static_cast<double>(phases.forwards));
-        if (phases.worker_seconds > 0) {
-          line += "; pipeline thread-ms per forward:";
-          for (int i = 0; i < kernels::tiled::PhaseTimes::task_kinds; ++i)
-            line += detail::concat(" ", kernels::tiled::PhaseTimes::task_names[static_cast<std::size_t>(i)], " ",
-                                   1e3 * phases.task_seconds[static_cast<std::size_t>(i)] /
-                                       static_cast<double>(phases.forwards));
-          line += detail::concat("; workers x gemms ", 1e3 * phases.worker_seconds / static_cast<double>(phases.forwards));
-        }
+        const std::string line = phase_line(phases);
         rec.note += "; " + line;
         s.info(detail::concat("[", Q::name, ", ", Kernel::name, "] T=", T, ", ", threads, " threads: ", line));
       }
