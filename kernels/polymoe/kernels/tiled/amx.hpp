@@ -60,10 +60,7 @@ inline constexpr index_t amx_min_rows_int8 = 16;
 /// The threshold in use: the default above, or POLYMOE_AMX_MIN_ROWS from the environment (a tuning
 /// knob for the benchmark that measures the defaults; it sets both).
 inline index_t amx_min_rows(index_t default_rows) noexcept {
-  static const long env = [] {
-    const char* s = std::getenv("POLYMOE_AMX_MIN_ROWS");
-    return s ? std::strtol(s, nullptr, 10) : 0L;
-  }();
+  static const long env = detail::env_number("POLYMOE_AMX_MIN_ROWS").value_or(0);
   return env > 0 ? static_cast<index_t>(env) : default_rows;
 }
 

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 [[nodiscard]] inline int env_switch(const char* name) noexcept {
   const char* e = std::getenv(name);
   return e == nullptr ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
+}
+
+/// A number of the environment (the kernels' tuning knobs): nothing when `name` is unset, else its
+/// value as strtol reads it (0 for text that is not a number).
+[[nodiscard]] inline std::optional<long> env_number(const char* name) noexcept {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return std::nullopt;
+  return std::strtol(e, nullptr, 10);
 }
 
 /// The alignment of a buffer of `bytes` bytes.

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 #include <type_traits>
@@ -564,8 +565,8 @@ namespace detail {
 /// row before it goes on to the next slot (a knob for measuring sum_span).
 inline int& sum_span_knob() noexcept {
   static int knob = [] {
-    const char* e = std::getenv("POLYMOE_SUM_SPAN");
-    return e == nullptr ? -1 : std::max(16, std::atoi(e));
+    const std::optional<long> v = env_number("POLYMOE_SUM_SPAN");
+    return v ? static_cast<int>(std::clamp<long>(*v, 16, 1L << 30)) : -1;
   }();
   return knob;
 }
