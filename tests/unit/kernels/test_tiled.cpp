@@ -423,6 +423,90 @@ TEST(Tiled, VectorBf16RoundingIsTheCodec) {
     EXPECT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i])) << i;
 }
 
+TEST(Tiled, VectorSiluIsTheScalarToAFewUlps) {
+  // x · sigmoid(x) with the vector exp (epilogue.hpp) against act::silu: within 4 ulps, and below
+  // 1e-35 where the true value is that small (x < -80); NaN and infinities as the scalar.
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 80.0f, -80.0f, -87.0f, -88.5f,
+                           -89.0f, -100.0f, -1e6f, 1e6f, inf, -inf, std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> wide(-120.0f, 120.0f), narrow(-8.0f, 8.0f);
+  for (int i = 0; i < 20000; ++i) xs.push_back(i % 2 ? wide(rng) : narrow(rng));
+  const auto n = static_cast<index_t>(xs.size());
+  std::vector<float> got(xs.size()), gated(xs.size()), ones(xs.size(), 1.0f);
+  kt::activate<false>(ActivationParams{Activation::silu}, xs.data(), nullptr, got.data(), n);
+  kt::activate<false>(ActivationParams{Activation::silu_gated}, xs.data(), ones.data(), gated.data(), n);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float want = act::silu(xs[i]);
+    for (const float g : {got[i], gated[i]}) {
+      if (std::isnan(want) || std::isinf(want)) {
+        EXPECT_EQ(std::bit_cast<std::uint32_t>(g) & 0x7FC00000u, std::bit_cast<std::uint32_t>(want) & 0x7FC00000u)
+            << "x " << xs[i];
+        continue;
+      }
+      const float ulp = std::nextafter(std::fabs(want), inf) - std::fabs(want);
+      if (std::fabs(want) < 1e-35f)
+        EXPECT_LT(std::fabs(g), 1e-35f) << "x " << xs[i];
+      else
+        EXPECT_LE(std::fabs(g - want), 4 * ulp) << "x " << xs[i] << " got " << g << " want " << want;
+    }
+  }
+}
+
+TEST(Tiled, Int8ActivationCodesAreThePolicyAtEveryScale) {
+  // quantize_row_u8 divides through the reciprocal of the scale for 2^-100 <= s <= 2^100 and by
+  // the scale outside: every code is the policy's (round_to_int8(x / s)) either way, ties included.
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const float amax : {1e-35f, 1e-30f, 1e-12f, 3e-5f, 0.7f, 1.0f, 127.0f, 3e4f, 1e20f, 1e30f, 1e33f, 3e38f}) {
+    const float s = kernels::quantize::int8_scale(amax);
+    std::vector<float> x;
+    x.push_back(amax);
+    for (int n = -127; n < 127; ++n) {  // ties and their neighbours
+      const float t = (static_cast<float>(n) + 0.5f) * s;
+      x.insert(x.end(), {std::nextafter(t, -3e38f), t, std::nextafter(t, 3e38f)});
+    }
+    for (int i = 0; i < 3000; ++i) x.push_back(amax * u(rng));
+    for (int i = 0; i < 100; ++i) x.push_back(amax * 1e-6f * u(rng));  // small against the scale
+    for (float& v : x) v = std::clamp(v, -amax, amax);  // the scale stays amax / 127
+    const auto n = static_cast<index_t>(x.size());
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(kt::padded_k(n)));
+    const float got_s = kt::quantize_row_u8(x.data(), n, kt::padded_k(n), q.data());
+    EXPECT_EQ(got_s, s) << "amax " << amax;
+    EXPECT_EQ(kt::quantizer_reciprocal(s), amax > 1e-30f && amax < 1e32f) << "amax " << amax;
+    for (index_t i = 0; i < n; ++i)
+      ASSERT_EQ(static_cast<int>(q[static_cast<std::size_t>(i)]) - 128, kernels::quantize::round_to_int8(x[i] / s))
+          << "amax " << amax << " x " << x[i];
+  }
+}
+
+TEST(Tiled, QuotientByReciprocalIsTheDivision) {
+#if defined(POLYMOE_TILED_AVX512)
+  // bit for bit where |x / s| >= 2^-8, for scales across quantizer_reciprocal's range
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f), q(-128.0f, 128.0f);
+  long checked = 0;
+  for (int e = -100; e < 100; e += 3) {
+    const float s = std::ldexp(mant(rng), e);
+    const __m512 vs = _mm512_set1_ps(s), vr = _mm512_set1_ps(1.0f / s);
+    for (int i = 0; i < 2000; ++i) {
+      alignas(64) float x[16], got[16];
+      for (float& v : x) {
+        v = q(rng) * s;
+        if (std::fabs(v / s) < 0x1p-8f) v = s;
+      }
+      _mm512_store_ps(got, kt::quotient_by_reciprocal(_mm512_load_ps(x), vs, vr));
+      for (int j = 0; j < 16; ++j, ++checked)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got[j]), std::bit_cast<std::uint32_t>(x[j] / s))
+            << "s " << s << " x " << x[j];
+    }
+  }
+  EXPECT_GT(checked, 1000000);
+#else
+  GTEST_SKIP() << "quotient_by_reciprocal is the AVX-512 path; this build has none";
+#endif
+}
+
 // ---- quantized panels: the widened weight is the codec's value, for every code ----------------
 
 template <class F, class Expect>
@@ -501,6 +585,16 @@ TEST(Tiled, Int8ActivationQuantizationIsThePolicy) {
   std::vector<float> bad = {1.0f, std::numeric_limits<float>::infinity()};
   std::uint8_t q[4];
   EXPECT_TRUE(std::isnan(kt::quantize_row_u8(bad.data(), 2, 4, q))) << "a non-finite row has no scale";
+  // the same where the vector loop meets the value (in either of its two running checks, or the
+  // last single vector)
+  for (const std::size_t at : {std::size_t{5}, std::size_t{20}, std::size_t{40}, std::size_t{50}, std::size_t{100}})
+    for (const float v : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+      std::vector<float> row(112, 0.5f);
+      row[at] = v;
+      std::vector<std::uint8_t> codes(112, 0);
+      EXPECT_TRUE(std::isnan(kt::quantize_row_u8(row.data(), 112, 112, codes.data()))) << at << " " << v;
+      EXPECT_TRUE(std::all_of(codes.begin(), codes.end(), [](std::uint8_t c) { return c == 128; })) << at;
+    }
 }
 
 }  // namespace

@@ -93,35 +93,48 @@ TEST(TiledAmx, SkippedSlots) {
   });
 }
 
-TEST(TiledAmx, PhaseTimesOfTheBf16Forward) {
+TEST(TiledAmx, PhaseTimesOfTheForward) {
   const MoeConfig cfg = test::moe_config(128, 64, 4, 2);
   std::mt19937 rng(6);
   const MoeWeights w = test::random_weights(rng, cfg);
   const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
   const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
-  MoeLayer<a2a::local, quant::bf16, kernel::tiled_amx> layer(cfg, w);
-  kt::PhaseTimes t;
-  kt::phase_times = &t;
-  const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
-  kt::phase_times = nullptr;
-  EXPECT_EQ(t.forwards, 1);
-  // the GEMMs run as one pipeline: their time is charged to `gemms`, none to gemm1 / act / gemm2
-  for (const auto p : {kt::PhaseTimes::inputs, kt::PhaseTimes::gemms, kt::PhaseTimes::sum})
-    EXPECT_GT(t.seconds[p], 0.0) << kt::PhaseTimes::names[p];
-  for (const auto p : {kt::PhaseTimes::gemm1, kt::PhaseTimes::act, kt::PhaseTimes::gemm2})
-    EXPECT_EQ(t.seconds[p], 0.0) << kt::PhaseTimes::names[p];
-  // inside the pipeline, the workers' thread-time per kind of task: both GEMMs' tasks took some,
-  // and all kinds together no more than the workers had (workers x the pipeline's wall time),
-  // which the pipeline's wall time bounds in turn
-  EXPECT_GT(t.task_seconds[kt::PhaseTimes::gemm1_tasks], 0.0);
-  EXPECT_GT(t.task_seconds[kt::PhaseTimes::gemm2_tasks], 0.0);
-  const double busy = t.task_seconds[kt::PhaseTimes::gemm1_tasks] + t.task_seconds[kt::PhaseTimes::block_work] +
-                      t.task_seconds[kt::PhaseTimes::gemm2_tasks] + t.task_seconds[kt::PhaseTimes::waiting];
-  EXPECT_LE(busy, t.worker_seconds);
-  // GEMM 2's epilogue is part of its tasks' time
-  EXPECT_GT(t.task_seconds[kt::PhaseTimes::gemm2_epilogue], 0.0);
-  EXPECT_LE(t.task_seconds[kt::PhaseTimes::gemm2_epilogue], t.task_seconds[kt::PhaseTimes::gemm2_tasks]);
-  EXPECT_LE(t.worker_seconds, static_cast<double>(kt::detail::pipeline_workers()) * t.seconds[kt::PhaseTimes::gemms]);
+  for_both_schemes([&]<class Q>() {
+    MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+    kt::PhaseTimes t;
+    kt::phase_times = &t;
+    const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
+    kt::phase_times = nullptr;
+    EXPECT_EQ(t.forwards, 1) << Q::name;
+    // the GEMMs run as one pipeline: their time is charged to `gemms`, none to gemm1 / act / gemm2
+    for (const auto p : {kt::PhaseTimes::inputs, kt::PhaseTimes::gemms, kt::PhaseTimes::sum})
+      EXPECT_GT(t.seconds[p], 0.0) << Q::name << " " << kt::PhaseTimes::names[p];
+    for (const auto p : {kt::PhaseTimes::gemm1, kt::PhaseTimes::act, kt::PhaseTimes::gemm2})
+      EXPECT_EQ(t.seconds[p], 0.0) << Q::name << " " << kt::PhaseTimes::names[p];
+    // inside the pipeline, the workers' thread-time per kind of task: both GEMMs' tasks took some,
+    // and all kinds together no more than the workers had (workers x the pipeline's wall time),
+    // which the pipeline's wall time bounds in turn
+    const auto& ts = t.task_seconds;
+    EXPECT_GT(ts[kt::PhaseTimes::gemm1_tasks], 0.0) << Q::name;
+    EXPECT_GT(ts[kt::PhaseTimes::gemm2_tasks], 0.0) << Q::name;
+    const double busy = ts[kt::PhaseTimes::gemm1_tasks] + ts[kt::PhaseTimes::block_work] +
+                        ts[kt::PhaseTimes::gemm2_tasks] + ts[kt::PhaseTimes::waiting];
+    EXPECT_LE(busy, t.worker_seconds) << Q::name;
+    EXPECT_LE(t.worker_seconds, static_cast<double>(kt::detail::pipeline_workers()) * t.seconds[kt::PhaseTimes::gemms])
+        << Q::name;
+    // each GEMM's epilogue is part of its tasks' time
+    EXPECT_GT(ts[kt::PhaseTimes::gemm1_epilogue], 0.0) << Q::name;
+    EXPECT_LE(ts[kt::PhaseTimes::gemm1_epilogue], ts[kt::PhaseTimes::gemm1_tasks]) << Q::name;
+    EXPECT_GT(ts[kt::PhaseTimes::gemm2_epilogue], 0.0) << Q::name;
+    EXPECT_LE(ts[kt::PhaseTimes::gemm2_epilogue], ts[kt::PhaseTimes::gemm2_tasks]) << Q::name;
+    // only int8 quantizes the activations, inside GEMM 1's tasks or between the GEMMs
+    if constexpr (std::is_same_v<Q, quant::int8_w8a8>) {
+      EXPECT_GT(ts[kt::PhaseTimes::act_quantize], 0.0);
+      EXPECT_LE(ts[kt::PhaseTimes::act_quantize], ts[kt::PhaseTimes::gemm1_tasks] + ts[kt::PhaseTimes::block_work]);
+    } else {
+      EXPECT_EQ(ts[kt::PhaseTimes::act_quantize], 0.0);
+    }
+  });
 }
 
 // The pipeline's promise, checked on counters: a block's GEMM 2 tasks start only after all of

@@ -40,6 +40,40 @@ namespace polymoe::kernels::quantize {
   return m;
 }
 
+/// amax(x, n) when all n values are finite, else NaN: all_finite and amax in one pass over x.
+[[nodiscard]] inline float amax_if_finite(const float* x, index_t n) noexcept {
+  index_t i = 0;
+  float m = 0.0f;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    // |x| < inf is false for an infinity and (ordered compare) for a NaN
+    const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+    __mmask16 ok0 = 0xFFFF, ok1 = 0xFFFF;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 a = _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i));
+      const __m512 b = _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i + 16));
+      ok0 &= _mm512_cmp_ps_mask(a, inf, _CMP_LT_OQ);
+      ok1 &= _mm512_cmp_ps_mask(b, inf, _CMP_LT_OQ);
+      m0 = _mm512_max_ps(a, m0);
+      m1 = _mm512_max_ps(b, m1);
+    }
+    for (; i + 16 <= n; i += 16) {
+      const __m512 a = _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i));
+      ok0 &= _mm512_cmp_ps_mask(a, inf, _CMP_LT_OQ);
+      m0 = _mm512_max_ps(a, m0);
+    }
+    if ((ok0 & ok1) != 0xFFFF) return std::numeric_limits<float>::quiet_NaN();
+    m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  }
+#endif
+  for (; i < n; ++i) {
+    if (!std::isfinite(x[i])) return std::numeric_limits<float>::quiet_NaN();
+    m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
+  }
+  return m;
+}
+
 /// True when every one of the n values is finite.
 [[nodiscard]] inline bool all_finite(const float* x, index_t n) noexcept {
   index_t i = 0;

@@ -115,6 +115,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
     detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * ldh, ldh, H,
                                   pk.panel13(b.expert, task.panel),
                                   next ? pk.panel13(sr.block(*next).expert, next->panel) : nullptr, c);
+    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
   };
   const auto gemm2 = [&](const Task& task, const Task* next) {

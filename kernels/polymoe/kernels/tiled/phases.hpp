@@ -35,11 +35,16 @@ struct PhaseTimes {
   /// pipeline's workers, spent in GEMM 1 tasks, in the per-block work between the GEMMs, in GEMM 2
   /// tasks, and spinning while a GEMM 2 task waits for its block. What the workers' time
   /// (workers x gemms) holds besides these is claiming tasks and waiting to start or to end.
-  /// (gemm2_epilogue: the part of gemm2_tasks spent in GEMM 2's epilogue, finish2_rows: bias,
+  /// (The parts of those kinds after the tiles: gemm1_epilogue, the part of gemm1_tasks spent in
+  /// GEMM 1's epilogue — int8's scaling of the integers, bias, activation; act_quantize, int8's
+  /// quantization of the activations into GEMM 2's rows, in gemm1_tasks or block_work; and
+  /// gemm2_epilogue, the part of gemm2_tasks spent in GEMM 2's, finish2_rows: scaling, bias,
   /// routing weight and the stores into y.)
-  enum task_kind : int { gemm1_tasks, block_work, gemm2_tasks, waiting, gemm2_epilogue, task_kinds };
-  static constexpr std::array<std::string_view, task_kinds> task_names{"gemm1-tasks", "block-work", "gemm2-tasks",
-                                                                       "waiting", "(of which gemm2-epilogue)"};
+  enum task_kind : int { gemm1_tasks, block_work, gemm2_tasks, waiting, gemm1_epilogue, act_quantize, gemm2_epilogue,
+                         task_kinds };
+  static constexpr std::array<std::string_view, task_kinds> task_names{
+      "gemm1-tasks", "block-work", "gemm2-tasks", "waiting", "(of which gemm1-epilogue)", "(act-quantize)",
+      "(gemm2-epilogue)"};
   std::array<double, task_kinds> task_seconds{};
   double worker_seconds = 0;  ///< workers x the pipeline's wall time
 };
@@ -51,19 +56,30 @@ inline thread_local PhaseTimes* phase_times = nullptr;
 /// inside a task that charges itself (nullptr: not timed).
 inline thread_local std::int64_t* task_ns = nullptr;
 
+/// The steady clock, read after the instructions before it have completed (x86: lfence).
+inline std::chrono::steady_clock::time_point fenced_now() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("lfence" ::: "memory");
+#endif
+  return std::chrono::steady_clock::now();
+}
+
 /// Charges its lifetime to `kind` of the calling thread's task_ns, when that is set (a timed
-/// pipeline's worker); otherwise costs a load and a branch.
+/// pipeline's worker); otherwise costs a load and a branch. Timed, each end of the lifetime is
+/// fenced (lfence on x86: the clock is read once the instructions before it have completed), so
+/// that work still in flight is charged where it was issued: the tile instructions of a GEMM run
+/// long after the core has issued them, and without the fence an epilogue's clock could start
+/// while the tiles before it still ran. (On the device machine the split came out the same either
+/// way: docs/benchmarks.md, issue 10, runs 82-83.)
 class TaskClock {
  public:
   explicit TaskClock(PhaseTimes::task_kind kind) noexcept : sink_(task_ns), kind_(kind) {
-    if (sink_) since_ = std::chrono::steady_clock::now();
+    if (sink_) since_ = fenced_now();
   }
   TaskClock(const TaskClock&) = delete;
   TaskClock& operator=(const TaskClock&) = delete;
   ~TaskClock() {
-    if (sink_)
-      sink_[kind_] +=
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since_).count();
+    if (sink_) sink_[kind_] += std::chrono::duration_cast<std::chrono::nanoseconds>(fenced_now() - since_).count();
   }
 
  private:
