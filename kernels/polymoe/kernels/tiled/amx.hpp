@@ -118,6 +118,11 @@ inline constexpr index_t amx_tile_elems = 512;  ///< 16 k-pairs x 16 columns x 2
   return ((k / amx_kb) * 4 + c / 16) * amx_tile_elems + ((k % amx_kb) / 2) * 32 + (c % 16) * 2 + k % 2;
 }
 
+/// What a tile loop does between its k-blocks (amx::block22_side): nothing.
+struct no_side {
+  void operator()() const noexcept {}
+};
+
 /// The bf16 AMX layout as a PackedExperts layout.
 struct amx_layout {
   [[nodiscard]] static constexpr index_t rows(index_t K) noexcept { return padded_k32(K); }
@@ -340,10 +345,11 @@ POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda,
 }
 
 /// One slab of one block22 step (below): products22 over k-blocks [s0, s1), with the prefetches.
-template <class Ops, bool Two, Pf BP>
+template <class Ops, bool Two, Pf BP, class Side>
 POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const typename Ops::a_type* a1, long lda_bytes,
                                       const typename Ops::b_type* panel, const typename Ops::b_type* next, index_t s0,
-                                      index_t s1, index_t nkb, index_t cp, index_t own, index_t own_end) noexcept {
+                                      index_t s1, index_t nkb, index_t cp, index_t own, index_t own_end,
+                                      Side& side) noexcept {
   for (index_t kb = s0; kb < s1; ++kb) {
     const typename Ops::b_type* b = panel + kb * Ops::b_kb;
     if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + slab_kb, nkb))
@@ -353,6 +359,7 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
       if constexpr (Two) prefetch_tile_rows(a1 + (kb + a_prefetch_kb) * Ops::a_k, lda_bytes);
     }
     Ops::template products22<Two>(a0 + kb * Ops::a_k, a1 + kb * Ops::a_k, lda_bytes, b + 2 * cp * Ops::col_step);
+    side();
   }
 }
 
@@ -365,10 +372,14 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
 /// the next slab (or of `next`'s first); the first step on a row pair fetches its A lines two
 /// k-blocks ahead. BP is the hint of the next slab's prefetch (a measurement variant; the library
 /// runs t0).
-template <class Ops, bool ColsOuter, Pf BP, class C>
-POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
-                                       const typename Ops::b_type* panel, const typename Ops::b_type* next,
-                                       C* c) noexcept {
+///
+/// block22_side also calls side() after each k-block's products: vector work that the core runs
+/// while the tiles compute (the previous panel's epilogue, row by row). It is called a number of
+/// times that depends on the block and the loop, and the caller does what is left afterwards.
+template <class Ops, bool ColsOuter, Pf BP, class C, class Side>
+POLYMOE_AMX_TARGET inline void block22_side(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
+                                            const typename Ops::b_type* panel, const typename Ops::b_type* next, C* c,
+                                            Side& side) noexcept {
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
@@ -386,12 +397,20 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
       const typename Ops::a_type* a1 = a0 + 16 * lda;
       const index_t own = i * share, own_end = std::min(kb_bytes, own + share);
       if (two)
-        slab22<Ops, true, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, true, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end, side);
       else
-        slab22<Ops, false, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end);
+        slab22<Ops, false, BP>(a0, a1, lda_bytes, panel, next, s0, s1, nkb, cp, own, own_end, side);
       store_c(c0, c1, two);
     }
   }
+}
+
+template <class Ops, bool ColsOuter, Pf BP, class C>
+POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
+                                       const typename Ops::b_type* panel, const typename Ops::b_type* next,
+                                       C* c) noexcept {
+  no_side none;
+  block22_side<Ops, ColsOuter, BP>(a, lda, m, nkb, panel, next, c, none);
 }
 
 /// The loop that bf16_block and int8_block run: POLYMOE_AMX_LOOP, a tuning knob for the benchmark,
@@ -438,6 +457,18 @@ POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, in
                                           const std::int8_t* panel, const std::int8_t* next,
                                           std::int32_t* acc) noexcept {
   run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc);
+}
+
+/// int8_block calling side() between k-blocks (block22_side) where the loop is the default 2 x 2;
+/// the other loops (measurement knobs) do not call it.
+template <class Side>
+POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
+                                          const std::int8_t* panel, const std::int8_t* next, std::int32_t* acc,
+                                          Side& side) noexcept {
+  if (loop() == Loop::two_by_two)
+    block22_side<int8_ops, false, Pf::t0>(a, lda, m, K4 / 64, panel, next, acc, side);
+  else
+    run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc);
 }
 
 }  // namespace amx

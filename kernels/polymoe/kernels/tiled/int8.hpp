@@ -281,17 +281,21 @@ inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel
 /// then turns them into values). `tile_stride` > 0 (a panel in the tile layout): the rows are also at
 /// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them; `next` then is
 /// the codes of the panel the thread multiplies next, or nullptr (see amx::kblock_ahead).
-template <class RowOf>
+///
+/// With tiles, side() is called between k-blocks (amx::block22_side), some number of times; the
+/// caller finishes what it is for afterwards.
+template <class RowOf, class Side = no_side>
 inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel& panel, std::int32_t* acc,
-                                index_t tile_stride = 0, const std::int8_t* next = nullptr) {
+                                index_t tile_stride = 0, const std::int8_t* next = nullptr, Side&& side = Side{}) {
 #if defined(POLYMOE_TILED_AMX_CODE)
   if (tile_stride > 0 && panel.tiles && m >= amx_min_rows(amx_min_rows_int8)) {
-    amx::int8_block(row(0), tile_stride, m, K4, panel.codes, next, acc);
+    amx::int8_block(row(0), tile_stride, m, K4, panel.codes, next, acc, side);
     return;
   }
 #else
   (void)tile_stride;
   (void)next;
+  (void)side;
 #endif
   const std::uint8_t* rows[max_tile_rows];
   constexpr index_t qb = 32768 / (panel_cols * int8_quad);  // quads per 32 KiB slab of the panel (8 x 16)
@@ -418,10 +422,10 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
   make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  // Panel cb of GEMM 1 for block b, its rows at row(i) (ldh apart), into act as the rows of `into`
+  // Panel cb of GEMM 1 for block b (a task of GEMM 1 by panel), into the block's rows of ws.act
   // (`after`: the codes of the panel multiplied next, or nullptr).
-  const auto gemm1_panel = [&](const RowBlock& b, auto row, index_t cb, const std::int8_t* after, const RowBlock& into,
-                               float* act) {
+  const auto gemm1_panel = [&](const RowBlock& b, index_t cb, const std::int8_t* after) {
+    const auto row = [&](index_t i) { return at(ws.aq_rows, b.begin + i); };
     alignas(64) std::int32_t acc[amx_block_rows_int8 * panel_cols];
     alignas(64) float c[amx_block_rows_int8 * panel_cols];
     const I8Panel panel = pk.panel13(b.expert, cb);
@@ -431,7 +435,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     for (index_t i = 0; i < b.rows; ++i)
       detail::scale_i8_row(acc + i * panel_cols, at(ws.a_scales, b.begin + i), panel, bias, 1.0f, c + i * panel_cols,
                            panel_cols);
-    detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, into, cb, c, act, I);
+    detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
   const auto quantize_rows = [&](const RowBlock& b, const float* act) {
     const TaskClock clock(PhaseTimes::act_quantize);
@@ -441,9 +445,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   const auto gemm1 = [&](const Task& task, const Task* next, std::size_t slot) {
     const RowBlock& b = sr.block(task);
     if (!by_block) {
-      const auto row = [&](index_t i) { return at(ws.aq_rows, b.begin + i); };
-      gemm1_panel(b, row, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr, b,
-                  ws.act.data());
+      gemm1_panel(b, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr);
       return;
     }
     // (slot: by_block implies the pipeline, whose tasks get their worker's slot)
@@ -452,12 +454,46 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     for (index_t i = 0; i < b.rows; ++i)
       std::memcpy(a + i * ldh, at(ws.aq_rows, b.begin + i), static_cast<std::size_t>(H4));
     const auto row = [a, ldh](index_t i) -> const std::uint8_t* { return a + i * ldh; };
-    const RowBlock own{b.expert, 0, b.rows};  // the block's rows of the worker's buffer
+    // Panel after panel, each panel's epilogue (scaling, bias, activation into the block's act
+    // rows) row by row while the next panel's tiles run: between their k-blocks (the tiles'
+    // side work, amx::block22_side), then what is left of it after them.
+    alignas(64) std::int32_t acc[2][amx_block_rows_int8 * panel_cols];
+    struct Pending {
+      I8Panel panel;
+      const std::int32_t* acc;
+      const float* bias;
+      float* dst;  // row 0's columns of act
+      index_t n;   // act columns
+      index_t row; // the next row to finish (b.rows: none left)
+    } pending{};
+    pending.row = b.rows;
+    const auto finish_row = [&] {
+      const index_t i = pending.row++;
+      alignas(64) float c[panel_cols];
+      detail::scale_i8_row(pending.acc + i * panel_cols, at(ws.a_scales, b.begin + i), pending.panel, pending.bias,
+                           1.0f, c, panel_cols);
+      activate<false>(mlp.activation, c, s.gated ? c + panel_cols / 2 : nullptr, pending.dst + i * I, pending.n);
+    };
+    const auto side = [&] {
+      if (pending.row < b.rows) finish_row();
+    };
+    const index_t act_cols = pk.act_cols();
     for (index_t cb = 0; cb < pk.panels13; ++cb) {
       const std::int8_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1).codes
                                  : next               ? pk.panel13(sr.block(*next).expert, 0).codes
                                                       : nullptr;
-      gemm1_panel(b, row, cb, after, own, act);
+      const I8Panel panel = pk.panel13(b.expert, cb);
+      std::int32_t* cur = acc[cb % 2];
+      detail::block_times_i8panel(b.rows, row, H4, panel, cur, tiles ? ldh : 0, after, side);
+      {
+        const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+        while (pending.row < b.rows) finish_row();
+      }
+      pending = {panel, cur, pk.bias13(b.expert, cb), act + cb * act_cols, std::min(act_cols, I - cb * act_cols), 0};
+    }
+    {
+      const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+      while (pending.row < b.rows) finish_row();
     }
     quantize_rows(b, act);
   };
