@@ -11,13 +11,14 @@
 // reports, per format, the time off over the time on, and the bf16 / int8 ratio either way. Knobs:
 // y-stream (GEMM 2 stores y with non-temporal stores: detail::y_stream_knob; off 0, on 1) and
 // sum-span (the top-k sum reads a token's rows of y in steps: detail::sum_span_knob; off whole
-// rows, on the library's step, detail::sum_span).
+// rows, on the library's step, detail::sum_span) and gemm1-by-block (GEMM 1 one task per row block,
+// each panel's epilogue inside the next panel's tiles: detail::gemm1_by_block_knob; off 0, on 1).
 //
 // With --phases 1, each format's phase times over all of its timed forwards of the rounds (as
 // polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
 //
 //   bench_ratio [--preset qwen3-30b-a3b|tiny] [--tokens 512,2048] [--threads 16] [--rounds 9]
-//               [--forwards 3] [--ab y-stream|sum-span] [--phases 1]
+//               [--forwards 3] [--ab y-stream|sum-span|gemm1-by-block] [--phases 1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -107,8 +108,10 @@ int main(int argc, char** argv) try {
       } else if (v == "sum-span") {
         ab = &kernels::tiled::detail::sum_span_knob();
         ab_off = 1 << 30, ab_on = -1;
+      } else if (v == "gemm1-by-block") {
+        ab = &kernels::tiled::detail::gemm1_by_block_knob();
       } else {
-        fail("--ab: y-stream or sum-span, not '" + v + "'");
+        fail("--ab: y-stream, sum-span or gemm1-by-block, not '" + v + "'");
       }
     } else {
       fail("unknown option " + a);

@@ -24,7 +24,7 @@ gtest_discover_tests(test_tiled TEST_SUFFIX .y_stream TEST_LIST test_tiled_y_str
                      PROPERTIES LABELS unit ENVIRONMENT POLYMOE_Y_STREAM=1)
 gtest_discover_tests(test_tiled_amx TEST_SUFFIX .y_stream TEST_LIST test_tiled_amx_y_stream DISCOVERY_TIMEOUT 60
                      PROPERTIES LABELS unit ENVIRONMENT POLYMOE_Y_STREAM=1)
-# kernel::tiled_amx once more with int8's GEMM 1 by block at every size (POLYMOE_GEMM1_BY_BLOCK=1;
+# kernel::tiled_amx once more with GEMM 1 by block at every size (POLYMOE_GEMM1_BY_BLOCK=1;
 # by default detail::gemm1_by_block takes it from 16 rows per block on average).
 gtest_discover_tests(test_tiled_amx TEST_SUFFIX .by_block TEST_LIST test_tiled_amx_by_block DISCOVERY_TIMEOUT 60
                      PROPERTIES LABELS unit ENVIRONMENT POLYMOE_GEMM1_BY_BLOCK=1)

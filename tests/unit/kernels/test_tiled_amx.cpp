@@ -223,13 +223,14 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   });
 }
 
-// int8's GEMM 1 by block (one task per row block: its input rows gathered into the worker's
-// buffer, its activations kept there and quantized by the same task) gives the bits of GEMM 1 by
-// (block, panel), whatever the thread count: blocks of up to 256 rows (about 150 rows per expert
-// at T=300) and blocks cut in two (about 300 at T=600), partial tiles, decode-sized blocks (T=3),
-// K not a multiple of 64 (H=200), the last activation panel partial (I=72), biases, and inputs
-// weighted per pair.
-TEST(TiledAmx, Int8Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
+// GEMM 1 by block (one task per row block, its panels in turn, each panel's epilogue run row by
+// row inside the next panel's tiles; int8: its input rows gathered into the worker's buffer, its
+// activations kept there and quantized by the same task) gives the bits of GEMM 1 by (block,
+// panel), in both formats, whatever the thread count: blocks of up to 256 rows (int8; bf16 128)
+// (about 150 rows per expert at T=300) and blocks cut in two (about 300 at T=600), partial tiles,
+// decode-sized blocks (T=3), K not a multiple of 64 (H=200), the last activation panel partial
+// (I=72), biases, and inputs weighted per pair.
+TEST(TiledAmx, Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
   int& knob = kt::detail::gemm1_by_block_knob();
   const int saved = knob;
   MoeConfig weighted = test::moe_config(128, 64, 4, 1);
@@ -240,16 +241,18 @@ TEST(TiledAmx, Int8Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
       const MoeWeights w = test::random_weights(rng, cfg);
       const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
       const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
-      MoeLayer<a2a::local, quant::int8_w8a8, kernel::tiled_amx> layer(cfg, w);
-      knob = 0;
-      const Matrix by_panel = layer.forward_routed(hidden, r.ids, r.weights);
-      knob = 1;
-      for (int threads : {1, 3, 7}) {
-        tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-        const Matrix by_block = layer.forward_routed(hidden, r.ids, r.weights);
-        EXPECT_TRUE((by_block.array() == by_panel.array()).all())
-            << "T=" << T << " H=" << cfg.hidden << ", " << threads << " threads";
-      }
+      for_both_schemes([&]<class Q>() {
+        MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+        knob = 0;
+        const Matrix by_panel = layer.forward_routed(hidden, r.ids, r.weights);
+        knob = 1;
+        for (int threads : {1, 3, 7}) {
+          tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+          const Matrix by_block = layer.forward_routed(hidden, r.ids, r.weights);
+          EXPECT_TRUE((by_block.array() == by_panel.array()).all())
+              << Q::name << " T=" << T << " H=" << cfg.hidden << ", " << threads << " threads";
+        }
+      });
     }
   knob = saved;
 }

@@ -451,6 +451,18 @@ POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, i
   run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c);
 }
 
+/// bf16_block calling side() between k-blocks (block22_side) where the loop is the default 2 x 2;
+/// the other loops (measurement knobs) do not call it.
+template <class Side>
+POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
+                                          const std::uint16_t* panel, const std::uint16_t* next, float* c,
+                                          Side& side) noexcept {
+  if (loop() == Loop::two_by_two)
+    block22_side<bf16_ops, false, Pf::t0>(a, lda, m, K32 / amx_kb, panel, next, c, side);
+  else
+    run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c);
+}
+
 /// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the tile layout of int8.hpp;
 /// `next` as bf16_block.
 POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,

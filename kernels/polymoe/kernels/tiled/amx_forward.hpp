@@ -5,7 +5,9 @@
 // in the tile layout of amx.hpp. Blocks of amx_min_rows() rows or more run tdpbf16ps when the
 // layer was prepared with AMX enabled; smaller blocks (decode), or every block without AMX, run
 // amx_layout_tile, an AVX-512 loop over the same layout. For kernel::tiled_amx the two GEMMs run
-// as one stream of tasks without a barrier between them (detail::pipelined_tasks).
+// as one stream of tasks without a barrier between them (detail::pipelined_tasks), and with enough
+// rows per block GEMM 1 runs a task per block, each panel's epilogue inside the next panel's tiles
+// (detail::gemm1_by_block, gemm1_panels_interleaved).
 #include <algorithm>
 
 #include <polymoe/kernels/tiled/amx.hpp>
@@ -55,15 +57,19 @@ inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, inde
 }
 
 /// Rows [0, m) of A times one panel: tiles when enabled and the block is large enough (`next`:
-/// the panel the thread multiplies next, or nullptr; see amx::kblock_ahead).
+/// the panel the thread multiplies next, or nullptr; see amx::kblock_ahead). With tiles, side() is
+/// called between k-blocks (amx::block22_side), some number of times.
+template <class Side = no_side>
 inline void amx_block_times_panel(bool tiles, index_t m, const std::uint16_t* a, index_t lda, index_t K,
-                                  const std::uint16_t* panel, const std::uint16_t* next, float* c) noexcept {
+                                  const std::uint16_t* panel, const std::uint16_t* next, float* c,
+                                  Side&& side = Side{}) noexcept {
 #if defined(POLYMOE_TILED_AMX_CODE)
   if (tiles && m >= amx_min_rows(amx_min_rows_bf16))
-    return amx::bf16_block(a, lda, m, padded_k32(K), panel, next, c);
+    return amx::bf16_block(a, lda, m, padded_k32(K), panel, next, c, side);
 #else
   (void)tiles;
   (void)next;
+  (void)side;
 #endif
   amx_layout_rows(m, a, lda, K, panel, c);
 }
@@ -107,13 +113,32 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
     for (index_t n = 0; n < N; ++n) std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
   ws.y.resize(static_cast<std::size_t>(N * H));
   const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
-  make_tasks(sr, pk.panels13, ws.tasks13);
+  const bool by_block = detail::gemm1_by_block(detail::pipeline_on(pk.pipelined), N, sr.blocks.size());
+  make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
   const auto gemm1 = [&](const Task& task, const Task* next) {
-    alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
-    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.a16.data() + b.begin * ldh, ldh, H,
-                                  pk.panel13(b.expert, task.panel),
+    const std::uint16_t* a = ws.a16.data() + b.begin * ldh;
+    if (by_block) {
+      // Panel after panel, each panel's epilogue inside the next panel's tiles
+      // (detail::gemm1_panels_interleaved).
+      alignas(64) float c[2][amx_block_rows * panel_cols];
+      detail::gemm1_panels_interleaved(
+          pk.panels13, b.rows, c[0], c[1],
+          [&](index_t cb, float* cc, auto& side) {
+            const std::uint16_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1)
+                                         : next               ? pk.panel13(sr.block(*next).expert, 0)
+                                                              : nullptr;
+            detail::amx_block_times_panel(pk.use_amx, b.rows, a, ldh, H, pk.panel13(b.expert, cb), after, cc, side);
+          },
+          [&](index_t cb, float* cc, index_t i) {
+            detail::finish13_row<true>(mlp, pk, cb, pk.bias13(b.expert, cb), cc + i * panel_cols,
+                                       ws.h16.data() + (b.begin + i) * ldi);
+          });
+      return;
+    }
+    alignas(64) float c[amx_block_rows * panel_cols];
+    detail::amx_block_times_panel(pk.use_amx, b.rows, a, ldh, H, pk.panel13(b.expert, task.panel),
                                   next ? pk.panel13(sr.block(*next).expert, next->panel) : nullptr, c);
     const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
@@ -126,8 +151,8 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
                                   next ? pk.panel2(sr.block(*next).expert, next->panel) : nullptr, c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
   };
-  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
-                    gemm2);
+  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, by_block ? 1 : pk.panels13, ws.tasks2, ws.pending,
+                    gemm1, nullptr, gemm2);
 
   sum_slots(sr, ws.y, k, out);
   clock.lap(PhaseTimes::sum);

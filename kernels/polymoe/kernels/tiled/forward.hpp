@@ -263,21 +263,26 @@ inline void add_row(const float* c, const float* bias, float wt, float* dst, ind
 #endif
 }
 
+/// One row of finish13: ci, a row of panel cb's tile, plus bias (AddBias), activated into
+/// row[cb · act_cols, ...), the row's columns of the activations.
+template <bool RoundBf16, bool AddBias = true, class Out>
+inline void finish13_row(const ExpertMlp& mlp, const PanelGrid& pk, index_t cb, const float* bias, float* ci,
+                         Out* row) {
+  const index_t I = pk.shape.intermediate, act_cols = pk.act_cols();
+  if constexpr (AddBias) add_row(ci, bias, 1.0f, ci, panel_cols);
+  activate<RoundBf16>(mlp.activation, ci, pk.shape.gated ? ci + panel_cols / 2 : nullptr, row + cb * act_cols,
+                      std::min(act_cols, I - cb * act_cols));
+}
+
 /// First-GEMM epilogue of a finished tile c[b.rows][64]: bias (unless AddBias is false: the
 /// tile has it already), activation (rounded to bf16 if RoundBf16) into the block's rows of act
 /// [N, ld] (fp32, or bf16 bits for the AMX inputs).
 template <bool RoundBf16, class Out, bool AddBias = true>
 inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, float* c, Out* act,
                      index_t ld) {
-  const index_t I = pk.shape.intermediate, act_cols = pk.act_cols();
   const float* bias = pk.bias13(b.expert, cb);
-  const index_t n = std::min(act_cols, I - cb * act_cols);
-  for (index_t i = 0; i < b.rows; ++i) {
-    float* ci = c + i * panel_cols;
-    if constexpr (AddBias) add_row(ci, bias, 1.0f, ci, panel_cols);
-    activate<RoundBf16>(mlp.activation, ci, pk.shape.gated ? ci + panel_cols / 2 : nullptr,
-                        act + (b.begin + i) * ld + cb * act_cols, n);
-  }
+  for (index_t i = 0; i < b.rows; ++i)
+    finish13_row<RoundBf16, AddBias>(mlp, pk, cb, bias, c + i * panel_cols, act + (b.begin + i) * ld);
 }
 
 /// Whether GEMM 2 streams its rows of y [N, H] (`y_bytes`) past the caches with non-temporal
@@ -388,27 +393,57 @@ inline int& gemm1_by_block_knob() noexcept {
   return knob;
 }
 
-/// Whether int8's GEMM 1 in kernel::tiled_amx (forward_int8) runs one task per row block, all of
-/// the block's panels in turn, instead of one task per (block, panel). The task gathers the
-/// block's quantized input rows from the per-token rows into its worker's buffer
-/// (Workspace::block_in) and keeps the block's fp32 activations in another (block_act) until it
-/// quantizes them into GEMM 2's rows, so that neither the inputs in sorted order (N rows, 35 MB at
-/// T = 2048 on Qwen3-30B-A3B) nor the fp32 activations [N, I] (50 MB) are written to memory and
-/// read back. It needs the pipeline's worker slots (pipeline_on), and enough rows per block: with
-/// few, a task per block leaves threads idle (decode: 8 blocks at T = 1) and there is little
-/// traffic to save. Measured on the 16-core device machine (Qwen3-30B-A3B, 128 experts, paired A B
-/// B A rounds; docs/benchmarks.md, issue 10, runs 42-44), time by panel over time by block: 16 and
-/// more rows per block on average (T = 256, 512, 2048) 1.10-1.47 in all eight rounds; 8 and fewer
-/// (T = 1-128) 0.84-1.05 in the quieter rounds of 41 forwards (T = 16-128), decode 0.68 and 0.70;
-/// at 2 threads, T = 512 and 2048, 0.90-1.24 in three rounds, unresolved (run 47). (bf16, whose
-/// activations are GEMM 2's bf16 rows anyway, gained nothing from gathering its input rows by
-/// block: 0.96-1.00 at T = 512 and 2048, run 45; it runs by panel.) POLYMOE_GEMM1_BY_BLOCK=0 / 1
-/// turns it off / on wherever the pipeline runs.
+/// Whether GEMM 1 in kernel::tiled_amx runs one task per row block, all of the block's panels in
+/// turn (gemm1_panels_interleaved: each panel's epilogue inside the next panel's tiles), instead
+/// of one task per (block, panel). int8's task also gathers the block's quantized input rows from
+/// the per-token rows into its worker's buffer (Workspace::block_in) and keeps the block's fp32
+/// activations in another (block_act) until it quantizes them into GEMM 2's rows, so that neither
+/// the inputs in sorted order (N rows, 35 MB at T = 2048 on Qwen3-30B-A3B) nor the fp32
+/// activations [N, I] (50 MB) are written to memory and read back. It needs the pipeline's worker
+/// slots (pipeline_on), and enough rows per block: with few, a task per block leaves threads idle
+/// (decode: 8 blocks at T = 1) and there is little to save. Measured on the 16-core device machine
+/// (Qwen3-30B-A3B, 128 experts, paired A B B A rounds; docs/benchmarks.md, issue 10), time by panel
+/// over time by block: int8 before the interleaved epilogues (runs 42-44), 16 and more rows per
+/// block on average (T = 256, 512, 2048) 1.10-1.47 in all eight rounds; 8 and fewer (T = 1-128)
+/// 0.84-1.05 in the quieter rounds of 41 forwards (T = 16-128), decode 0.68 and 0.70; at 2
+/// threads, T = 512 and 2048, 0.90-1.24 in three rounds, unresolved (run 47). With the interleaved
+/// epilogues (run 88, medians of 7 rounds): int8 1.125 at T = 512 and 1.099 at T = 2048, bf16 1.049
+/// and 1.018 (bf16 had gained nothing from by block without them: 0.96-1.00, run 45).
+/// POLYMOE_GEMM1_BY_BLOCK=0 / 1 turns it off / on wherever the pipeline runs.
 inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks) noexcept {
   constexpr index_t rows_per_block = 16;
   if (!pipeline) return false;
   if (const int knob = gemm1_by_block_knob(); knob >= 0) return knob == 1;
   return rows >= rows_per_block * static_cast<index_t>(blocks);
+}
+
+/// GEMM 1 of a row block by block (gemm1_by_block): panels 0 .. panels − 1 in turn, tiles(cb, c,
+/// side) computing panel cb into c, one of two buffers, and finish(cb, c, i) the epilogue of its
+/// row i. Each panel's epilogue runs row by row inside the next panel's tiles, called between
+/// their k-blocks (side, amx::block22_side: vector work while the tiles compute), and what is left
+/// of it after them; the last panel's after its tiles. Measured on the 16-core device machine (int8,
+/// Qwen3-30B-A3B, T = 2048, invocations alternating with the build that finished each panel after
+/// its tiles; docs/benchmarks.md, issue 10, run 87): GEMM 1's tasks 10-17 % less thread-time, of
+/// their 32-33 thread-ms of epilogue 1.7-1.9 left after the tiles. (Tried first in a separate
+/// program, runs 84-85: a row every k-block, not every fourth.)
+template <class C, class Tiles, class Finish>
+inline void gemm1_panels_interleaved(index_t panels, index_t rows, C* buf0, C* buf1, Tiles tiles, Finish finish) {
+  index_t pending = -1, next_row = rows;  // the panel whose epilogue is under way, its next row
+  C* pc = nullptr;
+  const auto side = [&] {
+    if (next_row < rows) finish(pending, pc, next_row++);
+  };
+  const auto rest = [&] {
+    const TaskClock clock(PhaseTimes::gemm1_epilogue);
+    while (next_row < rows) finish(pending, pc, next_row++);
+  };
+  for (index_t cb = 0; cb < panels; ++cb) {
+    C* c = cb % 2 == 0 ? buf0 : buf1;
+    tiles(cb, c, side);
+    rest();
+    pending = cb, pc = c, next_row = 0;
+  }
+  rest();
 }
 
 /// GEMM 1's tasks, `block_done(b)` once per row block b after all of its GEMM 1 tasks, and GEMM

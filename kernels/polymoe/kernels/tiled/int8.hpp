@@ -455,46 +455,22 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
       std::memcpy(a + i * ldh, at(ws.aq_rows, b.begin + i), static_cast<std::size_t>(H4));
     const auto row = [a, ldh](index_t i) -> const std::uint8_t* { return a + i * ldh; };
     // Panel after panel, each panel's epilogue (scaling, bias, activation into the block's act
-    // rows) row by row while the next panel's tiles run: between their k-blocks (the tiles'
-    // side work, amx::block22_side), then what is left of it after them.
+    // rows) inside the next panel's tiles (detail::gemm1_panels_interleaved).
     alignas(64) std::int32_t acc[2][amx_block_rows_int8 * panel_cols];
-    struct Pending {
-      I8Panel panel;
-      const std::int32_t* acc;
-      const float* bias;
-      float* dst;  // row 0's columns of act
-      index_t n;   // act columns
-      index_t row; // the next row to finish (b.rows: none left)
-    } pending{};
-    pending.row = b.rows;
-    const auto finish_row = [&] {
-      const index_t i = pending.row++;
-      alignas(64) float c[panel_cols];
-      detail::scale_i8_row(pending.acc + i * panel_cols, at(ws.a_scales, b.begin + i), pending.panel, pending.bias,
-                           1.0f, c, panel_cols);
-      activate<false>(mlp.activation, c, s.gated ? c + panel_cols / 2 : nullptr, pending.dst + i * I, pending.n);
-    };
-    const auto side = [&] {
-      if (pending.row < b.rows) finish_row();
-    };
-    const index_t act_cols = pk.act_cols();
-    for (index_t cb = 0; cb < pk.panels13; ++cb) {
-      const std::int8_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1).codes
-                                 : next               ? pk.panel13(sr.block(*next).expert, 0).codes
-                                                      : nullptr;
-      const I8Panel panel = pk.panel13(b.expert, cb);
-      std::int32_t* cur = acc[cb % 2];
-      detail::block_times_i8panel(b.rows, row, H4, panel, cur, tiles ? ldh : 0, after, side);
-      {
-        const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-        while (pending.row < b.rows) finish_row();
-      }
-      pending = {panel, cur, pk.bias13(b.expert, cb), act + cb * act_cols, std::min(act_cols, I - cb * act_cols), 0};
-    }
-    {
-      const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-      while (pending.row < b.rows) finish_row();
-    }
+    detail::gemm1_panels_interleaved(
+        pk.panels13, b.rows, acc[0], acc[1],
+        [&](index_t cb, std::int32_t* c, auto& side) {
+          const std::int8_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1).codes
+                                     : next               ? pk.panel13(sr.block(*next).expert, 0).codes
+                                                          : nullptr;
+          detail::block_times_i8panel(b.rows, row, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0, after, side);
+        },
+        [&](index_t cb, const std::int32_t* c, index_t i) {
+          alignas(64) float v[panel_cols];
+          detail::scale_i8_row(c + i * panel_cols, at(ws.a_scales, b.begin + i), pk.panel13(b.expert, cb),
+                               pk.bias13(b.expert, cb), 1.0f, v, panel_cols);
+          detail::finish13_row<false, /*AddBias=*/false>(mlp, pk, cb, nullptr, v, act + i * I);
+        });
     quantize_rows(b, act);
   };
   const auto quantize_block = [&](index_t block) {

@@ -36,7 +36,8 @@ struct PhaseTimes {
   /// tasks, and spinning while a GEMM 2 task waits for its block. What the workers' time
   /// (workers x gemms) holds besides these is claiming tasks and waiting to start or to end.
   /// (The parts of those kinds after the tiles: gemm1_epilogue, the part of gemm1_tasks spent in
-  /// GEMM 1's epilogue — int8's scaling of the integers, bias, activation; act_quantize, int8's
+  /// GEMM 1's epilogue — int8's scaling of the integers, bias, activation; by block, only what is
+  /// left of it after the next panel's tiles (detail::gemm1_panels_interleaved); act_quantize, int8's
   /// quantization of the activations into GEMM 2's rows, in gemm1_tasks or block_work; and
   /// gemm2_epilogue, the part of gemm2_tasks spent in GEMM 2's, finish2_rows: scaling, bias,
   /// routing weight and the stores into y.)
