@@ -433,54 +433,36 @@ inline Loop loop() noexcept {
 }
 
 
-template <class Ops, class C>
+/// The loop of loop(); the default 2 x 2 calls side() between k-blocks (block22_side), the other
+/// loops (measurement knobs) do not call it.
+template <class Ops, class C, class Side>
 POLYMOE_AMX_TARGET inline void run_loop(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
-                                        const typename Ops::b_type* panel, const typename Ops::b_type* next,
-                                        C* c) noexcept {
+                                        const typename Ops::b_type* panel, const typename Ops::b_type* next, C* c,
+                                        Side& side) noexcept {
   switch (loop()) {
     case Loop::one_by_four: return block<Ops>(a, lda, m, nkb, panel, next, c);
     case Loop::two_by_two_cols: return block22<Ops, true, Pf::t0>(a, lda, m, nkb, panel, next, c);
-    default: return block22<Ops, false, Pf::t0>(a, lda, m, nkb, panel, next, c);
+    default: return block22_side<Ops, false, Pf::t0>(a, lda, m, nkb, panel, next, c, side);
   }
 }
 
 /// bf16: A bf16 rows (lda >= K32), panel in the bf16 tile layout; `next` the panel (of the same
-/// K) that the caller multiplies next, or nullptr (see kblock_ahead).
-POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
-                                          const std::uint16_t* panel, const std::uint16_t* next, float* c) noexcept {
-  run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c);
-}
-
-/// bf16_block calling side() between k-blocks (block22_side) where the loop is the default 2 x 2;
-/// the other loops (measurement knobs) do not call it.
-template <class Side>
+/// K) that the caller multiplies next, or nullptr (see kblock_ahead); side() between k-blocks
+/// (run_loop).
+template <class Side = no_side>
 POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
                                           const std::uint16_t* panel, const std::uint16_t* next, float* c,
-                                          Side& side) noexcept {
-  if (loop() == Loop::two_by_two)
-    block22_side<bf16_ops, false, Pf::t0>(a, lda, m, K32 / amx_kb, panel, next, c, side);
-  else
-    run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c);
+                                          Side&& side = Side{}) noexcept {
+  run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c, side);
 }
 
 /// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the tile layout of int8.hpp;
-/// `next` as bf16_block.
-POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
-                                          const std::int8_t* panel, const std::int8_t* next,
-                                          std::int32_t* acc) noexcept {
-  run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc);
-}
-
-/// int8_block calling side() between k-blocks (block22_side) where the loop is the default 2 x 2;
-/// the other loops (measurement knobs) do not call it.
-template <class Side>
+/// `next` and side() as bf16_block.
+template <class Side = no_side>
 POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
                                           const std::int8_t* panel, const std::int8_t* next, std::int32_t* acc,
-                                          Side& side) noexcept {
-  if (loop() == Loop::two_by_two)
-    block22_side<int8_ops, false, Pf::t0>(a, lda, m, K4 / 64, panel, next, acc, side);
-  else
-    run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc);
+                                          Side&& side = Side{}) noexcept {
+  run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc, side);
 }
 
 }  // namespace amx
