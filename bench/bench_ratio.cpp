@@ -12,13 +12,16 @@
 // y-stream (GEMM 2 stores y with non-temporal stores: detail::y_stream_knob; off 0, on 1) and
 // sum-span (the top-k sum reads a token's rows of y in steps: detail::sum_span_knob; off whole
 // rows, on the library's step, detail::sum_span) and gemm1-by-block (GEMM 1 one task per row block,
-// each panel's epilogue inside the next panel's tiles: detail::gemm1_by_block_knob; off 0, on 1).
+// each panel's epilogue inside the next panel's tiles: detail::gemm1_by_block_knob; off 0, on 1)
+// and bf16-block-rows (bf16's AMX row-block cut: detail::bf16_block_rows_knob; off 128, on 256,
+// the library's; int8 always cuts at 256).
 //
 // With --phases 1, each format's phase times over all of its timed forwards of the rounds (as
 // polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
 //
 //   bench_ratio [--preset qwen3-30b-a3b|tiny] [--tokens 512,2048] [--threads 16] [--rounds 9]
-//               [--forwards 3] [--ab y-stream|sum-span|gemm1-by-block] [--phases 1]
+//               [--forwards 3] [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows]
+//               [--phases 1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -110,8 +113,11 @@ int main(int argc, char** argv) try {
         ab_off = 1 << 30, ab_on = -1;
       } else if (v == "gemm1-by-block") {
         ab = &kernels::tiled::detail::gemm1_by_block_knob();
+      } else if (v == "bf16-block-rows") {
+        ab = &kernels::tiled::detail::bf16_block_rows_knob();
+        ab_off = 128, ab_on = 256;
       } else {
-        fail("--ab: y-stream, sum-span or gemm1-by-block, not '" + v + "'");
+        fail("--ab: y-stream, sum-span, gemm1-by-block or bf16-block-rows, not '" + v + "'");
       }
     } else {
       fail("unknown option " + a);

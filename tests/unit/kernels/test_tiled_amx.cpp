@@ -53,10 +53,9 @@ TEST(TiledAmx, SaysWhetherItRunsTiles) {
 }
 
 TEST(TiledAmx, AgreesWithTheReferenceAcrossBlockSizes) {
-  // Few experts, so that blocks run from 1 row (decode, AVX-512) to 128 (eight tile row groups)
-  // and 256 (int8), and T=300 and 600 give experts more rows than one AMX block holds (about 150:
-  // cut in two for bf16; about 300: cut in two for int8); H a multiple of 64 and not (int8's tile
-  // layout pads K to 64), I not a multiple of 32.
+  // Few experts, so that blocks run from 1 row (decode, AVX-512) to 256 (sixteen tile row
+  // groups), and T=600 gives experts more rows than one AMX block holds (about 300: cut in two);
+  // H a multiple of 64 and not (int8's tile layout pads K to 64), I not a multiple of 32.
   for (const index_t H : {index_t{128}, index_t{200}})
     for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}, index_t{300}, index_t{600}}) {
       SCOPED_TRACE(T);

@@ -10,7 +10,7 @@
 // compiled for every x86-64 build (function target attributes), so CI keeps compiling it.
 //
 // Tiles: one configuration for both types, eight tiles of 16 rows x 64 bytes. C tiles are 16 rows
-// x 16 columns of fp32 / int32; a row block (up to 128 rows, 256 for int8) runs in pairs of row
+// x 16 columns of fp32 / int32; a row block (up to 256 rows, amx_block_rows) runs in pairs of row
 // groups of 16 (2 x 2 register blocking: block22); the weights of a panel are walked in slabs of
 // 32 KiB (8 k-blocks x 4 column tiles of 1 KiB), so every row pair after the first reads them
 // from L1.

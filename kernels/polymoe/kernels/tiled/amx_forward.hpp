@@ -74,6 +74,19 @@ inline void amx_block_times_panel(bool tiles, index_t m, const std::uint16_t* a,
   amx_layout_rows(m, a, lda, K, panel, c);
 }
 
+/// POLYMOE_BF16_BLOCK_ROWS from the environment (a measurement knob; bench_ratio --ab
+/// bf16-block-rows): bf16's AMX row-block cut, a multiple of 16 up to amx_block_rows; unset or
+/// out of range: amx_block_rows.
+inline int& bf16_block_rows_knob() noexcept {
+  static int knob = static_cast<int>(env_number("POLYMOE_BF16_BLOCK_ROWS").value_or(amx_block_rows));
+  return knob;
+}
+
+inline index_t bf16_block_rows() noexcept {
+  const index_t v = bf16_block_rows_knob();
+  return v >= 16 && v <= amx_block_rows && v % 16 == 0 ? v : amx_block_rows;
+}
+
 }  // namespace detail
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for quant::bf16 (inputs rounded to bf16).
@@ -87,7 +100,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   // Row strides of the bf16 GEMM inputs (elements): H32 and I32 rounded to an odd number of lines.
   const index_t ldh = amx_row_stride_bytes(2 * H32) / 2, ldi = amx_row_stride_bytes(2 * I32) / 2;
   PhaseClock clock;
-  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
+  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{detail::bf16_block_rows(), 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block

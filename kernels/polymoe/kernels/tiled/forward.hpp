@@ -64,15 +64,20 @@ inline void spin_pause() noexcept {
 
 /// Rows per row block: a block's tiles run one after another on one panel.
 inline constexpr index_t block_rows = 48;
-/// Rows per row block when AMX tiles run it (in row groups of 16): every row group after the
-/// first reads the panel from L1, so the more rows one pass over a panel serves, the less each
-/// waits on memory. With it (and amx_row_stride_bytes), bf16 T=2048 on 2 threads of the device
-/// machine went from a median 535 to 628 GFLOP/s over noisy runs (docs/benchmarks.md, issue 10).
-/// 256 (one block per expert at T = 2048 on Qwen3-30B-A3B, where 128 cuts half of them in two)
-/// was no faster at 16 threads (run 30, both formats, GEMM 1 by panel); int8, whose GEMM 1 now
-/// runs by block, takes 256 (amx_block_rows_int8, int8.hpp). Also the size of the blocks' C
-/// buffers.
-inline constexpr index_t amx_block_rows = 128;
+/// Rows per row block when AMX tiles run it (in row groups of 16), both formats: every row group
+/// after the first reads the panel from L1, so the more rows one pass over a panel serves, the
+/// less each waits on memory. With 128 (and amx_row_stride_bytes), bf16 T=2048 on 2 threads of the
+/// device machine went from a median 535 to 628 GFLOP/s over noisy runs (docs/benchmarks.md,
+/// issue 10). 256: at T = 2048 on Qwen3-30B-A3B an expert gets about 128 ± 11 rows, so 128 cut
+/// about half of the experts in two, and GEMM 1 by block (detail::gemm1_by_block) streamed those
+/// experts' W13 panels once per block. 256 was no faster while GEMM 1 ran by panel (run 30); with
+/// GEMM 1 by block, measured on the 16-core device machine with the cut as a knob of one build, in
+/// paired rounds: int8 (runs 50-51) T=2048 4-15 % faster in all four rounds, T=512 (about 32 rows
+/// an expert, the same blocks either way) 0.95-1.04, and at 2 threads (run 53) nothing resolved;
+/// bf16 (run 95, `bench_ratio --ab bf16-block-rows`, time with 128 over time with 256, medians of
+/// 11 rounds) T=2048 1.071 and 1.098, T=512 0.984. The tiles of a block live on the stack of the
+/// thread that runs it (2 x 64 KiB in GEMM 1 by block, either format).
+inline constexpr index_t amx_block_rows = 256;
 /// k per pass over a row block: a slab of the panel (32 KiB) that the block's tiles share from L1.
 template <class W>
 inline constexpr index_t k_block = 32768 / (panel_cols * static_cast<index_t>(sizeof(W)));

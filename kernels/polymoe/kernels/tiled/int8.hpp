@@ -320,18 +320,6 @@ inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel&
 
 }  // namespace detail
 
-/// Rows per row block of int8 when AMX tiles run it (bf16: amx_block_rows, 128). At T = 2048 on
-/// Qwen3-30B-A3B an expert gets about 128 ± 11 rows, so with 128 about half of the experts were
-/// cut in two, and GEMM 1 by block (detail::gemm1_by_block) streamed those experts' W13 panels
-/// once per block. With 256 (one block per expert there), measured on the 16-core device machine
-/// with the cut as a knob of one build, in paired rounds (docs/benchmarks.md, issue 10, runs
-/// 50-51): T=2048 4-15 % faster in all four int8-only rounds (time with 128 over time with 256:
-/// 1.10, 1.15, 1.05, 1.07), T=512 (about 32 rows an expert, the same blocks either way)
-/// 0.95-1.04; at 2 threads (run 53) T=2048 moved with the T=512 control (0.89-0.90 both), no
-/// difference resolved. The tiles of a block live on the stack of the thread that runs it (2 x 64
-/// KiB in GEMM 1).
-inline constexpr index_t amx_block_rows_int8 = 256;
-
 /// The forward pass of forward_standard (see forward.hpp) with int8 GEMMs.
 template <class Unused = void>
 void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8PackedExperts>& p,
@@ -342,7 +330,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
   const index_t H4 = pk.kpad(H), I4 = pk.kpad(I);
   PhaseClock clock;
-  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows_int8, 16} : BlockCut{block_rows});
+  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   const auto at = [](auto& v, index_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
@@ -408,7 +396,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   // routing weight: three phases, or (kernel::tiled_amx) one pipeline in which a row block's
   // activations are quantized as soon as its GEMM 1 tasks are done (detail::pipelined_tasks) —
   // or, GEMM 1 by block (detail::gemm1_by_block), by the task that ran them all.
-  const index_t in_slot = amx_block_rows_int8 * ldh, act_slot = amx_block_rows_int8 * I;  // per worker
+  const index_t in_slot = amx_block_rows * ldh, act_slot = amx_block_rows * I;  // per worker
   if (by_block) {
     const std::size_t workers = detail::pipeline_workers();
     ws.block_in.resize(workers * static_cast<std::size_t>(in_slot));
@@ -426,8 +414,8 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   // (`after`: the codes of the panel multiplied next, or nullptr).
   const auto gemm1_panel = [&](const RowBlock& b, index_t cb, const std::int8_t* after) {
     const auto row = [&](index_t i) { return at(ws.aq_rows, b.begin + i); };
-    alignas(64) std::int32_t acc[amx_block_rows_int8 * panel_cols];
-    alignas(64) float c[amx_block_rows_int8 * panel_cols];
+    alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
+    alignas(64) float c[amx_block_rows * panel_cols];
     const I8Panel panel = pk.panel13(b.expert, cb);
     detail::block_times_i8panel(b.rows, row, H4, panel, acc, tiles ? ldh : 0, after);
     const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
@@ -456,7 +444,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     const auto row = [a, ldh](index_t i) -> const std::uint8_t* { return a + i * ldh; };
     // Panel after panel, each panel's epilogue (scaling, bias, activation into the block's act
     // rows) inside the next panel's tiles (detail::gemm1_panels_interleaved).
-    alignas(64) std::int32_t acc[2][amx_block_rows_int8 * panel_cols];
+    alignas(64) std::int32_t acc[2][amx_block_rows * panel_cols];
     detail::gemm1_panels_interleaved(
         pk.panels13, b.rows, acc[0], acc[1],
         [&](index_t cb, std::int32_t* c, auto& side) {
@@ -479,7 +467,7 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     quantize_rows(b, ws.act.data() + b.begin * I);
   };
   const auto gemm2 = [&](const Task& task, const Task* next) {
-    alignas(64) std::int32_t acc[amx_block_rows_int8 * panel_cols];
+    alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
     const I8Panel panel = pk.panel2(b.expert, cb);
