@@ -225,8 +225,8 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
 // GEMM 1 by block (one task per row block, its panels in turn, each panel's epilogue run row by
 // row inside the next panel's tiles; int8: its input rows gathered into the worker's buffer, its
 // activations kept there and quantized by the same task) gives the bits of GEMM 1 by (block,
-// panel), in both formats, whatever the thread count: blocks of up to 256 rows (int8; bf16 128)
-// (about 150 rows per expert at T=300) and blocks cut in two (about 300 at T=600), partial tiles,
+// panel), in both formats, whatever the thread count: blocks of up to 256 rows (about 150 rows per
+// expert at T=300) and blocks cut in two (about 300 at T=600), partial tiles,
 // decode-sized blocks (T=3), K not a multiple of 64 (H=200), the last activation panel partial
 // (I=72), biases, and inputs weighted per pair.
 TEST(TiledAmx, Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
@@ -254,6 +254,33 @@ TEST(TiledAmx, Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
       });
     }
   knob = saved;
+}
+
+// bf16's row-block cut (detail::bf16_block_rows_knob: 256, the library's, or 128) changes which
+// rows share a block, not what any row computes: the tiles sum every output over k in the same
+// order whatever the block, so both cuts give the same bits — one block per expert or two (about
+// 150 rows per expert at T=300), two or three (about 300 at T=600), by block and by panel.
+TEST(TiledAmx, Bf16BlockCutGivesTheSameBits) {
+  int& cut = kt::detail::bf16_block_rows_knob();
+  int& by_block = kt::detail::gemm1_by_block_knob();
+  const int saved_cut = cut, saved_by_block = by_block;
+  const MoeConfig cfg = test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true);
+  for (const index_t T : {index_t{300}, index_t{600}}) {
+    std::mt19937 rng(static_cast<unsigned>(T));
+    const MoeWeights w = test::random_weights(rng, cfg);
+    const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+    const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
+    MoeLayer<a2a::local, quant::bf16, kernel::tiled_amx> layer(cfg, w);
+    for (const int b : {0, 1}) {
+      by_block = b;
+      cut = 256;
+      const Matrix wide = layer.forward_routed(hidden, r.ids, r.weights);
+      cut = 128;
+      const Matrix narrow = layer.forward_routed(hidden, r.ids, r.weights);
+      EXPECT_TRUE((wide.array() == narrow.array()).all()) << "T=" << T << (b ? ", by block" : ", by panel");
+    }
+  }
+  cut = saved_cut, by_block = saved_by_block;
 }
 
 // GEMM 2's epilogues with streamed stores (detail::stream_y: y and the weights larger than the

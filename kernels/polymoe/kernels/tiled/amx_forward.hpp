@@ -82,6 +82,7 @@ inline int& bf16_block_rows_knob() noexcept {
   return knob;
 }
 
+/// bf16's AMX row-block cut in use: the knob when it is in range, else amx_block_rows.
 inline index_t bf16_block_rows() noexcept {
   const index_t v = bf16_block_rows_knob();
   return v >= 16 && v <= amx_block_rows && v % 16 == 0 ? v : amx_block_rows;
