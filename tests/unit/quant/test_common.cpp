@@ -1,5 +1,6 @@
-// quantize::amax and quantize::all_finite (vectorized with AVX-512) against loops written here,
-// on every length up to 100 and every position of the largest magnitude, an infinity and a NaN.
+// quantize::amax and quantize::amax_if_finite (vectorized with AVX-512) against loops written
+// here, on every length up to 100 and every position of the largest magnitude, an infinity and a
+// NaN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,26 +62,34 @@ TEST(QuantizeCommon, AmaxIgnoresNaNAndSeesInfinity) {
     }
 }
 
-TEST(QuantizeCommon, AllFiniteFindsEveryNonFiniteValue) {
-  std::mt19937 rng(13);
+TEST(QuantizeCommon, AmaxIfFiniteIsTheAmaxOfAFiniteRowElseNaN) {
+  std::mt19937 rng(14);
   const float bad[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
                        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  EXPECT_EQ(q::amax_if_finite(nullptr, 0), 0.0f);
   for (index_t n = 0; n <= 100; ++n) {
     std::vector<float> x = random_row(n, rng);
     x.push_back(std::numeric_limits<float>::max());  // finite, and the largest there is
-    ASSERT_TRUE(q::all_finite(x.data(), n + 1)) << "n " << n;
-    for (index_t at = 0; at <= n; ++at)
+    ASSERT_EQ(q::amax_if_finite(x.data(), n + 1), std::numeric_limits<float>::max()) << "n " << n + 1;
+  }
+  for (index_t n = 1; n <= 100; ++n)
+    for (index_t at = 0; at < n; ++at) {
+      std::vector<float> x = random_row(n, rng);
+      x[static_cast<std::size_t>(at)] = at % 2 == 0 ? 7.5f : -7.5f;
+      ASSERT_EQ(q::amax_if_finite(x.data(), n), 7.5f) << "n " << n << " at " << at;
+      ASSERT_EQ(q::amax_if_finite(x.data(), n), oracle_amax(x)) << "n " << n << " at " << at;
       for (float b : bad) {
         std::vector<float> y = x;
         y[static_cast<std::size_t>(at)] = b;
-        ASSERT_EQ(q::all_finite(y.data(), n + 1), oracle_finite(y)) << "n " << n + 1 << " at " << at;
-        ASSERT_FALSE(q::all_finite(y.data(), n + 1)) << "n " << n + 1 << " at " << at;
+        ASSERT_FALSE(oracle_finite(y));
+        ASSERT_TRUE(std::isnan(q::amax_if_finite(y.data(), n))) << "n " << n << " at " << at << " value " << b;
         // a non-finite value past the end is not looked at
-        if (at == n) {
-          ASSERT_TRUE(q::all_finite(y.data(), n)) << "n " << n;
+        if (at == n - 1 && n > 1) {
+          ASSERT_EQ(q::amax_if_finite(y.data(), n - 1), oracle_amax(std::vector<float>(y.begin(), y.end() - 1)))
+              << "n " << n - 1;
         }
       }
-  }
+    }
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ namespace polymoe::kernels::quantize {
   return m;
 }
 
-/// amax(x, n) when all n values are finite, else NaN: all_finite and amax in one pass over x.
+/// amax(x, n) when all n values are finite, else NaN: the finiteness check and the maximum in one
+/// pass over x (for the quantizers, which leave a row or group holding a non-finite value as it is).
 [[nodiscard]] inline float amax_if_finite(const float* x, index_t n) noexcept {
   index_t i = 0;
   float m = 0.0f;
@@ -72,22 +73,6 @@ namespace polymoe::kernels::quantize {
     m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
   }
   return m;
-}
-
-/// True when every one of the n values is finite.
-[[nodiscard]] inline bool all_finite(const float* x, index_t n) noexcept {
-  index_t i = 0;
-#if defined(__AVX512F__)
-  // |x| < inf is false for an infinity and (ordered compare) for a NaN
-  const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-  __mmask16 ok = 0xFFFF;
-  for (; i + 16 <= n; i += 16)
-    ok &= _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), inf, _CMP_LT_OQ);
-  if (ok != 0xFFFF) return false;
-#endif
-  for (; i < n; ++i)
-    if (!std::isfinite(x[i])) return false;
-  return true;
 }
 
 /// polymoe::error naming the first non-finite entry of `m` (a quantizer has no code for it, and a

@@ -6,6 +6,7 @@
 // code = float_to_e4m3_sat(x / s) (fp32 division, round to nearest even, clamped to ±448);
 // value = e4m3_to_float(code) * s (one fp32 multiplication).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -64,9 +65,8 @@ inline void fake_quantize_e4m3(std::span<float> row, index_t group) noexcept {
   for (index_t g0 = 0; g0 < n; g0 += group) {
     float* x = row.data() + g0;
     const index_t len = std::min(group, n - g0);
-    if (!all_finite(x, len)) continue;
-    const float a = amax(x, len);
-    if (a == 0.0f) continue;
+    const float a = amax_if_finite(x, len);
+    if (std::isnan(a) || a == 0.0f) continue;
     const float s = e4m3_scale(a);
     for (index_t i = 0; i < len; ++i) x[i] = codecs::e4m3_to_float(codecs::float_to_e4m3_sat(x[i] / s)) * s;
   }

@@ -35,9 +35,8 @@ inline void quantize_int8(const float* x, index_t n, float scale, std::int8_t* q
 /// s = amax(row) / 127. A row holding a non-finite value is left as it is; a zero row stays zero.
 inline void fake_quantize_int8(std::span<float> row) noexcept {
   const index_t n = static_cast<index_t>(row.size());
-  if (!all_finite(row.data(), n)) return;
-  const float a = amax(row.data(), n);
-  if (a == 0.0f) return;
+  const float a = amax_if_finite(row.data(), n);
+  if (std::isnan(a) || a == 0.0f) return;
   const float s = int8_scale(a);
   for (float& v : row) v = static_cast<float>(round_to_int8(v / s)) * s;
 }

@@ -12,6 +12,7 @@
 //   value = e2m1(element) · e4m3(code) · scale_2, multiplied left to right in fp32
 // A partial last block (K not a multiple of 16) is padded with zero elements.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -70,9 +71,8 @@ inline void dequantize_nvfp4_row(const std::uint8_t* packed, const std::uint8_t*
 /// A row holding a non-finite value is left as it is; a zero row stays zero.
 inline void fake_quantize_nvfp4(std::span<float> row) noexcept {
   const index_t n = static_cast<index_t>(row.size());
-  if (!all_finite(row.data(), n)) return;
-  const float a = amax(row.data(), n);
-  if (a == 0.0f) return;
+  const float a = amax_if_finite(row.data(), n);
+  if (std::isnan(a) || a == 0.0f) return;
   const float s2 = nvfp4_scale_2(a);
   std::uint8_t packed[nvfp4_block_bytes], code = 0;
   for (index_t b = 0; b * nvfp4_block < n; ++b) {
