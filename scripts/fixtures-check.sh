@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The Hugging Face fixtures (../shared/fixtures/hf: transformers' outputs) through one kernel on
+# this machine: test_hf_fixtures (every valid triple against transformers), then every fixture case
+# through `polymoe run` for each scheme asked for, with --kernel reference and with the kernel under
+# test, each output compared with transformers' (the tolerances of tests/tools.cmake) and the two
+# kernels' outputs with each other. Both passes run twice: as built, and with POLYMOE_AMX_MIN_ROWS=1,
+# which puts every row block of kernel::tiled_amx on the AMX tiles (these layers are small).
+# Written for the AMX device machine (docs/benchmarks.md, issue 10, run 103), where the binaries
+# come in a bundle of /work/shared/scripts/device-bundle.sh:
+#   scripts/fixtures-check.sh --bin .dev/bundle/run --fixtures .dev/fixtures/hf
+# and on a build folder here:
+#   scripts/fixtures-check.sh --bin build
+# Options: --kernel K (default tiled_amx), --quant LIST (default bf16,int8_w8a8; also fp32,
+# fp8_block, fp8_block_weight_only, mxfp4, nvfp4), --threads N (default: all cores). Exit status 1 when any test, run or comparison fails.
+set -uo pipefail
+bin="" fixtures="" kernel=tiled_amx quants=bf16,int8_w8a8 threads=$(nproc)
+while (($#)); do
+  case "$1" in
+    --bin) bin=$2; shift 2 ;;
+    --fixtures) fixtures=$2; shift 2 ;;
+    --kernel) kernel=$2; shift 2 ;;
+    --quant) quants=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    *) echo "fixtures-check: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+[ -n "$bin" ] || { echo "fixtures-check: --bin BUILD_FOLDER or --bin BUNDLE/run is required" >&2; exit 2; }
+here=$(cd "$(dirname "$0")/.." && pwd)
+fixtures=${fixtures:-$here/../shared/fixtures/hf}
+[ -d "$fixtures" ] || { echo "fixtures-check: no fixtures folder '$fixtures'" >&2; exit 2; }
+fixtures=$(cd "$fixtures" && pwd)
+# A build folder holds tests/ and tools/; anything else is a launcher taking the program's name.
+[ -d "$bin" ] || [ -x "$bin" ] || { echo "fixtures-check: --bin '$bin' is neither a folder nor a program" >&2; exit 2; }
+if [ -d "$bin" ]; then
+  test_hf=("$bin/tests/test_hf_fixtures") polymoe=("$bin/tools/polymoe")
+else
+  test_hf=("$bin" test_hf_fixtures) polymoe=("$bin" polymoe)
+fi
+export POLYMOE_FIXTURES_DIR=${fixtures%/hf}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=0
+fail() { echo "FAILED: $*"; failed=1; }
+
+for tiles in as-built everywhere; do
+  env=()
+  [ $tiles = everywhere ] && env=(POLYMOE_AMX_MIN_ROWS=1)
+  echo "== tiles: $tiles"
+  if env "${env[@]}" "${test_hf[@]}" --gtest_brief=1 > "$work/gtest.log" 2>&1; then
+    echo "test_hf_fixtures: $(grep -o '[0-9]* tests\? from .* ran' "$work/gtest.log" | head -1), passed"
+  else
+    tail -20 "$work/gtest.log"; fail "test_hf_fixtures ($tiles)"
+  fi
+  for quant in ${quants//,/ }; do
+    case "$quant" in  # the tolerances of tests/tools.cmake's fixture and quantize cases
+      fp32) tol=1e-5 ;; bf16) tol=1e-2 ;; int8_w8a8 | fp8_block) tol=5e-2 ;; fp8_block_weight_only) tol=8e-2 ;;
+      mxfp4 | nvfp4) tol=0.25 ;;
+      *) fail "no tolerance here for --quant $quant (fp32, bf16, int8_w8a8, fp8_block, fp8_block_weight_only, mxfp4, nvfp4)"; continue ;;
+    esac
+    for dir in "$fixtures"/*/; do
+      case=$(basename "$dir")
+      [ -f "$dir/io.safetensors" ] || continue
+      for k in reference "$kernel"; do
+        if ! env "${env[@]}" "${polymoe[@]}" run --checkpoint "$dir" --layer 0 --input "$dir/io.safetensors" \
+          --output "$work/$k.safetensors" --quant "$quant" --kernel "$k" --threads "$threads" --quiet \
+          > "$work/run.log" 2>&1; then
+          fail "$quant $case $k: $(tail -1 "$work/run.log")"; continue 2
+        fi
+        r=$("${polymoe[@]}" compare "$work/$k.safetensors" "$dir/io.safetensors" --tensor output --tol $tol 2>&1) ||
+          fail "$quant $case $k against transformers"
+        echo "$quant $case $k vs transformers: ${r##*: }"
+      done
+      r=$("${polymoe[@]}" compare "$work/$kernel.safetensors" "$work/reference.safetensors" --tensor output --tol 1e-5 2>&1) ||
+        fail "$quant $case $kernel against reference"
+      echo "$quant $case $kernel vs reference: ${r##*: }"
+    done
+  done
+done
+((failed)) && { echo "fixtures-check: FAILED"; exit 1; }
+echo "fixtures-check: all passed"
