@@ -1,5 +1,6 @@
 # Tests of the core, the policies and the kernels (mirroring include/, policies/, kernels/).
 polymoe_add_test(test_routing ${CMAKE_CURRENT_SOURCE_DIR}/unit/core/test_routing.cpp)
+polymoe_add_test(test_activation ${CMAKE_CURRENT_SOURCE_DIR}/unit/core/test_activation.cpp)
 polymoe_add_test(test_pairing ${CMAKE_CURRENT_SOURCE_DIR}/unit/core/test_pairing.cpp)
 polymoe_add_test(test_bad_input ${CMAKE_CURRENT_SOURCE_DIR}/unit/core/test_bad_input.cpp)
 polymoe_add_test(test_hf_fixtures ${CMAKE_CURRENT_SOURCE_DIR}/unit/layer/test_hf_fixtures.cpp)

@@ -15,6 +15,7 @@ struct Shape {
   index_t T, H, I, E, k;
   Activation act;
   bool bias, shared, skewed;
+  float input_scale = 1.0f;  // the hidden states' standard deviation
 };
 
 std::vector<Shape> shapes() {
@@ -26,6 +27,7 @@ std::vector<Shape> shapes() {
       {17, 20, 6, 3, 3, Activation::relu2, false, false, false},        // k = E, non-gated
       {65, 16, 9, 7, 2, Activation::silu, true, false, true},           // all tokens on one expert
       {130, 40, 24, 13, 4, Activation::silu_gated, false, true, false}, // E not a multiple of threads
+      {40, 32, 12, 6, 2, Activation::swiglu_oai, true, false, false, 12.0f},  // GPT-OSS's clamp at work
   };
   std::mt19937 rng(1234);
   const Activation acts[] = {Activation::silu_gated, Activation::gelu_gated, Activation::swiglu_oai, Activation::silu,
@@ -74,7 +76,7 @@ void check_against_reference(const Shape& s, unsigned seed) {
   std::mt19937 rng(seed);
   const MoeConfig cfg = config_for(s);
   const MoeWeights w = test::random_weights(rng, cfg);
-  const Matrix hidden = test::random_matrix(rng, s.T, s.H);
+  const Matrix hidden = test::random_matrix(rng, s.T, s.H, s.input_scale);
   const Routing r = routing_for(rng, s);
   MoeLayer<A, Q, kernel::reference> ref(cfg, w);
   MoeLayer<A, Q, K> layer(cfg, w);
@@ -98,6 +100,43 @@ TEST(KernelAgreement, EveryValidTripleMatchesTheReference) {
       ++checked;
     });
   EXPECT_GT(checked, 0);
+}
+
+TEST(KernelAgreement, SwigluClampShapeDrivesPreActivationsPastTheLimit) {
+  // The clamp case of shapes() is only a test of the clamp if its gate and up values cross +-7
+  // (with unit inputs they stay within about +-4.5, as in the GPT-OSS fixtures); and the
+  // reference, the oracle of that case, follows DESIGN.md's formula there (worked in double).
+  const Shape s = shapes()[7];
+  ASSERT_EQ(s.act, Activation::swiglu_oai);
+  std::mt19937 rng(11);
+  const MoeConfig cfg = config_for(s);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, s.T, s.H, s.input_scale);
+  const Routing r = routing_for(rng, s);
+  int gate_over = 0, up_over = 0, up_under = 0;
+  Eigen::MatrixXd want = Eigen::MatrixXd::Zero(s.T, s.H);
+  for (index_t t = 0; t < s.T; ++t)
+    for (index_t j = 0; j < s.k; ++j) {
+      const index_t e = r.ids(t, j);
+      const Eigen::VectorXd x = hidden.row(t).transpose().cast<double>();
+      const Eigen::VectorXd pre = w.experts.w13_of(e).cast<double>() * x + w.experts.b13.row(e).transpose().cast<double>();
+      Eigen::VectorXd h(s.I);
+      for (index_t i = 0; i < s.I; ++i) {
+        const double g = std::min(pre[i], 7.0), u = std::clamp(pre[s.I + i], -7.0, 7.0);
+        gate_over += pre[i] > 7.0;
+        up_over += pre[s.I + i] > 7.0;
+        up_under += pre[s.I + i] < -7.0;
+        h[i] = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+      }
+      const Eigen::VectorXd y = w.experts.w2_of(e).cast<double>() * h + w.experts.b2.row(e).transpose().cast<double>();
+      want.row(t) += r.weights(t, j) * y.transpose();
+    }
+  EXPECT_GT(gate_over, 20);
+  EXPECT_GT(up_over, 20);
+  EXPECT_GT(up_under, 20);
+  MoeLayer<a2a::local, quant::fp32, kernel::reference> ref(cfg, w);
+  const Matrix got = ref.forward_routed(hidden, r.ids, r.weights);
+  EXPECT_LE(test::relative_error(got, want.cast<float>()), 1e-5);
 }
 
 TEST(KernelAgreement, ResultDoesNotDependOnThreadCount) {
