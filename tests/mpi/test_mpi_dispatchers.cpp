@@ -4,7 +4,8 @@
 // tokens — bitwise where the path is exact (ragged / masked exchange with the reference kernel,
 // also with an infinite value in a token and with the weight on the input), within a stated bound
 // otherwise; ragged sends each token once per rank and quantized rows as codes (counted bytes);
-// bad input on one rank is the same polymoe::error on every rank.
+// bad input on one rank (routing, weights a rank cannot quantize, layers that disagree, a top-k
+// width other than the layer's) is the same polymoe::error on every rank.
 // Prints "N passed, M failed" on rank 0; exits non-zero on any failure.
 #include <mpi.h>
 
@@ -144,6 +145,99 @@ void agreement(Variant v = {}) {
                                          std::to_string(err) + (bitwise ? ", bitwise" : "") + ")");
 }
 
+/// Whether every rank holds `msg` and it is `expect` (lengths and a checksum compared across ranks).
+bool same_everywhere(const std::string& msg, const std::string& expect) {
+  long sig[2] = {static_cast<long>(msg.size()), 0};
+  for (char c : msg) sig[1] = sig[1] * 31 + c;
+  long lo[2], hi[2];
+  MPI_Allreduce(sig, lo, 2, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(sig, hi, 2, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return msg == expect && lo[0] == hi[0] && lo[1] == hi[1];
+}
+
+/// A layer that one rank cannot build (a NaN in its experts, which the scheme refuses to quantize)
+/// is the same error on every rank: the others are not left waiting in the first collective.
+template <class A>
+void construction_error_on_one_rank() {
+  const Problem p = make_problem({});
+  MoeWeights w = local_share(p);
+  const int bad = size_ - 1;
+  if (rank_ == bad) w.experts.w13(2, 5) = std::numeric_limits<float>::quiet_NaN();
+  std::string msg;
+  try {
+    MoeLayer<A, quant::int8_w8a8, kernel::reference> layer(ep_config(p.cfg), w, make_dispatcher<A>());
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  const std::string prefix = "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) + ": ";
+  check(msg.rfind(prefix, 0) == 0 && msg.find("not finite") != std::string::npos && same_everywhere(msg, msg),
+        std::string(A::name) + ": a NaN in rank " + std::to_string(bad) +
+            "'s experts is the same error everywhere ('" + msg + "')");
+}
+
+/// Ranks whose layers would exchange records of different sizes (another top_k here) refuse to
+/// build, all with the same error, before any token moves.
+template <class A>
+void layers_that_disagree() {
+  if (size_ == 1) return;  // one rank cannot disagree with itself
+  Problem p = make_problem({});
+  if (rank_ == size_ - 1) p.cfg.router.top_k = 2;
+  std::string msg;
+  try {
+    MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  check(same_everywhere(msg, "polymoe: the ranks' layers disagree on top_k: 2 on one rank, 3 on another"),
+        std::string(A::name) + ": layers with another top_k on one rank are an error everywhere ('" + msg + "')");
+}
+
+/// The rank without tokens may pass ids and weights of any width (0 x 0 here) and still takes its
+/// part; a rank with tokens must pass the layer's top_k, and another width is everyone's error.
+template <class A>
+void top_k_width() {
+  const Problem p = make_problem({});
+  MoeLayer<a2a::local, quant::fp32, kernel::reference> single(p.cfg, p.w);
+  const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
+  const IdMatrix ids = single.last_topk_ids().middleRows(p.first, p.count);
+  const Matrix w = single.last_topk_weights().middleRows(p.first, p.count);
+  MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  const Matrix h = p.hidden.middleRows(p.first, p.count);
+  const Matrix got = p.count ? layer.forward_routed(h, ids, w) : layer.forward_routed(h, IdMatrix(0, 0), Matrix(0, 0));
+  const bool close = got.rows() == want.rows() && got.cols() == want.cols() &&
+                     (got.size() == 0 || (got - want).cwiseAbs().maxCoeff() <= 1e-5f * want.cwiseAbs().maxCoeff());
+  check(close, std::string(A::name) + ": an empty rank passing 0 x 0 ids gives every rank its single-process rows");
+  std::string msg;
+  try {
+    if (rank_ == 0)
+      (void)layer.forward_routed(h, ids.leftCols(2), w.leftCols(2));
+    else
+      (void)layer.forward_routed(h, ids, w);
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  check(same_everywhere(msg, "polymoe: rank 0 of " + std::to_string(size_) +
+                                 ": top-k width 2 differs from MoeConfig.router.top_k=3 (" + std::string(A::name) +
+                                 " exchanges records of top_k ids between ranks)"),
+        std::string(A::name) + ": a top-k width other than top_k on rank 0 is an error everywhere ('" + msg + "')");
+}
+
+/// forward_into a view with a row stride wider than H (the left columns of a larger matrix): the
+/// rows land in place and the columns beside them keep their values.
+template <class A>
+void strided_output() {
+  const Problem p = make_problem({});
+  MoeLayer<a2a::local, quant::fp32, kernel::reference> single(p.cfg, p.w);
+  const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
+  MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  const index_t H = p.cfg.hidden;
+  Matrix big = Matrix::Constant(p.count, H + 5, 7.0f);
+  layer.forward_into(p.hidden.middleRows(p.first, p.count), p.logits.middleRows(p.first, p.count), big.leftCols(H));
+  const bool close = p.count == 0 || (big.leftCols(H) - want).cwiseAbs().maxCoeff() <= 1e-5f * want.cwiseAbs().maxCoeff();
+  const bool beside = (big.rightCols(5).array() == 7.0f).all();
+  check(close && beside, std::string(A::name) + ": forward_into a strided view writes its rows in place, nothing beside");
+}
+
 template <class A>
 void bad_input_on_one_rank() {
   const Problem p = make_problem({});
@@ -160,15 +254,8 @@ void bad_input_on_one_rank() {
   } catch (const error& e) {
     msg = e.what();
   }
-  // Every rank raised, and the same message: compare lengths and a checksum across ranks.
-  long sig[2] = {static_cast<long>(msg.size()), 0};
-  for (char c : msg) sig[1] = sig[1] * 31 + c;
-  long lo[2], hi[2];
-  MPI_Allreduce(sig, lo, 2, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(sig, hi, 2, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-  const std::string expect = "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) +
-                             ": topk_ids[1, 2] = 99 is outside [0, num_experts=8)";
-  check(msg == expect && lo[0] == hi[0] && lo[1] == hi[1],
+  check(same_everywhere(msg, "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) +
+                                  ": topk_ids[1, 2] = 99 is outside [0, num_experts=8)"),
         std::string(A::name) + ": bad ids on rank " + std::to_string(bad) + " raise the same error everywhere ('" +
             msg + "')");
   // The layer is still usable afterwards (no rank is left inside a collective).
@@ -279,6 +366,12 @@ int main(int argc, char** argv) {
   bad_input_on_one_rank<a2a::mpi_masked>();
   masked_capacity();
   config_mismatch();
+  mp::mp_for_each<mp::mp_list<a2a::mpi_allgather, a2a::mpi_ragged, a2a::mpi_masked>>([]<class A>(A) {
+    construction_error_on_one_rank<A>();
+    layers_that_disagree<A>();
+    top_k_width<A>();
+    strided_output<A>();
+  });
   if (rank_ == 0) std::printf("%d passed, %d failed\n", passed, failed);
   MPI_Finalize();
   return failed ? 1 : 0;

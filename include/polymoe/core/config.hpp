@@ -2,6 +2,7 @@
 // Run-time description of one MoE layer: shapes, the expert MLP, routing, shared experts and
 // expert parallelism. Everything that varies between models lives here; everything that varies
 // between deployments (dispatcher, quant scheme, kernel) is a template policy of MoeLayer.
+#include <cmath>
 #include <string_view>
 
 #include <polymoe/core/error.hpp>
@@ -48,6 +49,28 @@ struct RouterConfig {
   index_t topk_group = 1;                ///< sigmoid_grouped_topk: groups kept
   float routed_scaling_factor = 1.0f;    ///< multiplies the routed weights, once, in routing
   Vector correction_bias;                ///< sigmoid_grouped_topk: e_score_correction_bias [E], or empty
+
+  /// Throws polymoe::error naming the first field that cannot route over `num_experts` experts.
+  void validate(index_t num_experts) const {
+    require(top_k >= 1 && top_k <= num_experts, "MoeConfig.router.top_k must be in [1, num_experts=", num_experts,
+            "], got ", top_k);
+    if (method == RoutingMethod::sigmoid_grouped_topk) {
+      require(n_group >= 1 && num_experts % n_group == 0, "MoeConfig.router.n_group=", n_group,
+              " must divide num_experts=", num_experts);
+      require(topk_group >= 1 && topk_group <= n_group, "MoeConfig.router.topk_group=", topk_group,
+              " must be in [1, n_group=", n_group, "]");
+      require(num_experts / n_group >= 2, "MoeConfig.router: each group needs >= 2 experts (score = top-2 sum)");
+      require(topk_group * (num_experts / n_group) >= top_k, "MoeConfig.router: topk_group=", topk_group,
+              " groups of ", num_experts / n_group, " experts cannot hold top_k=", top_k);
+      require(correction_bias.size() == 0 || correction_bias.size() == num_experts,
+              "MoeConfig.router.correction_bias has ", correction_bias.size(), " entries, expected ", num_experts);
+      for (index_t e = 0; e < correction_bias.size(); ++e)
+        require(std::isfinite(correction_bias[e]), "MoeConfig.router.correction_bias[", e, "] is not finite (",
+                correction_bias[e], ")");
+    }
+    require(std::isfinite(routed_scaling_factor) && routed_scaling_factor > 0.0f,
+            "MoeConfig.router.routed_scaling_factor must be finite and > 0, got ", routed_scaling_factor);
+  }
 };
 
 /// One MoE layer. `num_experts` is the global count; under expert parallelism (ep_size > 1) rank r
@@ -76,8 +99,7 @@ struct MoeConfig {
     require(hidden > 0, "MoeConfig.hidden must be > 0, got ", hidden);
     require(intermediate > 0, "MoeConfig.intermediate must be > 0, got ", intermediate);
     require(num_experts > 0, "MoeConfig.num_experts must be > 0, got ", num_experts);
-    require(router.top_k >= 1 && router.top_k <= num_experts, "MoeConfig.router.top_k must be in [1, num_experts=",
-            num_experts, "], got ", router.top_k);
+    router.validate(num_experts);
     require(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size, "MoeConfig: ep_rank ", ep_rank,
             " must be in [0, ep_size=", ep_size, ")");
     require(num_experts % ep_size == 0, "MoeConfig.num_experts=", num_experts, " must be a multiple of ep_size=",
@@ -88,20 +110,9 @@ struct MoeConfig {
             "MoeConfig.router_weight_on_input needs top_k == 1, got top_k=", router.top_k);
     require(shared_intermediate >= 0, "MoeConfig.shared_intermediate must be >= 0");
     require(!shared_expert_gate || shared_intermediate > 0, "MoeConfig.shared_expert_gate needs a shared expert");
-    if (router.method == RoutingMethod::sigmoid_grouped_topk) {
-      require(router.n_group >= 1 && num_experts % router.n_group == 0, "MoeConfig.router.n_group=", router.n_group,
-              " must divide num_experts=", num_experts);
-      require(router.topk_group >= 1 && router.topk_group <= router.n_group, "MoeConfig.router.topk_group=",
-              router.topk_group, " must be in [1, n_group=", router.n_group, "]");
-      require(num_experts / router.n_group >= 2, "MoeConfig.router: each group needs >= 2 experts (score = top-2 sum)");
-      require(router.topk_group * (num_experts / router.n_group) >= router.top_k, "MoeConfig.router: topk_group=",
-              router.topk_group, " groups of ", num_experts / router.n_group, " experts cannot hold top_k=",
-              router.top_k);
-      require(router.correction_bias.size() == 0 || router.correction_bias.size() == num_experts,
-              "MoeConfig.router.correction_bias has ", router.correction_bias.size(), " entries, expected ",
-              num_experts);
-    }
-    require(router.routed_scaling_factor == router.routed_scaling_factor, "MoeConfig.router.routed_scaling_factor is NaN");
+    if (activation == Activation::swiglu_oai)
+      require(swiglu_limit > 0.0f && std::isfinite(swiglu_alpha), "MoeConfig: swiglu_limit must be > 0 and ",
+              "swiglu_alpha finite, got limit=", swiglu_limit, " alpha=", swiglu_alpha);
   }
 };
 

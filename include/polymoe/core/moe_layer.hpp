@@ -18,6 +18,7 @@
 //
 // A layer keeps scratch buffers between calls: call forward on one layer from one thread at a time
 // (it parallelises internally).
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -28,6 +29,7 @@
 #include <polymoe/core/routing.hpp>
 #include <polymoe/core/wire.hpp>
 #include <polymoe/kernels/permute.hpp>
+#include <polymoe/kernels/quantize/wire.hpp>
 
 namespace polymoe {
 
@@ -39,22 +41,22 @@ namespace detail {
 template <class A2A>
 inline constexpr bool is_collective = requires(A2A& a, const std::string& e) { a.agree(e); };
 
-/// Runs `check`; any polymoe::error it throws is turned into a collective decision.
+/// Runs `check`, which must not itself communicate. With a collective dispatcher, whatever it
+/// throws (a polymoe::error, or e.g. std::bad_alloc) becomes a collective decision: every rank
+/// throws the failing rank's message, none is left waiting in the next collective.
 template <class A2A, class Check>
 void agree_on(A2A& a2a, Check&& check) {
-  std::string failure;
-  try {
+  if constexpr (!is_collective<A2A>) {
     check();
-  } catch (const error& e) {
-    if constexpr (!is_collective<A2A>) throw;
-    failure = e.what();
+  } else {
+    std::string failure;
+    try {
+      check();
+    } catch (const std::exception& e) {
+      failure = *e.what() ? e.what() : "unknown error";
+    }
+    a2a.agree(failure);
   }
-  if constexpr (is_collective<A2A>) a2a.agree(failure);
-}
-
-template <class A2A>
-void configure_dispatcher(A2A& a2a, const MoeConfig& cfg) {
-  if constexpr (requires { a2a.configure(cfg); }) agree_on(a2a, [&] { a2a.configure(cfg); });
 }
 
 /// Runs the kernel on a dispatch output of format F along `Path`, writing into the combine input.
@@ -139,6 +141,9 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
               " rows, hidden has ", hidden.rows());
       require(out.rows() == hidden.rows() && out.cols() == cfg_.hidden, "forward_into: out is [", out.rows(), ", ",
               out.cols(), "], expected [", hidden.rows(), ", ", cfg_.hidden, "]");
+      require(!overlaps(out, hidden) && !overlaps(out, router_logits),
+              "forward_into: out shares memory with hidden or router_logits; the layer reads them after it "
+              "starts writing out (pass a separate output)");
       route_layer(router_logits);
     });
     run_into(hidden, route_ids_.topRows(routed_), route_w_.topRows(routed_), out);
@@ -168,8 +173,13 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
 
   /// Caller-supplied routing ("bypassed" top-k): global expert ids [T,k] and their final weights
   /// [T,k] (the routed scaling factor is NOT applied again here).
+  /// With a collective dispatcher the width must be the layer's top_k (every rank's records carry
+  /// top_k ids); a rank with no tokens may pass ids and weights of any width.
   Matrix forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights) {
     detail::agree_on(a2a_, [&] { check_routing(hidden, topk_ids, topk_weights); });
+    if constexpr (detail::is_collective<A2A>)
+      if (hidden.rows() == 0)
+        return run(hidden, top_rows(route_ids_, 0, cfg_.top_k()), top_rows(route_w_, 0, cfg_.top_k()));
     return run(hidden, topk_ids, topk_weights);
   }
 
@@ -183,11 +193,6 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   [[nodiscard]] A2A& dispatcher() noexcept { return a2a_; }
 
  private:
-  static MoeConfig checked(MoeConfig cfg) {
-    cfg.validate();
-    return cfg;
-  }
-
   template <class W, class ShapeOf>
   void check_common(const BasicMoeWeights<W>& w, ShapeOf shape_of) {
     const ExpertShape want{cfg_.local_experts(), cfg_.hidden, cfg_.intermediate, is_gated(cfg_.activation),
@@ -219,12 +224,27 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
 
   template <class W>
   void finish(const BasicMoeWeights<W>& w) {
-    detail::configure_dispatcher(a2a_, cfg_);
+    if constexpr (requires { a2a_.configure(cfg_); }) a2a_.configure(cfg_);
     mlp_ = ExpertMlp{ActivationParams{cfg_.activation, cfg_.swiglu_alpha, cfg_.swiglu_limit},
                      cfg_.router_weight_on_input};
     shared_gate_ = w.shared_gate;
     router_weight_ = w.router_weight;
     router_bias_ = w.router_bias;
+  }
+
+  /// Collective dispatchers: the ranks' layers must exchange records of one size and agree on
+  /// what the experts compute; checked once, after every rank has built its layer.
+  void agree_on_shapes() {
+    if constexpr (requires { a2a_.agree_fields({}); })
+      a2a_.agree_fields({{"hidden", cfg_.hidden},
+                         {"intermediate", cfg_.intermediate},
+                         {"num_experts", cfg_.num_experts},
+                         {"top_k", cfg_.top_k()},
+                         {"activation", static_cast<std::int64_t>(cfg_.activation)},
+                         {"router_weight_on_input", cfg_.router_weight_on_input},
+                         {"expert_bias", cfg_.expert_bias},
+                         {"wire row bytes",
+                          static_cast<std::int64_t>(kernels::quantize::wire_codec<wire_type>::bytes(cfg_.hidden))}});
   }
 
   void check_hidden(const MatrixCRef& hidden) const {
@@ -238,6 +258,9 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
             ", hidden has ", T);
     require(w.cols() == k, "topk_ids has ", k, " columns but topk_weights has ", w.cols());
     require(T == 0 || (k >= 1 && k <= E), "top-k width ", k, " must be in [1, num_experts=", E, "]");
+    if constexpr (detail::is_collective<A2A>)
+      require(T == 0 || k == cfg_.top_k(), "top-k width ", k, " differs from MoeConfig.router.top_k=", cfg_.top_k(),
+              " (", A2A::name, " exchanges records of top_k ids between ranks)");
     require(!cfg_.router_weight_on_input || k == 1, "router_weight_on_input needs top_k == 1, got ", k);
     for (index_t t = 0; t < T; ++t)
       for (index_t j = 0; j < k; ++j) {
@@ -247,6 +270,15 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
         for (index_t i = 0; i < j; ++i)
           require(ids(t, i) != id, "topk_ids[", t, "] lists expert ", id, " twice");
       }
+  }
+
+  /// Whether two row-major views share any float (their first to last element's address ranges meet).
+  static bool overlaps(const MatrixRef& a, const MatrixCRef& b) {
+    if (a.size() == 0 || b.size() == 0) return false;
+    const auto end = [](const float* p, index_t rows, index_t cols, index_t stride) { return p + (rows - 1) * stride + cols; };
+    const float *a0 = a.data(), *b0 = b.data();
+    return std::less<>{}(a0, end(b0, b.rows(), b.cols(), b.outerStride())) &&
+           std::less<>{}(b0, end(a0, a.rows(), a.cols(), a.outerStride()));
   }
 
   Matrix run(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights) {
@@ -294,23 +326,36 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
 
 template <class A2A, class Quant, class Kernel, class Path>
 moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a, Kernel kernel)
-    : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
-  check_common(w, [](const ExpertWeights& e) { return e.shape; });
-  w.experts.validate("MoeWeights.experts");
-  if (w.shared) w.shared->validate("MoeWeights.shared");
-  prepared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(w.experts)));
-  if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(*w.shared)));
-  finish(w);
+    : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+  // One rank's bad config or weights (or a failed allocation) is every rank's error.
+  detail::agree_on(a2a_, [&] {
+    cfg_.validate();
+    check_common(w, [](const ExpertWeights& e) { return e.shape; });
+    w.experts.validate("MoeWeights.experts");
+    if (w.shared) w.shared->validate("MoeWeights.shared");
+    prepared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(w.experts)));
+    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(*w.shared)));
+    finish(w);
+  });
+  agree_on_shapes();
 }
 
 template <class A2A, class Quant, class Kernel, class Path>
 moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a, Kernel kernel)
   requires(!std::is_same_v<typename Quant::weights, ExpertWeights>)
-    : cfg_(checked(std::move(cfg))), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
-  check_common(w, [](const quant_weights& e) { return e.shape(); });
-  prepared_.emplace(Kernel::template prepare<Quant>(std::move(w.experts)));
-  if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(std::move(*w.shared)));
-  finish(w);
+    : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+  detail::agree_on(a2a_, [&] {
+    cfg_.validate();
+    check_common(w, [](const quant_weights& e) { return e.shape(); });
+    if constexpr (requires(const quant_weights& q) { q.validate(std::string_view{}); }) {  // a store built by hand
+      w.experts.validate("MoeWeights.experts");
+      if (w.shared) w.shared->validate("MoeWeights.shared");
+    }
+    prepared_.emplace(Kernel::template prepare<Quant>(std::move(w.experts)));
+    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(std::move(*w.shared)));
+    finish(w);
+  });
+  agree_on_shapes();
 }
 
 template <class A2A, class Quant, class Kernel, class Path>

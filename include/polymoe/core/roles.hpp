@@ -56,6 +56,8 @@ concept dispatcher = opts_into_a2a<T> && named_policy<T> && declares_format<T> &
 ///   Q::dequantize(w, e, w13 [rows13,H], w2 [H,I])  the exact fp32 values the scheme stands for
 ///   Q::quantize_activation(std::span<float>)  the activation rounding a kernel must apply to each
 ///                                             GEMM input row (identity for weight-only schemes)
+/// Optionally `w.validate(std::string_view what)`: throws polymoe::error when the store's arrays
+/// do not have the sizes its shape implies (MoeLayer calls it on stores it did not quantize).
 /// Example: polymoe::quant::bf16.
 template <class Q>
 concept quant_scheme = opts_into_quant<Q> && named_policy<Q> && requires { typename Q::weights; } &&

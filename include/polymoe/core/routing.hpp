@@ -34,12 +34,13 @@ inline void topk_indices(const float* v, index_t n, index_t k, std::vector<index
 }  // namespace detail
 
 /// Routes every token into ids [T, k] / weights [T, k] (views, e.g. the top rows of larger buffers).
-/// Throws polymoe::error on non-finite logits (naming the token) or bad shapes.
+/// Throws polymoe::error on a RouterConfig that cannot route over num_experts, non-finite logits
+/// (naming the token) or bad shapes.
 inline void route_rows(const RouterConfig& rc, index_t num_experts, const MatrixCRef& logits, Eigen::Ref<IdMatrix> ids,
                        MatrixRef weights, Routing::Scratch& scratch) {
   const index_t T = logits.rows(), E = logits.cols(), k = rc.top_k;
   require(E == num_experts, "router_logits has ", E, " columns, expected num_experts=", num_experts);
-  require(k >= 1 && k <= E, "top_k=", k, " must be in [1, num_experts=", E, "]");
+  rc.validate(num_experts);
   require(ids.rows() == T && ids.cols() == k && weights.rows() == T && weights.cols() == k,
           "route: output views must be [", T, ", ", k, "]");
   auto& idx = scratch.idx;

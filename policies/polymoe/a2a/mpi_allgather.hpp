@@ -1,4 +1,6 @@
 #pragma once
+#include <algorithm>
+#include <limits>
 #include <string_view>
 
 #include <polymoe/a2a/detail/mpi_base.hpp>
@@ -27,6 +29,9 @@ class mpi_allgather : public detail::mpi_base {
     detail::mpi_check(MPI_Allgather(&mine, 1, MPI_INT, tokens_.data(), 1, MPI_INT, comm_), "MPI_Allgather");
     index_t total = 0;
     for (int c : tokens_) total += c;
+    // MPI counts are int: every rank sees the same total, so all refuse together, before any exchange.
+    require(total * std::max(H, k) <= std::numeric_limits<int>::max(), "mpi_allgather: ", total,
+            " tokens over all ranks of ", std::max(H, k), " values each exceed an MPI count; use mpi_ragged");
     hidden_.resize(total, H);
     ids_.resize(total, k);
     weights_.resize(total, k);
@@ -49,8 +54,12 @@ class mpi_allgather : public detail::mpi_base {
   }
   void combine(const CombineInput<format>&, MatrixRef out) {
     const auto counts = scaled(tokens_, static_cast<int>(partial_.cols()));
-    detail::mpi_check(MPI_Reduce_scatter(partial_.data(), out.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_),
+    const bool contiguous = out.rows() <= 1 || out.outerStride() == out.cols();  // else stage, then copy
+    if (!contiguous) staged_.resize(out.rows(), out.cols());
+    detail::mpi_check(MPI_Reduce_scatter(partial_.data(), contiguous ? out.data() : staged_.data(), counts.data(),
+                                         MPI_FLOAT, MPI_SUM, comm_),
                       "MPI_Reduce_scatter");
+    if (!contiguous) out = staged_;
   }
 
  private:
@@ -63,7 +72,7 @@ class mpi_allgather : public detail::mpi_base {
                       "MPI_Allgatherv");
   }
   std::vector<int> tokens_, displs_;
-  Matrix hidden_, weights_, partial_, w_local_, h_local_;
+  Matrix hidden_, weights_, partial_, w_local_, h_local_, staged_;
   IdMatrix ids_, ids_local_;
 };
 

@@ -18,6 +18,11 @@ struct bf16 {
   struct weights : ExpertStore {
     std::vector<std::uint16_t> w13;  ///< [E·rows13, H] bf16 bits, row-major
     std::vector<std::uint16_t> w2;   ///< [E·H, I]
+
+    void validate(std::string_view what) const {
+      const ExpertShape& s = shape_;
+      check_sizes(what, {{"w13", w13.size(), count(s.rows13(), s.hidden)}, {"w2", w2.size(), count(s.hidden, s.intermediate)}});
+    }
   };
 
   static std::vector<std::uint16_t> encode(const Matrix& m) {

@@ -27,6 +27,14 @@ struct fp8 {
     std::vector<float> w13_scale;   ///< [E]
     std::vector<float> w2_scale;    ///< [E]
 
+    void validate(std::string_view what) const {
+      const ExpertShape& s = shape_;
+      check_sizes(what, {{"w13", w13.size(), count(s.rows13(), s.hidden)},
+                         {"w2", w2.size(), count(s.hidden, s.intermediate)},
+                         {"w13_scale", w13_scale.size(), count(1, 1)},
+                         {"w2_scale", w2_scale.size(), count(1, 1)}});
+    }
+
     /// From stored tensors (no requantization): w13 [E, rows13, H] and w2 [E, H, I] E4M3 codes,
     /// scales [E] (W = q · s); biases as ExpertWeights holds them, or empty.
     static weights from_checkpoint(const ExpertShape& s, const tensor_view<std::uint8_t>& w13,

@@ -43,6 +43,15 @@ struct fp8_block {
     std::vector<float> w13_scale_inv;   ///< [E, parts, ceil(I/128), ceil(H/128)], parts = 2 gated, 1 not
     std::vector<float> w2_scale_inv;    ///< [E, ceil(H/128), ceil(I/128)]
 
+    void validate(std::string_view what) const {
+      const ExpertShape& s = shape_;
+      const index_t hb = (s.hidden + 127) / 128, ib = (s.intermediate + 127) / 128;
+      check_sizes(what, {{"w13", w13.size(), count(s.rows13(), s.hidden)},
+                         {"w2", w2.size(), count(s.hidden, s.intermediate)},
+                         {"w13_scale_inv", w13_scale_inv.size(), count((s.gated ? 2 : 1) * ib, hb)},
+                         {"w2_scale_inv", w2_scale_inv.size(), count(hb, ib)}});
+    }
+
     /// From DeepSeek-V3 tensors, one checkpoint_expert per expert (no requantization).
     static weights from_checkpoint(const ExpertShape& s, std::span<const checkpoint_expert> experts,
                                    Matrix b13 = {}, Matrix b2 = {}) {

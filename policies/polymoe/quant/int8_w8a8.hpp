@@ -27,6 +27,14 @@ struct int8_w8a8 {
     std::vector<float> w13_scale;  ///< [E·rows13] one per output channel
     std::vector<float> w2_scale;   ///< [E·H]
 
+    void validate(std::string_view what) const {
+      const ExpertShape& s = shape_;
+      check_sizes(what, {{"w13", w13.size(), count(s.rows13(), s.hidden)},
+                         {"w2", w2.size(), count(s.hidden, s.intermediate)},
+                         {"w13_scale", w13_scale.size(), count(s.rows13(), 1)},
+                         {"w2_scale", w2_scale.size(), count(s.hidden, 1)}});
+    }
+
     /// From stored tensors (no requantization): w13 [E, rows13, H] and w2 [E, H, I] int8, scales
     /// w13_scale [E, rows13] and w2_scale [E, H] (W = q · s); biases as ExpertWeights holds them.
     static weights from_checkpoint(const ExpertShape& s, const tensor_view<std::int8_t>& w13,

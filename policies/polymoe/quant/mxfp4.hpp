@@ -35,6 +35,15 @@ struct mxfp4 {
     std::vector<std::uint8_t> w2_blocks;   ///< [E, H, ceil(I/32), 16]
     std::vector<std::uint8_t> w2_scales;   ///< [E, H, ceil(I/32)]
 
+    void validate(std::string_view what) const {
+      const ExpertShape& s = shape_;
+      const index_t hb = (s.hidden + 31) / 32, ib = (s.intermediate + 31) / 32;
+      check_sizes(what, {{"w13_blocks", w13_blocks.size(), count(s.rows13(), hb * 16)},
+                         {"w13_scales", w13_scales.size(), count(s.rows13(), hb)},
+                         {"w2_blocks", w2_blocks.size(), count(s.hidden, ib * 16)},
+                         {"w2_scales", w2_scales.size(), count(s.hidden, ib)}});
+    }
+
     /// From stored MXFP4 tensors (no requantization). w13 in `order`: with
     /// gate_up_order::interleaved (GPT-OSS `gate_up_proj_blocks` / `_scales` / `_bias`) the rows
     /// of blocks, scales and b13 are moved together into canonical order (see relay_gate_up).

@@ -35,6 +35,17 @@ struct nvfp4 {
     std::vector<std::uint8_t> w2_scale;      ///< [E, H, ceil(I/16)]
     std::vector<float> w2_scale_2;           ///< [E]
 
+    void validate(std::string_view what) const {
+      const ExpertShape& s = shape_;
+      const index_t hb = (s.hidden + 15) / 16, ib = (s.intermediate + 15) / 16;
+      check_sizes(what, {{"w13", w13.size(), count(s.rows13(), hb * 8)},
+                         {"w13_scale", w13_scale.size(), count(s.rows13(), hb)},
+                         {"w13_scale_2", w13_scale_2.size(), count(1, 1)},
+                         {"w2", w2.size(), count(s.hidden, ib * 8)},
+                         {"w2_scale", w2_scale.size(), count(s.hidden, ib)},
+                         {"w2_scale_2", w2_scale_2.size(), count(1, 1)}});
+    }
+
     /// From stored ModelOpt-style tensors (no requantization); shapes as in the members above.
     /// E4M3 NaN block-scale codes and non-finite or negative weight_scale_2 are rejected.
     static weights from_checkpoint(const ExpertShape& s, const tensor_view<std::uint8_t>& w13,

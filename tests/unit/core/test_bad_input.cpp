@@ -131,6 +131,42 @@ TEST_F(BadInput, ForwardWithoutRouterWeight) {
   expect_error([&] { (void)layer.forward(Matrix::Zero(1, 8)); }, "no router weight");
 }
 
+TEST_F(BadInput, OutputSharingMemoryWithTheInput) {
+  // The shared expert reads hidden after the routed experts have written out: in place would be
+  // silently wrong, so any overlap is refused.
+  MoeConfig c = small_config();
+  c.shared_intermediate = 4;
+  std::mt19937 r(3);
+  const MoeWeights ws = test::random_weights(r, c);
+  Layer layer(c, ws);
+  Matrix h = test::random_matrix(r, 3, 8);
+  const Matrix logits = test::random_matrix(r, 3, 4);
+  expect_error([&] { layer.forward_into(h, logits, h); }, "forward_into: out shares memory with hidden");
+  Matrix both = test::random_matrix(r, 3, 12);  // hidden in columns 0-7, out in 4-11
+  expect_error([&] { layer.forward_into(both.leftCols(8), logits, both.rightCols(8)); }, "out shares memory");
+  Matrix out(3, 8);
+  EXPECT_NO_THROW(layer.forward_into(both.leftCols(8), logits, out));
+}
+
+TEST_F(BadInput, HandBuiltQuantizedStoreOfTheWrongSize) {
+  // A pre-quantized store's fields are public: one built or edited by hand with an array of the
+  // wrong size is refused by the layer before a kernel indexes past it.
+  const auto check = [&]<class Q>(auto shorten, const std::string& fragment) {
+    BasicMoeWeights<typename Q::weights> q;
+    q.experts = Q::quantize(w.experts);
+    shorten(q.experts);
+    expect_error([&] { MoeLayer<a2a::local, Q, kernel::reference> layer(cfg, std::move(q)); }, fragment);
+  };
+  check.template operator()<quant::int8_w8a8>([](auto& e) { e.w2_scale.pop_back(); },
+                                              "MoeWeights.experts: w2_scale holds 31 values, the shape");
+  check.template operator()<quant::bf16>([](auto& e) { e.w13.clear(); }, "w13 holds 0 values");
+  check.template operator()<quant::mxfp4>([](auto& e) { e.w2_scales.resize(1); }, "w2_scales holds 1 values");
+  check.template operator()<quant::nvfp4>([](auto& e) { e.w13_scale_2.push_back(1.0f); }, "w13_scale_2 holds 5 values");
+  check.template operator()<quant::fp8_block>([](auto& e) { e.w13_scale_inv.clear(); }, "w13_scale_inv holds 0");
+  check.template operator()<quant::fp8>([](auto& e) { e.b2 = Matrix::Zero(4, 8); }, "biases given but the shape");
+  check.template operator()<quant::fp32>([](auto& e) { e.w2.resize(4 * 4, 8); }, "columns and w2 8, the shape");
+}
+
 TEST_F(BadInput, EmptyBatchGivesEmptyResult) {
   Layer layer(cfg, w);
   const Matrix out = layer.forward(Matrix::Zero(0, 8), Matrix::Zero(0, 4));
@@ -149,6 +185,43 @@ TEST_F(BadInput, BadConfigFields) {
   c = small_config();
   c.router_weight_on_input = true;
   expect_error([&] { c.validate(); }, "router_weight_on_input needs top_k == 1");
+  for (const float f : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    c = small_config();
+    c.router.routed_scaling_factor = f;
+    expect_error([&] { c.validate(); }, "routed_scaling_factor must be finite and > 0");
+  }
+  c = small_config();
+  c.activation = Activation::swiglu_oai;
+  c.expert_bias = true;
+  c.swiglu_limit = -7.0f;  // std::clamp's precondition; the kernels would disagree
+  expect_error([&] { c.validate(); }, "swiglu_limit must be > 0");
+  c.swiglu_limit = 7.0f;
+  c.swiglu_alpha = std::nanf("");
+  expect_error([&] { c.validate(); }, "swiglu_alpha finite");
+  c = small_config();
+  c.router.method = RoutingMethod::sigmoid_grouped_topk;
+  c.router.n_group = 2;
+  c.router.correction_bias = Vector::Zero(4);
+  c.router.correction_bias[2] = std::nanf("");  // breaks the ordering of the top-k
+  expect_error([&] { c.validate(); }, "correction_bias[2] is not finite");
+}
+
+TEST_F(BadInput, RouteChecksItsRouterConfig) {
+  // route() is public too: a RouterConfig that MoeConfig::validate would refuse is refused there,
+  // not divided by zero (n_group 0) or sorted past its end (topk_group > n_group).
+  const Matrix z = Matrix::Zero(2, 4);
+  RouterConfig rc;
+  rc.method = RoutingMethod::sigmoid_grouped_topk;
+  rc.n_group = 0;
+  expect_error([&] { (void)route(rc, 4, z); }, "n_group=0 must divide num_experts=4");
+  rc.n_group = 2;
+  rc.topk_group = 3;
+  expect_error([&] { (void)route(rc, 4, z); }, "topk_group=3 must be in [1, n_group=2]");
+  rc.topk_group = 1;
+  rc.correction_bias = Vector::Zero(3);
+  expect_error([&] { (void)route(rc, 4, z); }, "correction_bias has 3 entries, expected 4");
+  rc.correction_bias = Vector::Zero(4);
+  EXPECT_NO_THROW((void)route(rc, 4, z));
 }
 
 }  // namespace

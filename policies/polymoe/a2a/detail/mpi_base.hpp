@@ -8,8 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/mp11/list.hpp>
@@ -57,6 +59,24 @@ class mpi_base {
     mpi_check(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm_), "MPI_Bcast");
     if (msg.rfind("polymoe: ", 0) == 0) msg.erase(0, 9);
     throw error(polymoe::detail::concat("rank ", first, " of ", size_, ": ", msg));
+  }
+
+  /// Collective, once per layer: every rank passes the same fields (name, value) of its layer; if
+  /// any value differs between ranks (a rank built with another hidden size or top_k would send
+  /// records of another size), every rank throws the same polymoe::error naming the first such
+  /// field, before any token moves.
+  void agree_fields(std::initializer_list<std::pair<const char*, std::int64_t>> fields) const {
+    std::vector<std::int64_t> v;  // [min of each field..., min of each negated field...]
+    for (const auto& f : fields) v.push_back(f.second);
+    for (const auto& f : fields) v.push_back(-f.second);
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MIN, comm_),
+              "MPI_Allreduce");
+    std::size_t i = 0;
+    for (const auto& f : fields) {
+      const std::int64_t lo = v[i], hi = -v[fields.size() + i];
+      require(lo == hi, "the ranks' layers disagree on ", f.first, ": ", lo, " on one rank, ", hi, " on another");
+      ++i;
+    }
   }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
