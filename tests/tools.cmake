@@ -61,6 +61,24 @@ tool_expect_error(cli.missing_option "missing the option --layer" ${tool} run --
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors)
 tool_expect_error(cli.layer_out_of_range "layer 5 is out of range" ${tool} run --checkpoint ${hf}/mixtral --layer 5
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors)
+tool_expect_error(cli.repeat_out_of_range "--repeat must be in \\[1, 2147483647\\], got 4294967297" ${tool} run
+                  --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
+                  --output ${work}/never.safetensors --repeat 4294967297)
+# The input is a run's output file (no hidden_states): were the check missing, the run would stop
+# on reading it, before writing anything.
+tool_expect_error(cli.output_is_input "--output must differ from --input" ${tool} run --checkpoint ${hf}/mixtral
+                  --layer 0 --input ${work}/mixtral.safetensors --output ${work}/../tool_work/mixtral.safetensors
+                  REQUIRES tool_mixtral)
+tool_expect_error(cli.inspect_negative_layer "inspect: --layer -5 is out of range" ${tool} inspect ${hf}/mixtral
+                  --layer -5)
+tool_expect_error(cli.negative_shard "--shard-mb must be in \\[1, 1073741824\\], got -1" ${tool} quantize
+                  --checkpoint ${hf}/mixtral --layer 0 --scheme fp8_block --out ${work}/never_q --shard-mb -1)
+# `compare` itself can fail: every fixture test above rests on it.
+tool_expect_error(compare.above_tolerance "relative error .* exceeds the tolerance 0.0001" ${tool} compare
+                  ${work}/mixtral_bf16.safetensors ${hf}/mixtral/io.safetensors --tensor output --tol 1e-4
+                  REQUIRES tool_mixtral_bf16)
+tool_expect_error(compare.exact_differs "compare: tensor 'output' differs" ${tool} compare ${work}/mixtral_bf16.safetensors
+                  ${work}/mixtral.safetensors --exact REQUIRES "tool_mixtral_bf16;tool_mixtral")
 
 # --- every fixture through `polymoe run` (tolerances from the fixtures README)
 foreach(case mixtral qwen3_moe deepseek_v3 gpt_oss)

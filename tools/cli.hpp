@@ -36,6 +36,13 @@ struct args {
   [[nodiscard]] std::int64_t integer(std::string_view k, std::int64_t fallback) const {
     return has(k) ? parse_int(get(k), k) : fallback;
   }
+  /// As integer(), and polymoe::error naming the option unless lo <= value <= hi.
+  [[nodiscard]] std::int64_t integer_in(std::string_view k, std::int64_t fallback, std::int64_t lo,
+                                        std::int64_t hi) const {
+    const std::int64_t x = integer(k, fallback);
+    require(x >= lo && x <= hi, command, ": --", k, " must be in [", lo, ", ", hi, "], got ", x);
+    return x;
+  }
   [[nodiscard]] std::int64_t parse_int(const std::string& v, std::string_view k) const {
     std::int64_t x = 0;
     const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);

@@ -36,7 +36,7 @@ int8), its MoE shapes and routing, and its tensor inventory (count and bytes; ev
   const index_t L = ckpt.num_layers();
   std::printf("layers      %lld\n", static_cast<long long>(L));
   const index_t only = a.integer("layer", -1);
-  require(only < L, "inspect: --layer ", only, " is out of range [0, ", L, ")");
+  require(!a.has("layer") || (only >= 0 && only < L), "inspect: --layer ", only, " is out of range [0, ", L, ")");
   auto tensor_line = [&](const std::string& n) {
     const auto& t = files.info(n);
     std::printf("    %-64s %-8s %s\n", n.c_str(), std::string(io::dtype_name(t.dtype)).c_str(), t.shape_string().c_str());

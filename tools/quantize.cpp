@@ -28,8 +28,7 @@ at a time; output larger than --shard-mb (default 4096) is sharded with model.sa
   }
   const std::string in_dir = a.need("checkpoint"), out_dir = a.need("out"), layer_s = a.need("layer");
   const out_scheme scheme = parse_out_scheme(a.need("scheme"));
-  const std::uint64_t shard = static_cast<std::uint64_t>(a.integer("shard-mb", 4096)) << 20;
-  require(shard > 0, "quantize: --shard-mb must be > 0");
+  const std::uint64_t shard = static_cast<std::uint64_t>(a.integer_in("shard-mb", 4096, 1, std::int64_t{1} << 30)) << 20;
   std::error_code ec;
   require(!std::filesystem::exists(out_dir, ec) || !std::filesystem::equivalent(in_dir, out_dir, ec),
           "quantize: --out must differ from --checkpoint");

@@ -1,7 +1,9 @@
 // `polymoe run`: one layer of a checkpoint on an input file, with the selected (a2a, quant, kernel).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <limits>
 
 #include <tbb/global_control.h>
 
@@ -129,8 +131,12 @@ int cmd_run(int argc, char** argv) {
   require(a.positional.empty(), "run: unexpected argument '", a.positional.empty() ? "" : a.positional[0], "'");
   const std::string ckpt_dir = a.need("checkpoint"), in_path = a.need("input"), out_path = a.need("output");
   const index_t layer_n = a.parse_int(a.need("layer"), "layer");
-  const int repeat = static_cast<int>(a.integer("repeat", 1));
-  require(repeat >= 1, "run: --repeat must be >= 1");
+  const int repeat = static_cast<int>(a.integer_in("repeat", 1, 1, std::numeric_limits<int>::max()));
+  {
+    std::error_code ec;  // the input is read before the output is written: never the same file
+    require(!std::filesystem::exists(out_path, ec) || !std::filesystem::equivalent(in_path, out_path, ec),
+            "run: --output must differ from --input (it would be overwritten)");
+  }
   std::optional<tbb::global_control> threads;
   if (a.has("threads")) {
     const auto n = a.integer("threads", 0);
@@ -164,7 +170,7 @@ int cmd_run(int argc, char** argv) {
     ctx.cfg = L.cfg;
     ctx.repeat = repeat;
     ctx.total_tokens = T;
-    ctx.capacity = a.integer("capacity", 0);
+    ctx.capacity = a.integer_in("capacity", 0, 0, std::numeric_limits<int>::max());
     ctx.hidden = hidden_all.middleRows(b, e - b);
     if (in.contains("router_logits") && !a.flag("ignore-input-logits")) {
       const Matrix logits = in.matrix("router_logits");

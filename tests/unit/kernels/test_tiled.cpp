@@ -354,10 +354,7 @@ std::string vm_flags_of(const void* p) {
 }
 
 TEST(Tiled, LargeBuffersGetHugePagesSmallOnesCacheLines) {
-  const bool off = [] {
-    const char* s = std::getenv("POLYMOE_HUGE_PAGES");
-    return s && std::string(s) == "0";
-  }();
+  const bool off = kt::detail::env_switch("POLYMOE_HUGE_PAGES") == 0;
   const kt::AlignedBuffer<float> small(100);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.data()) % kt::cache_line, 0u);
   const std::size_t n = (std::size_t{5} << 20) / sizeof(float);  // 5 MiB
@@ -373,6 +370,34 @@ TEST(Tiled, LargeBuffersGetHugePagesSmallOnesCacheLines) {
 #endif
   }
   EXPECT_TRUE(std::all_of(large.data(), large.data() + n, [](float v) { return v == 0.0f; }));
+}
+
+TEST(Tiled, KnobsOfTheEnvironmentParseWholeWordsAndNumbersOnly) {
+  // A knob that is not understood is reported on stderr and ignored, never taken as "on" or as 0.
+  const char* name = "POLYMOE_TEST_KNOB";
+  const auto with = [&](const char* value, auto read) {
+    ::setenv(name, value, 1);
+    testing::internal::CaptureStderr();
+    const auto got = read(name);
+    const std::string err = testing::internal::GetCapturedStderr();
+    ::unsetenv(name);
+    return std::pair{got, err};
+  };
+  const auto sw = [](const char* n) { return kt::detail::env_switch(n); };
+  const auto num = [](const char* n) { return kt::detail::env_number(n); };
+  EXPECT_EQ(sw(name), -1);
+  for (const char* off : {"0", "off", "False", "NO"}) EXPECT_EQ(with(off, sw), std::pair(0, std::string())) << off;
+  for (const char* on : {"1", "ON", "true", "yes"}) EXPECT_EQ(with(on, sw), std::pair(1, std::string())) << on;
+  const auto [bad, said] = with("maybe", sw);
+  EXPECT_EQ(bad, -1);
+  EXPECT_EQ(said, "polymoe: ignoring POLYMOE_TEST_KNOB=maybe: expected 0 or 1\n");
+  EXPECT_EQ(with("64", num).first, std::optional<long>(64));
+  EXPECT_EQ(with("-5", num).first, std::optional<long>(-5));
+  for (const char* junk : {"", "abc", "12x", " 12", "4294967312", "0x10"}) {
+    const auto [v, err] = with(junk, num);
+    EXPECT_FALSE(v.has_value()) << junk;
+    EXPECT_NE(err.find("polymoe: ignoring POLYMOE_TEST_KNOB="), std::string::npos) << junk;
+  }
 }
 
 TEST(Tiled, PhaseTimesCoverTheForward) {

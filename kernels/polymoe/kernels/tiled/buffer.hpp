@@ -8,12 +8,15 @@
 // get, and a forward that streams a gigabyte of weights walks the page tables for every 4 KiB of
 // it. POLYMOE_HUGE_PAGES=0 in the environment turns the advice off (for measuring it).
 #include <cctype>
+#include <charconv>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <new>
+#include <system_error>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,19 +34,39 @@ namespace detail {
 
 inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 
+/// Says once on stderr that knob `name` = `value` is ignored, and why (the knobs are read once,
+/// in noexcept code, and only steer measurements: a bad one is reported, not thrown).
+inline void ignore_knob(const char* name, const char* value, const char* expected) noexcept {
+  std::fprintf(stderr, "polymoe: ignoring %s=%s: expected %s\n", name, value, expected);
+}
+
 /// An on / off knob of the environment (the kernels' measurement switches): -1 when `name` is
-/// unset, 0 when it is "0", 1 for any other value.
+/// unset, 0 for 0 / off / false / no, 1 for 1 / on / true / yes (any case); anything else is
+/// reported and ignored (-1).
 [[nodiscard]] inline int env_switch(const char* name) noexcept {
   const char* e = std::getenv(name);
-  return e == nullptr ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
+  if (e == nullptr) return -1;
+  std::string v(e);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v == "0" || v == "off" || v == "false" || v == "no") return 0;
+  if (v == "1" || v == "on" || v == "true" || v == "yes") return 1;
+  ignore_knob(name, e, "0 or 1");
+  return -1;
 }
 
 /// A number of the environment (the kernels' tuning knobs): nothing when `name` is unset, else its
-/// value as strtol reads it (0 for text that is not a number).
+/// value; text that is not a whole decimal number within +-2^30 is reported and ignored (nothing).
 [[nodiscard]] inline std::optional<long> env_number(const char* name) noexcept {
   const char* e = std::getenv(name);
   if (e == nullptr) return std::nullopt;
-  return std::strtol(e, nullptr, 10);
+  long v = 0;
+  const char* end = e + std::strlen(e);
+  const auto [p, ec] = std::from_chars(e, end, v);
+  if (ec != std::errc{} || p != end || p == e || v > (1L << 30) || v < -(1L << 30)) {
+    ignore_knob(name, e, "a whole number within +-2^30");
+    return std::nullopt;
+  }
+  return v;
 }
 
 /// The alignment of a buffer of `bytes` bytes.
