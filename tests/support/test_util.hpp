@@ -42,8 +42,11 @@ inline constexpr double fixture_tolerance<quant::nvfp4_w4a4> = 0.45;
 /// Tolerance of a kernel against the reference kernel on the same scheme (same arithmetic, other order).
 template <class Q>
 inline constexpr double kernel_tolerance = 2e-5;
+// bf16: the reference, too, rounds both GEMM inputs to bf16, so kernels differ by summation order
+// and, like the schemes below that quantize activations, by the odd intermediate value rounded to
+// the neighbouring bf16 (a flip, set aside as below).
 template <>
-inline constexpr double kernel_tolerance<quant::bf16> = 2e-2;
+inline constexpr double kernel_tolerance<quant::bf16> = 1e-4;
 // Quantized schemes: every kernel dequantizes to the same fp32 weights, so only the summation
 // order differs (measured at most 4.4e-7). Schemes that quantize activations round identical input
 // rows identically; the down-projection input could flip one code only where an fp32
@@ -127,6 +130,8 @@ inline double relative_error(const Matrix& got, const Matrix& want) {
 template <class Q>
 inline constexpr bool quantizes_activations = false;
 template <>
+inline constexpr bool quantizes_activations<quant::bf16> = true;
+template <>
 inline constexpr bool quantizes_activations<quant::fp8> = true;
 template <>
 inline constexpr bool quantizes_activations<quant::fp8_block> = true;
@@ -140,8 +145,9 @@ inline constexpr double flip_tolerance = 1e-2;
 
 /// The error of a kernel against the reference on scheme Q, to compare with kernel_tolerance<Q>:
 /// relative_error per token, maximised over tokens, except that for a scheme that quantizes
-/// activations up to 1 + T/16 tokens whose error stays under flip_tolerance are set aside as
-/// flips (a kernel bug moves far more tokens, or moves one further).
+/// activations up to T/16 tokens whose error stays under flip_tolerance are set aside as flips (a
+/// kernel bug moves far more tokens, or moves one further). Under 16 tokens (decode) none is: a
+/// small batch must agree everywhere, so a decode-path error cannot hide as a flip.
 template <class Q>
 double kernel_agreement_error(const Matrix& got, const Matrix& want) {
   const double scale = want.size() ? want.cwiseAbs().maxCoeff() : 0.0;
@@ -151,7 +157,7 @@ double kernel_agreement_error(const Matrix& got, const Matrix& want) {
   std::sort(err.begin(), err.end(), std::greater<>());
   std::size_t skip = 0;
   if constexpr (quantizes_activations<Q>)
-    while (skip < err.size() && skip < 1 + err.size() / 16 && err[skip] > kernel_tolerance<Q> &&
+    while (skip < err.size() && skip < err.size() / 16 && err[skip] > kernel_tolerance<Q> &&
            err[skip] <= flip_tolerance)
       ++skip;
   return skip < err.size() ? err[skip] : 0.0;

@@ -1,7 +1,9 @@
 // Routing against independent double-precision formulas written here from the peers' definitions.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -88,6 +90,127 @@ TEST(Routing, TiesGoToTheLowerIndex) {
   const Routing r = route(rc, 3, z);
   EXPECT_EQ(r.ids(0, 0), 0);
   EXPECT_EQ(r.ids(0, 1), 1);
+}
+
+TEST(Routing, SigmoidGroupedTopkWithoutRenormalizationIsScaledSigmoid) {
+  // renormalize = false: the weights are routed_scaling_factor * sigmoid(logit) of the chosen
+  // experts, as they are (their sum is not 1, nor 2.5).
+  RouterConfig rc;
+  rc.method = RoutingMethod::sigmoid_grouped_topk;
+  rc.top_k = 3;
+  rc.n_group = 4;
+  rc.topk_group = 2;
+  rc.renormalize = false;
+  rc.routed_scaling_factor = 2.5f;
+  // sigmoids: .731 .378 | .881 .574 | .269 .119 | .690 .646
+  // group scores (the two of each group): 1.109, 1.455, 0.388, 1.336 -> groups 1 and 3 kept;
+  // top-3 within them: 2 (.881), 6 (.690), 7 (.646). Expert 0 (.731) is in a dropped group.
+  const Matrix z = row({1.0f, -0.5f, 2.0f, 0.3f, -1.0f, -2.0f, 0.8f, 0.6f});
+  const Routing r = route(rc, 8, z);
+  ASSERT_EQ(r.ids.cols(), 3);
+  EXPECT_EQ(r.ids(0, 0), 2);
+  EXPECT_EQ(r.ids(0, 1), 6);
+  EXPECT_EQ(r.ids(0, 2), 7);
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  EXPECT_NEAR(r.weights(0, 0), 2.5 * sig(2.0), 2e-6);
+  EXPECT_NEAR(r.weights(0, 1), 2.5 * sig(0.8), 2e-6);
+  EXPECT_NEAR(r.weights(0, 2), 2.5 * sig(0.6), 2e-6);
+  EXPECT_NEAR(r.weights.sum(), 2.5 * (sig(2.0) + sig(0.8) + sig(0.6)), 5e-6);  // 5.54
+}
+
+TEST(Routing, SigmoidGroupedTopkScoresAGroupByItsTopTwo) {
+  // Groups of 4; three rules of scoring a group pick three different groups here:
+  //   group 0: the largest single score (.95)         max .95, top-2 1.00, all 1.10
+  //   group 1: the largest sum of all four (2.40)     max .62, top-2 1.23, all 2.40
+  //   group 2: the largest sum of its top two (1.60)  max .85, top-2 1.60, all 1.70
+  // DeepSeek-V3 scores by the sum of the top two: group 2 is kept, and top-2 within it is 11, 9
+  // (a max rule would give 1, then 0; a sum-of-all rule 4, 6).
+  const double s[12] = {0.05, 0.95, 0.05, 0.05, 0.62, 0.58, 0.61, 0.59, 0.05, 0.75, 0.05, 0.85};
+  Matrix z(1, 12);
+  for (index_t e = 0; e < 12; ++e) z(0, e) = static_cast<float>(std::log(s[e] / (1.0 - s[e])));
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  // The construction, checked in double on the logits as they are: the three rules disagree.
+  index_t by_max = -1, by_top2 = -1, by_all = -1;
+  double best_max = -1.0, best_top2 = -1.0, best_all = -1.0;
+  for (index_t g = 0; g < 3; ++g) {
+    std::vector<double> v;
+    for (index_t e = 4 * g; e < 4 * g + 4; ++e) v.push_back(sig(z(0, e)));
+    std::sort(v.begin(), v.end(), std::greater<>());
+    const double top2 = v[0] + v[1], all = v[0] + v[1] + v[2] + v[3];
+    if (v[0] > best_max) best_max = v[0], by_max = g;
+    if (top2 > best_top2) best_top2 = top2, by_top2 = g;
+    if (all > best_all) best_all = all, by_all = g;
+  }
+  ASSERT_EQ(by_max, 0);
+  ASSERT_EQ(by_all, 1);
+  ASSERT_EQ(by_top2, 2);
+
+  RouterConfig rc;
+  rc.method = RoutingMethod::sigmoid_grouped_topk;
+  rc.top_k = 2;
+  rc.n_group = 3;
+  rc.topk_group = 1;
+  const Routing r = route(rc, 12, z);
+  EXPECT_EQ(r.ids(0, 0), 11);
+  EXPECT_EQ(r.ids(0, 1), 9);
+  const double a = sig(z(0, 11)), b = sig(z(0, 9));  // renormalized
+  EXPECT_NEAR(r.weights(0, 0), a / (a + b), 1e-6);
+  EXPECT_NEAR(r.weights(0, 1), b / (a + b), 1e-6);
+}
+
+TEST(Routing, EqualLogitsPickTheLowerIndexFirst) {
+  // Experts 1 and 4 tie for first place, 0 and 2 for third: 1, 4, 0 (routing.hpp, topk_indices).
+  const Matrix z = row({1.0f, 3.0f, 1.0f, 0.0f, 3.0f});
+  const double a = std::exp(3.0), b = std::exp(1.0), sum = 2 * a + b;
+  RouterConfig rc;
+  rc.top_k = 3;
+  for (RoutingMethod m : {RoutingMethod::softmax_topk, RoutingMethod::topk_softmax}) {
+    SCOPED_TRACE(m == RoutingMethod::softmax_topk ? "softmax_topk" : "topk_softmax");
+    rc.method = m;
+    const Routing r = route(rc, 5, z);
+    EXPECT_EQ(r.ids(0, 0), 1);
+    EXPECT_EQ(r.ids(0, 1), 4);
+    EXPECT_EQ(r.ids(0, 2), 0);
+    // both: softmax over the chosen logits (softmax_topk renormalized)
+    EXPECT_EQ(r.weights(0, 0), r.weights(0, 1));
+    EXPECT_NEAR(r.weights(0, 0), a / sum, 1e-6);
+    EXPECT_NEAR(r.weights(0, 2), b / sum, 1e-6);
+  }
+}
+
+TEST(Routing, SigmoidGroupedTopkEqualGroupScoresKeepTheLowerGroup) {
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const double hi = sig(1.5), lo = sig(0.5);
+  RouterConfig rc;
+  rc.method = RoutingMethod::sigmoid_grouped_topk;
+  rc.n_group = 4;  // groups of 2
+  {
+    // groups 1 {0.5, 1.5} and 3 {1.5, 0.5} score s(1.5) + s(0.5) exactly alike; groups 0 and 2
+    // score less. One group kept: group 1, so experts 3, 2 (not 6, 7).
+    rc.top_k = 2;
+    rc.topk_group = 1;
+    const Routing r = route(rc, 8, row({-1.0f, -2.0f, 0.5f, 1.5f, 0.0f, -3.0f, 1.5f, 0.5f}));
+    EXPECT_EQ(r.ids(0, 0), 3);
+    EXPECT_EQ(r.ids(0, 1), 2);
+    EXPECT_NEAR(r.weights(0, 0), hi / (hi + lo), 1e-6);
+    EXPECT_NEAR(r.weights(0, 1), lo / (hi + lo), 1e-6);
+  }
+  {
+    // groups 0, 2 and 3 tie, two kept: 0 and 2; within them experts 1 and 4 tie (s(1.5)), then
+    // 0 and 5 (s(0.5)): 1, 4, 0, 5 (group 3's 6 and 7 are out).
+    rc.top_k = 4;
+    rc.topk_group = 2;
+    const Routing r = route(rc, 8, row({0.5f, 1.5f, -1.0f, -2.0f, 1.5f, 0.5f, 0.5f, 1.5f}));
+    EXPECT_EQ(r.ids(0, 0), 1);
+    EXPECT_EQ(r.ids(0, 1), 4);
+    EXPECT_EQ(r.ids(0, 2), 0);
+    EXPECT_EQ(r.ids(0, 3), 5);
+    const double sum = 2 * (hi + lo);
+    EXPECT_NEAR(r.weights(0, 0), hi / sum, 1e-6);
+    EXPECT_NEAR(r.weights(0, 1), hi / sum, 1e-6);
+    EXPECT_NEAR(r.weights(0, 2), lo / sum, 1e-6);
+    EXPECT_NEAR(r.weights(0, 3), lo / sum, 1e-6);
+  }
 }
 
 TEST(Routing, RejectsNonFiniteLogits) {

@@ -1,5 +1,8 @@
 // Property tests: every valid triple agrees with the reference kernel (same dispatcher, same
 // scheme) on random shapes, including the degenerate ones.
+#include <cmath>
+#include <random>
+
 #include <boost/mp11/algorithm.hpp>
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
@@ -137,6 +140,72 @@ TEST(KernelAgreement, SwigluClampShapeDrivesPreActivationsPastTheLimit) {
   MoeLayer<a2a::local, quant::fp32, kernel::reference> ref(cfg, w);
   const Matrix got = ref.forward_routed(hidden, r.ids, r.weights);
   EXPECT_LE(test::relative_error(got, want.cast<float>()), 1e-5);
+}
+
+TEST(KernelAgreement, SharedExpertGateMatchesTheFormula) {
+  // Qwen2-MoE: out = sum_j w_j * W2_e . silu_gated(W13_e . x) + sigmoid(x . g) * W2_s . silu_gated(W13_s . x),
+  // worked in double here; the fp32 reference layer must match it, and every valid triple the
+  // reference kernel on its own scheme.
+  const Shape s{20, 24, 10, 5, 2, Activation::silu_gated, false, true, false};
+  std::mt19937 rng(21);
+  MoeConfig cfg = config_for(s);  // shared expert of intermediate I + 3
+  cfg.shared_expert_gate = true;
+  MoeWeights w = test::random_weights(rng, cfg);
+  ASSERT_TRUE(w.shared.has_value());
+  ASSERT_EQ(w.shared_gate.rows(), 1);
+  ASSERT_EQ(w.shared_gate.cols(), s.H);
+  w.shared_gate /= std::sqrt(static_cast<float>(s.H));  // x . g ~ N(0, 1): gates spread over (0, 1)
+  const Matrix hidden = test::random_matrix(rng, s.T, s.H);
+  const Routing r = routing_for(rng, s);
+
+  auto mlp = [](const Eigen::MatrixXd& w13, const Eigen::MatrixXd& w2, const Eigen::VectorXd& x) {
+    const index_t inter = w13.rows() / 2;
+    const Eigen::VectorXd pre = w13 * x;
+    Eigen::VectorXd h(inter);
+    for (index_t i = 0; i < inter; ++i) h[i] = pre[i] / (1.0 + std::exp(-pre[i])) * pre[inter + i];
+    return Eigen::VectorXd(w2 * h);
+  };
+  const Eigen::MatrixXd s13 = w.shared->w13_of(0).cast<double>(), s2 = w.shared->w2_of(0).cast<double>();
+  ASSERT_EQ(s13.rows(), 2 * cfg.shared_intermediate);
+  const Eigen::VectorXd g = w.shared_gate.row(0).transpose().cast<double>();
+  Eigen::MatrixXd routed = Eigen::MatrixXd::Zero(s.T, s.H), shared = Eigen::MatrixXd::Zero(s.T, s.H);
+  Eigen::VectorXd gate(s.T);
+  for (index_t t = 0; t < s.T; ++t) {
+    const Eigen::VectorXd x = hidden.row(t).transpose().cast<double>();
+    for (index_t j = 0; j < s.k; ++j) {
+      const index_t e = r.ids(t, j);
+      const Eigen::MatrixXd e13 = w.experts.w13_of(e).cast<double>(), e2 = w.experts.w2_of(e).cast<double>();
+      routed.row(t) += static_cast<double>(r.weights(t, j)) * mlp(e13, e2, x).transpose();
+    }
+    gate[t] = 1.0 / (1.0 + std::exp(-g.dot(x)));
+    shared.row(t) = mlp(s13, s2, x).transpose();
+  }
+  EXPECT_LT(gate.minCoeff(), 0.4);  // neither all open nor all shut
+  EXPECT_GT(gate.maxCoeff(), 0.6);
+  const Matrix want = (routed + gate.asDiagonal() * shared).cast<float>();
+  const Matrix ungated = (routed + shared).cast<float>();
+
+  MoeLayer<a2a::local, quant::fp32, kernel::reference> ref(cfg, w);
+  const Matrix got = ref.forward_routed(hidden, r.ids, r.weights);
+  ASSERT_EQ(got.rows(), s.T);
+  ASSERT_EQ(got.cols(), s.H);
+  EXPECT_LE(test::relative_error(got, want), 1e-5);
+  // The gate matters: without it the formula is far off the layer.
+  EXPECT_GT(test::relative_error(got, ungated), 1e3 * test::kernel_tolerance<quant::fp32>);
+
+  int checked = 0;
+  mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
+    SCOPED_TRACE((test::triple_name<A, Q, K>()));
+    MoeLayer<A, Q, kernel::reference> reference(cfg, w);
+    MoeLayer<A, Q, K> layer(cfg, w);
+    const Matrix expected = reference.forward_routed(hidden, r.ids, r.weights);
+    const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
+    ASSERT_EQ(out.rows(), s.T);
+    ASSERT_EQ(out.cols(), s.H);
+    EXPECT_LE(test::kernel_agreement_error<Q>(out, expected), test::kernel_tolerance<Q>);
+    ++checked;
+  });
+  EXPECT_GT(checked, 0);
 }
 
 TEST(KernelAgreement, ResultDoesNotDependOnThreadCount) {
