@@ -193,8 +193,18 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   [[nodiscard]] A2A& dispatcher() noexcept { return a2a_; }
 
  private:
-  template <class W, class ShapeOf>
-  void check_common(const BasicMoeWeights<W>& w, ShapeOf shape_of) {
+  static ExpertShape shape_of(const ExpertWeights& e) noexcept { return e.shape; }
+  template <class S>
+  static ExpertShape shape_of(const S& e) noexcept {
+    return e.shape();
+  }
+
+  /// Both constructors: validates, turns each expert set into Quant's store (to_store), prepares it.
+  template <class W, class ToStore>
+  void build(W& w, ToStore to_store);
+
+  template <class W>
+  void check_common(const BasicMoeWeights<W>& w) {
     const ExpertShape want{cfg_.local_experts(), cfg_.hidden, cfg_.intermediate, is_gated(cfg_.activation),
                            cfg_.expert_bias};
     require(shape_of(w.experts) == want, "MoeWeights.experts has shape ", shape_of(w.experts), ", MoeConfig wants ",
@@ -327,32 +337,29 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
 template <class A2A, class Quant, class Kernel, class Path>
 moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a, Kernel kernel)
     : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
-  // One rank's bad config or weights (or a failed allocation) is every rank's error.
-  detail::agree_on(a2a_, [&] {
-    cfg_.validate();
-    check_common(w, [](const ExpertWeights& e) { return e.shape; });
-    w.experts.validate("MoeWeights.experts");
-    if (w.shared) w.shared->validate("MoeWeights.shared");
-    prepared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(w.experts)));
-    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(Quant::quantize(*w.shared)));
-    finish(w);
-  });
-  agree_on_shapes();
+  build(w, [](const ExpertWeights& e) { return Quant::quantize(e); });
 }
 
 template <class A2A, class Quant, class Kernel, class Path>
 moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a, Kernel kernel)
   requires(!std::is_same_v<typename Quant::weights, ExpertWeights>)
     : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+  build(w, [](quant_weights& e) -> quant_weights&& { return std::move(e); });
+}
+
+template <class A2A, class Quant, class Kernel, class Path>
+template <class W, class ToStore>
+void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::build(W& w, ToStore to_store) {
+  // One agreed step: one rank's bad config or weights (or a failed allocation) is every rank's error.
   detail::agree_on(a2a_, [&] {
     cfg_.validate();
-    check_common(w, [](const quant_weights& e) { return e.shape(); });
-    if constexpr (requires(const quant_weights& q) { q.validate(std::string_view{}); }) {  // a store built by hand
+    check_common(w);
+    if constexpr (requires { w.experts.validate(std::string_view{}); }) {  // fp32 weights, or a store built by hand
       w.experts.validate("MoeWeights.experts");
       if (w.shared) w.shared->validate("MoeWeights.shared");
     }
-    prepared_.emplace(Kernel::template prepare<Quant>(std::move(w.experts)));
-    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(std::move(*w.shared)));
+    prepared_.emplace(Kernel::template prepare<Quant>(to_store(w.experts)));
+    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(to_store(*w.shared)));
     finish(w);
   });
   agree_on_shapes();
