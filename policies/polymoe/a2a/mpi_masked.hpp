@@ -24,6 +24,10 @@ class mpi_masked : public detail::slot_exchange {
   void configure(const MoeConfig& cfg) {
     require(capacity_ >= 1, "mpi_masked: capacity must be >= 1, got ", capacity_);
     slot_exchange::configure(cfg);
+    // The fixed buffers are allocated here, inside the layer's agreed build step: a rank that
+    // cannot hold them fails with the others, not alone in the middle of a forward's exchange.
+    buffer_.setZero(local_experts_ * capacity_, cfg.hidden);
+    results_.setZero(local_experts_ * capacity_, cfg.hidden);
   }
 
   [[nodiscard]] index_t capacity() const noexcept { return capacity_; }

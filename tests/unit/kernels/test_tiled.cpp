@@ -88,6 +88,15 @@ void for_every_scheme(F&& f) {
 #endif
 }
 
+#if !defined(POLYMOE_TILED_AVX512) && !defined(POLYMOE_TILED_PORTABLE)
+// On a build whose compiler does not target AVX-512F, the production micro-kernels (and the tests
+// below that #if on them) are not compiled at all: say so in the test report instead of silently.
+TEST(Tiled, Avx512MicroKernelsOfThisBuild) {
+  GTEST_SKIP() << "the compiler does not target AVX-512F here, so the AVX-512 micro-kernels and their tests are "
+                  "not in this build; the portable loop runs instead";
+}
+#endif
+
 /// The blocks sort_by_expert cuts for one expert that gets every slot of `rows` tokens (k = 1).
 std::vector<index_t> cut_sizes(index_t rows, kt::BlockCut cut) {
   IdMatrix ids(rows, 1);
