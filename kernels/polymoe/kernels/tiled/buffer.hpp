@@ -16,10 +16,12 @@
 #include <fstream>
 #include <memory>
 #include <new>
-#include <system_error>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <strings.h>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -34,8 +36,8 @@ namespace detail {
 
 inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 
-/// Says once on stderr that knob `name` = `value` is ignored, and why (the knobs are read once,
-/// in noexcept code, and only steer measurements: a bad one is reported, not thrown).
+/// Says on stderr that knob `name` = `value` is ignored, and why (each knob is read once per
+/// process, in noexcept code, and only steers measurements: a bad one is reported, not thrown).
 inline void ignore_knob(const char* name, const char* value, const char* expected) noexcept {
   std::fprintf(stderr, "polymoe: ignoring %s=%s: expected %s\n", name, value, expected);
 }
@@ -46,10 +48,9 @@ inline void ignore_knob(const char* name, const char* value, const char* expecte
 [[nodiscard]] inline int env_switch(const char* name) noexcept {
   const char* e = std::getenv(name);
   if (e == nullptr) return -1;
-  std::string v(e);
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (v == "0" || v == "off" || v == "false" || v == "no") return 0;
-  if (v == "1" || v == "on" || v == "true" || v == "yes") return 1;
+  const auto is = [e](const char* word) { return ::strcasecmp(e, word) == 0; };
+  if (is("0") || is("off") || is("false") || is("no")) return 0;
+  if (is("1") || is("on") || is("true") || is("yes")) return 1;
   ignore_knob(name, e, "0 or 1");
   return -1;
 }
