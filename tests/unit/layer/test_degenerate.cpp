@@ -24,44 +24,9 @@ void note(long long delta) {
 }
 long long usable(void* p) { return p ? static_cast<long long>(malloc_usable_size(p)) : 0; }
 }  // namespace
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-void __libc_free(void*);
-
-void* malloc(std::size_t n) {
-  void* p = __libc_malloc(n);
-  note(usable(p));
-  return p;
-}
-void* calloc(std::size_t n, std::size_t m) {
-  void* p = __libc_calloc(n, m);
-  note(usable(p));
-  return p;
-}
-void* realloc(void* p, std::size_t n) {
-  const long long before = usable(p);
-  void* q = __libc_realloc(p, n);
-  if (q || n == 0) note(usable(q) - before);
-  return q;
-}
-void* memalign(std::size_t a, std::size_t n) {
-  void* p = __libc_memalign(a, n);
-  note(usable(p));
-  return p;
-}
-void* aligned_alloc(std::size_t a, std::size_t n) { return memalign(a, n); }
-int posix_memalign(void** p, std::size_t a, std::size_t n) {
-  *p = memalign(a, n);
-  return *p ? 0 : 12;  // ENOMEM
-}
-void free(void* p) {
-  note(-usable(p));
-  __libc_free(p);
-}
-}
+void polymoe_test_acquired(void* p) { note(usable(p)); }
+void polymoe_test_releasing(void* p) { note(-usable(p)); }
+#include "malloc_hooks.hpp"
 
 using namespace polymoe;
 namespace mp = boost::mp11;

@@ -11,41 +11,13 @@
 
 #include "test_util.hpp"
 
-// Every heap allocation of the process goes through malloc and friends (operator new, Eigen's
-// aligned allocator, TBB), so the count is taken there, on top of glibc's own entry points.
+// Every heap allocation of the process is counted where it is made (malloc_hooks.hpp).
 namespace {
 std::atomic<long> allocations{0};
 }
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-void __libc_free(void*);
-
-void* malloc(std::size_t n) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t n, std::size_t m) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_calloc(n, m);
-}
-void* realloc(void* p, std::size_t n) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_realloc(p, n);
-}
-void* memalign(std::size_t a, std::size_t n) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_memalign(a, n);
-}
-void* aligned_alloc(std::size_t a, std::size_t n) { return memalign(a, n); }
-int posix_memalign(void** p, std::size_t a, std::size_t n) {
-  *p = memalign(a, n);
-  return *p ? 0 : 12;  // ENOMEM
-}
-void free(void* p) { __libc_free(p); }
-}
+void polymoe_test_acquired(void*) { allocations.fetch_add(1, std::memory_order_relaxed); }
+void polymoe_test_releasing(void*) {}
+#include "malloc_hooks.hpp"
 
 using namespace polymoe;
 
