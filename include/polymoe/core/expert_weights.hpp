@@ -43,6 +43,18 @@ inline void check_biases(const ExpertShape& s, std::string_view what, const Matr
   }
 }
 
+/// Throws polymoe::error unless w13 [E·rows13, H], w2 [E·H, I] and the biases match `s` (the
+/// canonical fp32 layout, held by ExpertWeights and by quant::fp32's store).
+inline void check_expert_matrices(const ExpertShape& s, std::string_view what, const Matrix& w13, const Matrix& w2,
+                                  const Matrix& b13, const Matrix& b2) {
+  require(s.experts > 0 && s.hidden > 0 && s.intermediate > 0, what, ": empty expert shape ", s);
+  require(w13.rows() == s.experts * s.rows13() && w13.cols() == s.hidden, what, ": w13 is [", w13.rows(), ", ",
+          w13.cols(), "], expected [", s.experts * s.rows13(), ", ", s.hidden, "]");
+  require(w2.rows() == s.experts * s.hidden && w2.cols() == s.intermediate, what, ": w2 is [", w2.rows(), ", ",
+          w2.cols(), "], expected [", s.experts * s.hidden, ", ", s.intermediate, "]");
+  check_biases(s, what, b13, b2);
+}
+
 struct ExpertWeights {
   ExpertShape shape;
   Matrix w13;
@@ -66,15 +78,7 @@ struct ExpertWeights {
   [[nodiscard]] auto w2_of(index_t e) const { return w2.middleRows(e * shape.hidden, shape.hidden); }
 
   /// Throws polymoe::error when the matrices disagree with `shape` (`what` names the tensor set).
-  void validate(std::string_view what) const {
-    const auto& s = shape;
-    require(s.experts > 0 && s.hidden > 0 && s.intermediate > 0, what, ": empty expert shape ", s);
-    require(w13.rows() == s.experts * s.rows13() && w13.cols() == s.hidden, what, ": w13 is [", w13.rows(), ", ",
-            w13.cols(), "], expected [", s.experts * s.rows13(), ", ", s.hidden, "]");
-    require(w2.rows() == s.experts * s.hidden && w2.cols() == s.intermediate, what, ": w2 is [", w2.rows(), ", ",
-            w2.cols(), "], expected [", s.experts * s.hidden, ", ", s.intermediate, "]");
-    check_biases(s, what, b13, b2);
-  }
+  void validate(std::string_view what) const { check_expert_matrices(shape, what, w13, w2, b13, b2); }
 };
 
 /// Everything a layer holds besides its dispatcher and kernel, over some expert store

@@ -16,13 +16,7 @@ struct fp32 {
     Matrix w13;  ///< [E·rows13, H]
     Matrix w2;   ///< [E·H, I]
 
-    void validate(std::string_view what) const {
-      const ExpertShape& s = shape_;
-      check_sizes(what, {{"w13", static_cast<std::size_t>(w13.size()), count(s.rows13(), s.hidden)},
-                         {"w2", static_cast<std::size_t>(w2.size()), count(s.hidden, s.intermediate)}});
-      require(w13.cols() == s.hidden && w2.cols() == s.intermediate, what, ": w13 has ", w13.cols(), " columns and w2 ",
-              w2.cols(), ", the shape ", s, " implies ", s.hidden, " and ", s.intermediate);
-    }
+    void validate(std::string_view what) const { check_expert_matrices(shape_, what, w13, w2, b13, b2); }
   };
 
   static weights quantize(const ExpertWeights& f) {

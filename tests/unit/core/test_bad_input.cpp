@@ -164,7 +164,7 @@ TEST_F(BadInput, HandBuiltQuantizedStoreOfTheWrongSize) {
   check.template operator()<quant::nvfp4>([](auto& e) { e.w13_scale_2.push_back(1.0f); }, "w13_scale_2 holds 5 values");
   check.template operator()<quant::fp8_block>([](auto& e) { e.w13_scale_inv.clear(); }, "w13_scale_inv holds 0");
   check.template operator()<quant::fp8>([](auto& e) { e.b2 = Matrix::Zero(4, 8); }, "biases given but the shape");
-  check.template operator()<quant::fp32>([](auto& e) { e.w2.resize(4 * 4, 8); }, "columns and w2 8, the shape");
+  check.template operator()<quant::fp32>([](auto& e) { e.w2.resize(4 * 4, 8); }, "w2 is [16, 8], expected [32, 4]");
 }
 
 TEST_F(BadInput, EmptyBatchGivesEmptyResult) {
