@@ -1,8 +1,8 @@
-// ko: kernel::tiled_amx has bf16 and int8 tiles only; quant::mxfp4 is not in its row of the pairing
-// table (the ok twin uses int8_w8a8, which it runs).
+// ko: kernel::tiled_amx runs bf16, int8_w8a8 and mxfp4 on its tiles; quant::nvfp4 is not in its row of
+// the pairing table (the ok twin uses int8_w8a8, which it runs).
 #include <polymoe/polymoe.hpp>
 #ifdef POLYMOE_KO
-using Quant = polymoe::quant::mxfp4;
+using Quant = polymoe::quant::nvfp4;
 #else
 using Quant = polymoe::quant::int8_w8a8;
 #endif

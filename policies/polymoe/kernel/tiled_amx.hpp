@@ -6,6 +6,7 @@
 #include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
 #include <polymoe/kernel/tiled.hpp>
+#include <polymoe/kernels/tiled/amx_e2m1.hpp>
 #include <polymoe/kernels/tiled/amx_forward.hpp>
 
 namespace polymoe::kernel {
@@ -16,8 +17,8 @@ namespace tiled_amx_detail {
 template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
-                "polymoe: kernel::tiled_amx implements quant::bf16 and quant::int8_w8a8 only (AMX has bf16 "
-                "and int8 tiles); use kernel::tiled for other schemes");
+                "polymoe: kernel::tiled_amx implements quant::bf16, quant::int8_w8a8 and quant::mxfp4 only "
+                "(AMX has bf16 and int8 tiles); use kernel::tiled for other schemes");
 };
 
 template <>
@@ -41,10 +42,24 @@ struct scheme<quant::int8_w8a8> {
   }
 };
 
+template <>
+struct scheme<quant::mxfp4> {
+  using packed = kernels::tiled::QPackedExperts<kernels::tiled::mxfp4_format>;
+  static packed pack(const quant::mxfp4::weights& w) {
+    packed p = tiled_detail::scheme<quant::mxfp4>::pack(w);
+    p.use_amx = kernels::tiled::amx_enabled() && kernels::tiled::mxfp4_exact_in_bf16(w.w13_blocks, w.w13_scales) &&
+                kernels::tiled::mxfp4_exact_in_bf16(w.w2_blocks, w.w2_scales);
+    p.pipelined = true;
+    return p;
+  }
+};
+
 }  // namespace tiled_amx_detail
 
 /// kernel::tiled with AMX tile micro-kernels: quant::bf16 (tdpbf16ps; weights prepacked into the
-/// tile layout) and quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout). Blocks of few rows per expert
+/// tile layout), quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout) and
+/// quant::mxfp4 (tdpbf16ps on weights decoded from kernel::tiled's MXFP4 panels a slab at a time,
+/// the fp32 activations as two bf16 terms; kernels/tiled/amx_e2m1.hpp). Blocks of few rows per expert
 /// (decode) run AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON)
 /// runs the tiles without any run-time test; other builds detect AMX when a layer is prepared and
 /// fall back to AVX-512 without it (kernels/tiled/amx.hpp). Unlike kernel::tiled, the two GEMMs
@@ -68,6 +83,8 @@ struct tiled_amx {
            CombineInput<format::standard> c) const {
     if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
       kernels::tiled::forward_int8(d, p, mlp, c.out);
+    else if constexpr (std::is_same_v<Q, quant::mxfp4>)
+      kernels::tiled::forward_amx_mxfp4(d, p, mlp, c.out);
     else
       kernels::tiled::forward_amx_bf16(d, p, mlp, c.out);
   }

@@ -98,6 +98,7 @@ TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
                                              "local/int8_w8a8/tbb_grouped", "local/int8_w8a8/tiled",
                                              "local/int8_w8a8/tiled_amx",
                                              "local/mxfp4/reference", "local/mxfp4/tbb_grouped", "local/mxfp4/tiled",
+                                             "local/mxfp4/tiled_amx",
                                              "local/nvfp4/reference", "local/nvfp4/tbb_grouped", "local/nvfp4/tiled",
                                              "local/nvfp4_w4a4/reference", "local/nvfp4_w4a4/tbb_grouped"};
   EXPECT_EQ(got, expected);

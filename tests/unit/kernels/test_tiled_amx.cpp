@@ -3,11 +3,13 @@
 // build on an AMX machine: no run-time test) and test_tiled_amx_dispatch without AMX in the target
 // (-mno-amx-*: AMX detected at run time). On a machine without AMX the tests of the tiles themselves
 // are skipped with the reason; the layer tests then check the AVX-512 fallback.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -38,9 +40,10 @@ void expect_agrees(const MoeConfig& cfg, index_t T, unsigned seed) {
 }
 
 template <class F>
-void for_both_schemes(F&& f) {
+void for_each_scheme(F&& f) {
   f.template operator()<quant::bf16>();
   f.template operator()<quant::int8_w8a8>();
+  f.template operator()<quant::mxfp4>();
 }
 
 TEST(TiledAmx, SaysWhetherItRunsTiles) {
@@ -59,15 +62,15 @@ TEST(TiledAmx, AgreesWithTheReferenceAcrossBlockSizes) {
   for (const index_t H : {index_t{128}, index_t{200}})
     for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}, index_t{130}, index_t{300}, index_t{600}}) {
       SCOPED_TRACE(T);
-      for_both_schemes([&]<class Q>() { expect_agrees<Q>(test::moe_config(H, 72, 4, 2), T, static_cast<unsigned>(T + H)); });
+      for_each_scheme([&]<class Q>() { expect_agrees<Q>(test::moe_config(H, 72, 4, 2), T, static_cast<unsigned>(T + H)); });
     }
 }
 
 TEST(TiledAmx, BiasesAndWeightOnInput) {
-  for_both_schemes([&]<class Q>() { expect_agrees<Q>(test::moe_config(64, 40, 3, 2, Activation::swiglu_oai), 50, 3u); });
+  for_each_scheme([&]<class Q>() { expect_agrees<Q>(test::moe_config(64, 40, 3, 2, Activation::swiglu_oai), 50, 3u); });
   MoeConfig cfg = test::moe_config(128, 64, 4, 1);
   cfg.router_weight_on_input = true;
-  for_both_schemes([&]<class Q>() { expect_agrees<Q>(cfg, 60, 4u); });
+  for_each_scheme([&]<class Q>() { expect_agrees<Q>(cfg, 60, 4u); });
 }
 
 TEST(TiledAmx, SkippedSlots) {
@@ -82,7 +85,7 @@ TEST(TiledAmx, SkippedSlots) {
   for (index_t t = 0; t < 40; t += 5) r.ids(t, 0) = r.ids(t, 1) = -1;
   const ExpertMlp mlp{ActivationParams{}, false};
   const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 4};
-  for_both_schemes([&]<class Q>() {
+  for_each_scheme([&]<class Q>() {
     Matrix want(40, cfg.hidden), got(40, cfg.hidden);
     kernels::reference_standard<Q>(d, Q::quantize(w.experts), mlp, want);
     kernel::tiled_amx{}.run<Q>(d, kernel::tiled_amx::prepare<Q>(Q::quantize(w.experts)), mlp,
@@ -98,7 +101,7 @@ TEST(TiledAmx, PhaseTimesOfTheForward) {
   const MoeWeights w = test::random_weights(rng, cfg);
   const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
   const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
-  for_both_schemes([&]<class Q>() {
+  for_each_scheme([&]<class Q>() {
     MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
     kt::PhaseTimes t;
     kt::phase_times = &t;
@@ -208,7 +211,7 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   const MoeWeights w = test::random_weights(rng, cfg);
   const Matrix hidden = test::random_matrix(rng, 150, cfg.hidden);
   const Routing r = test::random_routing(rng, 150, 6, 2);
-  for_both_schemes([&]<class Q>() {
+  for_each_scheme([&]<class Q>() {
     MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
     Matrix first;
     for (int threads : {1, 2, 7}) {
@@ -225,7 +228,7 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
 // GEMM 1 by block (one task per row block, its panels in turn, each panel's epilogue run row by
 // row inside the next panel's tiles; int8: its input rows gathered into the worker's buffer, its
 // activations kept there and quantized by the same task) gives the bits of GEMM 1 by (block,
-// panel), in both formats, whatever the thread count: blocks of up to 256 rows (about 150 rows per
+// panel), in every format (mxfp4 runs GEMM 1 by panel either way), whatever the thread count: blocks of up to 256 rows (about 150 rows per
 // expert at T=300) and blocks cut in two (about 300 at T=600), partial tiles,
 // decode-sized blocks (T=3), K not a multiple of 64 (H=200), the last activation panel partial
 // (I=72), biases, and inputs weighted per pair.
@@ -240,7 +243,7 @@ TEST(TiledAmx, Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
       const MoeWeights w = test::random_weights(rng, cfg);
       const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
       const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
-      for_both_schemes([&]<class Q>() {
+      for_each_scheme([&]<class Q>() {
         MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
         knob = 0;
         const Matrix by_panel = layer.forward_routed(hidden, r.ids, r.weights);
@@ -453,6 +456,165 @@ TEST(TiledAmx, DpBf16LoopAgreesWithTheFmaLoopAndDouble) {
   for (index_t p = 0; p < kt::panel_cols; ++p)  // one row alone gives that row's sums, bit for bit
     EXPECT_EQ(one[p], dp[5 * kt::panel_cols + p]) << "column " << p;
 }
+#endif
+
+// MXFP4 on the tiles (kernels/tiled/amx_e2m1.hpp). Which layers may: every weight a normal bf16 or
+// zero, so a block with a nonzero code needs its scale code in [2, 252]; an all-zero block (codes
+// 0 or -0) may have any scale.
+TEST(TiledAmx, Mxfp4ExactInBf16OnlyForNormalScales) {
+  std::vector<std::uint8_t> blocks(32, 0), scales = {127, 127};
+  blocks[5] = 0x70;  // block 0: +6 in a high nibble
+  EXPECT_TRUE(kt::mxfp4_exact_in_bf16(blocks, scales));
+  for (const std::uint8_t bad : {std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{253}, std::uint8_t{254}}) {
+    scales[0] = bad;
+    EXPECT_FALSE(kt::mxfp4_exact_in_bf16(blocks, scales)) << int(bad);
+  }
+  scales[0] = 2;
+  EXPECT_TRUE(kt::mxfp4_exact_in_bf16(blocks, scales));
+  scales[0] = 252;
+  EXPECT_TRUE(kt::mxfp4_exact_in_bf16(blocks, scales));
+  scales[1] = 0;  // block 1 holds only zeros and negative zeros: any scale
+  std::fill(blocks.begin() + 16, blocks.end(), std::uint8_t{0x88});
+  EXPECT_TRUE(kt::mxfp4_exact_in_bf16(blocks, scales));
+  blocks[31] = 0x81;  // -0 and +0.5
+  EXPECT_FALSE(kt::mxfp4_exact_in_bf16(blocks, scales));
+}
+
+TEST(TiledAmx, Mxfp4LayerWithTinyScalesAgreesWithTheReference) {
+  // Weights of about 1e-39 (scale code 0 where the block is not all zero) would be subnormal in
+  // bf16, which the tiles read as zero: such a layer runs kernel::tiled's path, and still agrees.
+  const MoeConfig cfg = test::moe_config(64, 32, 2, 1);
+  std::mt19937 rng(21);
+  MoeWeights w = test::random_weights(rng, cfg);
+  w.experts.w13.row(3).setConstant(1e-38f);  // scale code 0, elements 1.5 or 2: about 1e-38 again
+  const quant::mxfp4::weights q = quant::mxfp4::quantize(w.experts);
+  EXPECT_FALSE(kt::mxfp4_exact_in_bf16(q.w13_blocks, q.w13_scales));
+  EXPECT_FALSE(kernel::tiled_amx::prepare<quant::mxfp4>(q).packed.use_amx);
+  const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
+  const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
+  MoeLayer<a2a::local, quant::mxfp4, kernel::reference> ref(cfg, w);
+  MoeLayer<a2a::local, quant::mxfp4, kernel::tiled_amx> layer(cfg, w);
+  EXPECT_LE(test::kernel_agreement_error<quant::mxfp4>(layer.forward_routed(hidden, r.ids, r.weights),
+                                                       ref.forward_routed(hidden, r.ids, r.weights)),
+            test::kernel_tolerance<quant::mxfp4>);
+}
+
+#if defined(POLYMOE_TILED_AVX512)
+
+TEST(TiledAmx, SplitRowsCarryTheFp32Values) {
+  // x = hi + lo, both bf16: within 2^-17 |x| (hi rounds to 8 bits, lo the remainder to 8 more);
+  // zeros past n up to n32; infinities keep lo = 0 (no inf - inf).
+  constexpr index_t n = 70, n32 = 96;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = nd(rng) * std::exp2(static_cast<float>(static_cast<int>(rng() % 40) - 20));
+  x[7] = std::numeric_limits<float>::infinity();
+  x[8] = 0.0f;
+  std::vector<std::uint16_t> row(2 * n32, 0xFFFF);
+  const float wt = 0.3f;
+  kt::split_bf16_row(x.data(), wt, n, n32, row.data());
+  const auto term = [&](index_t k, bool low) {
+    return codecs::bf16_to_float(row[static_cast<std::size_t>((k / 32) * 64 + (low ? 32 : 0) + k % 32)]);
+  };
+  for (index_t k = 0; k < n32; ++k) {
+    const float hi = term(k, false), lo = term(k, true);
+    if (k >= n) {
+      EXPECT_EQ(hi, 0.0f) << k;
+      EXPECT_EQ(lo, 0.0f) << k;
+      continue;
+    }
+    const float v = x[static_cast<std::size_t>(k)] * wt;
+    if (std::isinf(v)) {
+      EXPECT_EQ(hi, v);
+      EXPECT_EQ(lo, 0.0f);
+      continue;
+    }
+    EXPECT_EQ(hi, codecs::bf16_to_float(codecs::float_to_bf16(v))) << k;
+    EXPECT_LE(std::abs(double(v) - double(hi) - double(lo)), std::ldexp(std::abs(double(v)), -17)) << k;
+  }
+}
+
+TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
+  // A hand-made MXFP4 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (the last k-block
+  // partial): every decoded weight is bf16(e2m1 · 2^(e - 127)) at its tile-layout slot, exact,
+  // rows past K zero, for every code (both signs of zero) and scale codes 2 to 252.
+  constexpr index_t K = 200, K32 = kt::padded_k32(K), groups = K32 / 32;
+  std::mt19937 rng(3);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 32), 0), scales(static_cast<std::size_t>(groups * 64));
+  std::vector<std::uint8_t> code_of(static_cast<std::size_t>(K * 64));
+  for (index_t k = 0; k < K; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const auto code = static_cast<std::uint8_t>(rng() % 16);
+      code_of[static_cast<std::size_t>(k * 64 + c)] = code;
+      const auto [byte, shift] = kt::code_position<kt::mxfp4_format>(c);
+      codes[static_cast<std::size_t>(k * 32 + byte)] |= static_cast<std::uint8_t>(code << shift);
+    }
+  for (auto& s : scales) s = static_cast<std::uint8_t>(2 + rng() % 251);
+  scales[0] = 2, scales[1] = 252;
+  const kt::QPanel<kt::mxfp4_format> panel{codes.data(), scales.data(), 1.0f};
+  kt::AlignedBuffer<std::uint16_t> slab(static_cast<std::size_t>(K32 * 64));
+  kt::decode_mxfp4_slab(panel, K, 0, 4, slab.data());  // two calls, as a task's slabs
+  kt::decode_mxfp4_slab(panel, K, 4, groups, slab.data() + 4 * 4 * kt::amx_tile_elems);
+  for (index_t k = 0; k < K32; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const std::uint16_t got = slab.data()[kt::amx_bf16_slot(k, c)];
+      if (k >= K) {
+        ASSERT_EQ(got, 0) << "k=" << k << " c=" << c;
+        continue;
+      }
+      const float want = codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
+                         codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]);
+      ASSERT_EQ(codecs::bf16_to_float(got), want) << "k=" << k << " c=" << c;
+      ASSERT_EQ(std::signbit(codecs::bf16_to_float(got)), std::signbit(want)) << "k=" << k << " c=" << c;
+    }
+}
+
+#endif
+
+#if defined(POLYMOE_TILED_AMX_CODE)
+
+TEST(TiledAmx, Mxfp4TilesAgreeWithADoubleSum) {
+  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
+  // Split rows of fp32 values times a decoded MXFP4 panel, K = 300 (two slabs, the last k-block
+  // partial), against the sum in double of the fp32 values times the weights: the split carries x
+  // within 2^-17 |x|, the tiles sum exact products in fp32.
+  constexpr index_t K = 300, K32 = kt::padded_k32(K), groups = K32 / 32;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 32)), scales(static_cast<std::size_t>(groups * 64));
+  for (auto& b : codes) b = static_cast<std::uint8_t>(rng());
+  for (auto& s : scales) s = static_cast<std::uint8_t>(120 + rng() % 10);
+  const kt::QPanel<kt::mxfp4_format> panel{codes.data(), scales.data(), 1.0f};
+  const auto weight = [&](index_t k, index_t c) {
+    const auto [byte, shift] = kt::code_position<kt::mxfp4_format>(c);
+    return double(codecs::e2m1_to_float(static_cast<std::uint8_t>(codes[static_cast<std::size_t>(k * 32 + byte)] >> shift))) *
+           codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]);
+  };
+  for (const index_t m : {index_t{8}, index_t{16}, index_t{17}, index_t{48}}) {
+    const index_t lda = 2 * K32 + 32;
+    std::vector<float> x(static_cast<std::size_t>(m * K));
+    for (auto& v : x) v = nd(rng);
+    kt::AlignedBuffer<std::uint16_t> a(static_cast<std::size_t>((m + 16) * lda));
+    std::fill_n(a.data(), a.size(), std::uint16_t{0});
+    for (index_t i = 0; i < m; ++i) kt::split_bf16_row(x.data() + i * K, 1.0f, K, K32, a.data() + i * lda);
+    alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
+    kt::detail::mxfp4_block_times_panel(m, a.data(), lda, K, panel, c);
+    double worst = 0.0;
+    for (index_t i = 0; i < m; ++i)
+      for (index_t p = 0; p < kt::panel_cols; ++p) {
+        double exact = 0.0, mag = 0.0;
+        for (index_t k = 0; k < K; ++k) {
+          const double t = double(x[static_cast<std::size_t>(i * K + k)]) * weight(k, p);
+          exact += t, mag += std::abs(t);
+        }
+        worst = std::max(worst, std::abs(double(c[i * kt::panel_cols + p]) - exact) / mag);
+      }
+    // 2^-17 for the split, and fp32 rounding of the running sums (2K terms: 2K · 2^-24)
+    EXPECT_LE(worst, std::ldexp(1.0, -17) + 2 * K * std::ldexp(1.0, -24)) << "m=" << m;
+  }
+}
+
 #endif
 
 }  // namespace

@@ -247,6 +247,39 @@ struct int8_ops {
   static constexpr index_t col_step = 1024;
 };
 
+/// bf16 weights against fp32 activations carried as two bf16 terms, x = hi + lo (split_bf16_row:
+/// hi = bf16(x), lo = bf16(x - hi), so |x - hi - lo| <= 2^-17 |x|): an A k-block is 64 elements,
+/// hi[32] then lo[32], and both multiply the same B tiles, loaded once (kernel::tiled_amx's MXFP4
+/// path, whose weights are exact in bf16; amx_e2m1.hpp). Tiles 0-3 (+)= hi · B + lo · B.
+struct bf16x2_ops {
+  using a_type = std::uint16_t;
+  using b_type = std::uint16_t;
+  static constexpr index_t a_k = 2 * amx_kb;
+  static constexpr index_t b_kb = 4 * amx_tile_elems;
+  template <bool Two>
+  POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
+    _tile_loadd(4, a0, lda_bytes);
+    _tile_loadd(6, b, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b + amx_tile_elems, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (Two) {
+      _tile_loadd(5, a1, lda_bytes);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_loadd(4, a0 + amx_kb, lda_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (Two) {
+      _tile_loadd(5, a1 + amx_kb, lda_bytes);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  static constexpr index_t col_step = amx_tile_elems;
+};
+
 /// k-block j of the weight stream that runs through `panel` (nkb k-blocks) and on into `next`,
 /// the panel the caller multiplies next (nullptr: none, or not known): what the prefetch of the
 /// next slab fetches, so that the first slab of the next panel is fetched during this one's last
@@ -376,10 +409,13 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
 /// block22_side also calls side() after each k-block's products: vector work that the core runs
 /// while the tiles compute (the previous panel's epilogue, row by row). It is called a number of
 /// times that depends on the block and the loop, and the caller does what is left afterwards.
+///
+/// `accumulate`: the C tiles start from c as it is (a caller that feeds the panel slab by slab),
+/// not from zero.
 template <class Ops, bool ColsOuter, Pf BP, class C, class Side>
 POLYMOE_AMX_TARGET inline void block22_side(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                             const typename Ops::b_type* panel, const typename Ops::b_type* next, C* c,
-                                            Side& side) noexcept {
+                                            Side& side, bool accumulate = false) noexcept {
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
@@ -392,7 +428,7 @@ POLYMOE_AMX_TARGET inline void block22_side(const typename Ops::a_type* a, index
       const bool two = r0 + 16 < m;
       C* c0 = c + r0 * panel_cols + 32 * cp;
       C* c1 = c0 + 16 * panel_cols;
-      start_c(s0 == 0, c0, c1, two);
+      start_c(s0 == 0 && !accumulate, c0, c1, two);
       const typename Ops::a_type* a0 = a + r0 * lda;
       const typename Ops::a_type* a1 = a0 + 16 * lda;
       const index_t own = i * share, own_end = std::min(kb_bytes, own + share);
@@ -463,6 +499,14 @@ POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, in
                                           const std::int8_t* panel, const std::int8_t* next, std::int32_t* acc,
                                           Side&& side = Side{}) noexcept {
   run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc, side);
+}
+
+/// One slab of a panel for bf16x2_ops: c (+)= A · slab over nkb <= slab_kb k-blocks, A the split
+/// rows from this slab's first k-block (lda elements apart), c zeroed first unless `accumulate`.
+POLYMOE_AMX_TARGET inline void bf16x2_slab(const std::uint16_t* a, index_t lda, index_t m, index_t nkb,
+                                           const std::uint16_t* slab, float* c, bool accumulate) noexcept {
+  no_side none;
+  block22_side<bf16x2_ops, false, Pf::t0>(a, lda, m, nkb, slab, nullptr, c, none, accumulate);
 }
 
 }  // namespace amx

@@ -73,6 +73,8 @@ struct QPackedExperts : PanelGrid {
   AlignedBuffer<std::uint8_t> w13, w2;               ///< [E][panels][K][row_bytes]
   AlignedBuffer<typename F::scale_type> s13, s2;     ///< [E][panels][groups(K)][64]
   std::vector<float> g13, g2;                        ///< [E]
+  bool use_amx = false;    ///< tiled_amx (MXFP4): run the tiles (decided at prepare; amx_e2m1.hpp)
+  bool pipelined = false;  ///< tiled_amx: the GEMMs as one pipeline (detail::pipelined_tasks)
 
   [[nodiscard]] QPanel<F> panel13(index_t e, index_t cb) const noexcept {
     const index_t H = shape.hidden, i = e * panels13 + cb;

@@ -1,0 +1,256 @@
+#pragma once
+// kernel::tiled_amx's forward pass for MXFP4 weights (quant::mxfp4: E2M1 codes, an E8M0 scale per
+// 32 k; activations fp32) on the bf16 tiles.
+//
+// Weights. An MXFP4 weight e2m1 · 2^(e - 127) has at most two significant bits, so it is a bf16
+// value exactly whenever it is a normal number or zero: for a block whose codes are not all zero,
+// scale codes 2 to 252 (mxfp4_exact_in_bf16, checked at prepare; a layer with any other scale runs
+// kernel::tiled's path instead). The panels keep kernel::tiled's MXFP4 layout (qpanel.hpp: the
+// checkpoint's nibbles, 4.25 bits a weight); a task decodes one 32 KiB slab (8 k-blocks) at a time
+// into amx.hpp's bf16 tile layout in an L1 buffer (decode_mxfp4_slab: a 32-entry vpermw table of
+// the E2M1 values and an integer add of the scale to the exponent field), and the block's tiles
+// run over it before the next slab is decoded.
+//
+// Activations. quant::mxfp4 keeps its activations in fp32 (W4A32), and tdpbf16ps multiplies bf16.
+// Each input row enters the tiles as two bf16 terms, x = hi + lo with hi = bf16(x) and lo =
+// bf16(x - hi) (split_bf16_row), which leaves |x - hi - lo| <= 2^-17 |x| (less than the fp32
+// reference's own rounding over a few dozen terms of its sums); both terms multiply the same
+// decoded B tiles (amx::bf16x2_ops), so the tiles do twice bf16's work per weight. Products of
+// bf16 values are exact in fp32; the tiles sum them in fp32, in their own order, and treat
+// subnormal inputs (below 2^-126) as zero.
+//
+// Blocks of fewer than amx_min_rows_e2m1 rows (decode) run kernel::tiled's MXFP4 path on the fp32
+// rows (qpanel.hpp), as does every block without AMX. The GEMMs run as one pipeline of (row block,
+// panel) tasks (detail::pipelined_tasks).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/kernels/codecs/e2m1.hpp>
+#include <polymoe/kernels/tiled/amx.hpp>
+#include <polymoe/kernels/tiled/forward.hpp>
+#include <polymoe/kernels/tiled/qpanel.hpp>
+
+namespace polymoe::kernels::tiled {
+
+/// Rows per block from which MXFP4 blocks run the tiles (below: kernel::tiled's path; 1-2 rows its
+/// decode loop). Measured on the 16-core device machine (16 threads, two rounds of the knob at 4,
+/// 8, 16 and never; docs/benchmarks.md, issue 10, run 112), time over the time with 4: about 4 rows
+/// per expert (GPT-OSS-20B T=32, Qwen3-30B-A3B T=64), the FMA path 1.02-1.26; about 8 (T=64,
+/// T=128), 8 rows 1.03-1.21 and the FMA path 1.25-1.59; about 16, the FMA path 1.57-1.67.
+/// POLYMOE_AMX_MIN_ROWS overrides it, as it does bf16's and int8's.
+inline constexpr index_t amx_min_rows_e2m1 = 4;
+
+/// Whether every MXFP4 weight of `blocks` (16 bytes of E2M1 codes per block of 32) and `scales`
+/// (one E8M0 code per block) is exact in bf16 and not subnormal: a block with a nonzero code has
+/// its scale code in [2, 252] (0.5 · 2^(2 - 127) = 2^-126, the smallest normal; 6 · 2^(252 - 127)
+/// still under 2^128).
+[[nodiscard]] inline bool mxfp4_exact_in_bf16(const std::vector<std::uint8_t>& blocks,
+                                              const std::vector<std::uint8_t>& scales) noexcept {
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    if (scales[i] >= 2 && scales[i] <= 252) continue;
+    for (std::size_t j = 0; j < 16; ++j)
+      if ((blocks[16 * i + j] & 0x77u) != 0) return false;  // a magnitude bit in either nibble
+  }
+  return true;
+}
+
+#if defined(POLYMOE_TILED_AVX512)
+
+/// dst = the k-blocks of src[0..n) · wt as split rows: per k-block of 32, hi[32] then lo[32]
+/// (hi = bf16(x), lo = bf16(x - hi); an infinite x gets lo = 0), zeros from n to n32 (a multiple
+/// of 16; k-blocks past the last written one are not touched).
+inline void split_bf16_row(const float* src, float wt, index_t n, index_t n32, std::uint16_t* dst) noexcept {
+  const __m512 w = _mm512_set1_ps(wt);
+  for (index_t k = 0; k < n32; k += 16) {
+    const __mmask16 m = k + 16 <= n ? __mmask16(0xFFFF) : k < n ? __mmask16((1u << (n - k)) - 1) : __mmask16(0);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + k), w);
+    const __m512 hi = simd::round_bf16(x);
+    __m512 lo = simd::round_bf16(_mm512_sub_ps(x, hi));
+    lo = _mm512_mask_mov_ps(lo, _mm512_fpclass_ps_mask(x, 0x18), _mm512_setzero_ps());  // ±inf
+    std::uint16_t* d = dst + (k / amx_kb) * 2 * amx_kb + k % amx_kb;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), simd::bf16_bits(hi));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + amx_kb), simd::bf16_bits(lo));
+  }
+}
+
+/// k-blocks [kb0, kb1) of an MXFP4 panel of K rows in the bf16 tile layout of amx.hpp:
+/// slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2], each weight e2m1 · 2^(e - 127) as
+/// bf16 bits (exact where mxfp4_exact_in_bf16 holds), rows k >= K zero. Per k-pair and column
+/// tile: the two k-rows' bytes interleaved and widened to words, the nibble looked up in a table of
+/// the E2M1 values' bf16 bits (vpermw), and (e - 127) added to the exponent field of the nonzero
+/// ones.
+inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t kb0, index_t kb1,
+                              std::uint16_t* slab) noexcept {
+  alignas(64) static constexpr std::uint16_t table[32] = {
+      codecs::float_to_bf16(codecs::e2m1_to_float(0)),  codecs::float_to_bf16(codecs::e2m1_to_float(1)),
+      codecs::float_to_bf16(codecs::e2m1_to_float(2)),  codecs::float_to_bf16(codecs::e2m1_to_float(3)),
+      codecs::float_to_bf16(codecs::e2m1_to_float(4)),  codecs::float_to_bf16(codecs::e2m1_to_float(5)),
+      codecs::float_to_bf16(codecs::e2m1_to_float(6)),  codecs::float_to_bf16(codecs::e2m1_to_float(7)),
+      codecs::float_to_bf16(codecs::e2m1_to_float(8)),  codecs::float_to_bf16(codecs::e2m1_to_float(9)),
+      codecs::float_to_bf16(codecs::e2m1_to_float(10)), codecs::float_to_bf16(codecs::e2m1_to_float(11)),
+      codecs::float_to_bf16(codecs::e2m1_to_float(12)), codecs::float_to_bf16(codecs::e2m1_to_float(13)),
+      codecs::float_to_bf16(codecs::e2m1_to_float(14)), codecs::float_to_bf16(codecs::e2m1_to_float(15))};
+  const __m512i lut = _mm512_load_si512(table);
+  const __m512i nibble = _mm512_set1_epi16(0xF), magnitude = _mm512_set1_epi16(0x7FFF);
+  const __m512i bias = _mm512_set1_epi16(127);
+  constexpr index_t row_bytes = mxfp4_format::row_bytes;  // 32: 64 nibbles
+  for (index_t kb = kb0; kb < kb1; ++kb) {
+    __m512i shift[4];  // per column tile: (e - 127) << 7 in both words of each column's pair
+    for (int v = 0; v < 4; ++v) {
+      const __m512i e = simd::widen16(p.scales + kb * panel_cols + 16 * v);
+      shift[v] = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_or_si512(e, _mm512_slli_epi32(e, 16)), bias), 7);
+    }
+    std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
+    for (index_t j = 0; j < amx_kb / 2; ++j) {
+      const index_t k = kb * amx_kb + 2 * j;
+      const std::uint8_t* row = p.codes + k * row_bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
+      const __m256i r0 = k < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)) : _mm256_setzero_si256();
+      const __m256i r1 = k + 1 < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + row_bytes))
+                                   : _mm256_setzero_si256();
+      const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
+      // half h: bytes 16h .. 16h + 15 of both rows, interleaved (row k, row k + 1), one per word
+      const __m512i half[2] = {_mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                               _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31))};
+      for (int v = 0; v < 4; ++v) {
+        const __m512i code = v % 2 == 0 ? _mm512_and_si512(half[v / 2], nibble) : _mm512_srli_epi16(half[v / 2], 4);
+        __m512i w = _mm512_permutexvar_epi16(code, lut);
+        w = _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, magnitude), w, shift[v]);
+        _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, w);
+      }
+    }
+  }
+}
+
+#endif
+
+namespace detail {
+
+#if defined(POLYMOE_TILED_AMX_CODE)
+/// c[m][64] = split rows [0, m) of A (lda elements apart, readable up to roundup(m, 16) rows)
+/// times an MXFP4 panel of K rows, a decoded slab at a time.
+inline void mxfp4_block_times_panel(index_t m, const std::uint16_t* a, index_t lda, index_t K,
+                                    const QPanel<mxfp4_format>& panel, float* c) noexcept {
+  alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];  // 32 KiB
+  const index_t nkb = padded_k32(K) / amx_kb;
+  for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb) {
+    const index_t s1 = std::min(nkb, s0 + amx::slab_kb);
+    decode_mxfp4_slab(panel, K, s0, s1, slab);
+    amx::bf16x2_slab(a + s0 * amx::bf16x2_ops::a_k, lda, m, s1 - s0, slab, c, s0 > 0);
+  }
+}
+#endif
+
+}  // namespace detail
+
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for quant::mxfp4: blocks of amx_min_rows_e2m1
+/// rows or more on the tiles when the layer was prepared with them (see above), the others (every
+/// block without AMX) on kernel::tiled's MXFP4 path; the GEMMs as one pipeline either way.
+template <class Unused = void>
+void forward_amx_mxfp4(const DispatchOutput<format::standard>& d, const Prepared<QPackedExperts<mxfp4_format>>& p,
+                       const ExpertMlp& mlp, MatrixRef out) {
+  const QPackedExperts<mxfp4_format>& pk = p.packed;
+  Workspace& ws = p.workspace;
+  const ExpertShape& s = pk.shape;
+  const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I), act_cols = pk.act_cols();
+  // Row strides of the split rows (elements): 2 · K32 rounded to an odd number of lines.
+  [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(4 * H32) / 2, ldi = amx_row_stride_bytes(4 * I32) / 2;
+  const index_t min_rows = amx_min_rows(amx_min_rows_e2m1);
+#if defined(POLYMOE_TILED_AMX_CODE)
+  const bool amx = pk.use_amx;
+#else
+  constexpr bool amx = false;
+#endif
+  PhaseClock clock;
+  begin_forward(d, s, out, ws, amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
+  const ExpertRows& sr = ws.sorted;
+  const index_t N = sr.rows();
+  constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
+  const auto tiles = [&](const RowBlock& b) { return amx && b.rows >= min_rows; };
+  const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
+  clock.lap(PhaseTimes::sort);
+
+  // Inputs: split rows in sorted order for the blocks on tiles; for the others the fp32 rows
+  // (the caller's, or weighted copies when the routing weight scales the input).
+  if (amx) ws.a16.resize(at((N + spare) * ldh));
+  ws.a_rows.resize(at(N));
+  if (mlp.weight_on_input) ws.x.resize(at(N * H));
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
+      const RowBlock& b = sr.blocks[bi];
+      for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
+        const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
+        const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
+#if defined(POLYMOE_TILED_AMX_CODE)
+        if (tiles(b)) {
+          split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
+          continue;
+        }
+#endif
+        if (mlp.weight_on_input) {
+          float* dst = ws.x.data() + n * H;
+          for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
+          src = dst;
+        }
+        ws.a_rows[at(n)] = src;
+      }
+    }
+  });
+  clock.lap(PhaseTimes::inputs);
+
+  // GEMM 1 + activation into GEMM 2's rows: split rows for blocks on tiles (columns [I, I32)
+  // zero), fp32 rows for the others. Then GEMM 2, bias and routing weight, as one pipeline.
+  if (amx) ws.h16.resize(at((N + spare) * ldi));
+  ws.act.resize(at(N * I));
+  ws.y.resize(at(N * H));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
+  make_tasks(sr, pk.panels13, ws.tasks13);
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  const auto gemm1 = [&](const Task& task, const Task*) {
+    alignas(64) float c[amx_block_rows * panel_cols];
+    const RowBlock& b = sr.block(task);
+    const index_t cb = task.panel;
+#if defined(POLYMOE_TILED_AMX_CODE)
+    if (tiles(b)) {
+      detail::mxfp4_block_times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, H, pk.panel13(b.expert, cb), c);
+      const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+      const float* bias = pk.bias13(b.expert, cb);
+      const index_t j0 = cb * act_cols, n = std::min(act_cols, I - j0), n32 = std::min(act_cols, I32 - j0);
+      alignas(64) float h[panel_cols];
+      for (index_t i = 0; i < b.rows; ++i) {
+        float* ci = c + i * panel_cols;
+        detail::add_row(ci, bias, 1.0f, ci, panel_cols);
+        activate<false>(mlp.activation, ci, s.gated ? ci + panel_cols / 2 : nullptr, h, n);
+        split_bf16_row(h, 1.0f, n, n32, ws.h16.data() + (b.begin + i) * ldi + 2 * j0);
+      }
+      return;
+    }
+#endif
+    detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
+                              pk.panel13(b.expert, cb), c);
+    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+  };
+  const auto gemm2 = [&](const Task& task, const Task*) {
+    alignas(64) float c[amx_block_rows * panel_cols];
+    const RowBlock& b = sr.block(task);
+#if defined(POLYMOE_TILED_AMX_CODE)
+    if (tiles(b))
+      detail::mxfp4_block_times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, I, pk.panel2(b.expert, task.panel), c);
+    else
+#endif
+      detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
+                                pk.panel2(b.expert, task.panel), c);
+    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
+  };
+  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
+                    gemm2);
+
+  sum_slots(sr, ws.y, k, out);
+  clock.lap(PhaseTimes::sum);
+}
+
+}  // namespace polymoe::kernels::tiled
