@@ -258,16 +258,7 @@ struct bf16x2_ops {
   static constexpr index_t b_kb = 4 * amx_tile_elems;
   template <bool Two>
   POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
-    _tile_loadd(4, a0, lda_bytes);
-    _tile_loadd(6, b, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, b + amx_tile_elems, 64);
-    _tile_dpbf16ps(1, 4, 7);
-    if constexpr (Two) {
-      _tile_loadd(5, a1, lda_bytes);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
+    bf16_ops::products22<Two>(a0, a1, lda_bytes, b);  // hi; leaves the B tiles in 6-7
     _tile_loadd(4, a0 + amx_kb, lda_bytes);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
