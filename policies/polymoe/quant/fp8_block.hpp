@@ -45,7 +45,7 @@ struct fp8_block {
 
     void validate(std::string_view what) const {
       const ExpertShape& s = shape_;
-      const index_t hb = (s.hidden + 127) / 128, ib = (s.intermediate + 127) / 128;
+      const index_t hb = grid(s.hidden), ib = grid(s.intermediate);
       check_sizes(what, {{"w13", w13.size(), count(s.rows13(), s.hidden)},
                          {"w2", w2.size(), count(s.hidden, s.intermediate)},
                          {"w13_scale_inv", w13_scale_inv.size(), count((s.gated ? 2 : 1) * ib, hb)},

@@ -37,7 +37,7 @@ struct mxfp4 {
 
     void validate(std::string_view what) const {
       const ExpertShape& s = shape_;
-      const index_t hb = (s.hidden + 31) / 32, ib = (s.intermediate + 31) / 32;
+      const index_t hb = blocks_per_row(s.hidden), ib = blocks_per_row(s.intermediate);
       check_sizes(what, {{"w13_blocks", w13_blocks.size(), count(s.rows13(), hb * 16)},
                          {"w13_scales", w13_scales.size(), count(s.rows13(), hb)},
                          {"w2_blocks", w2_blocks.size(), count(s.hidden, ib * 16)},

@@ -37,7 +37,7 @@ struct nvfp4 {
 
     void validate(std::string_view what) const {
       const ExpertShape& s = shape_;
-      const index_t hb = (s.hidden + 15) / 16, ib = (s.intermediate + 15) / 16;
+      const index_t hb = blocks_per_row(s.hidden), ib = blocks_per_row(s.intermediate);
       check_sizes(what, {{"w13", w13.size(), count(s.rows13(), hb * 8)},
                          {"w13_scale", w13_scale.size(), count(s.rows13(), hb)},
                          {"w13_scale_2", w13_scale_2.size(), count(1, 1)},

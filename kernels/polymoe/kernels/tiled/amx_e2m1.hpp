@@ -23,6 +23,7 @@
 // rows (qpanel.hpp), as does every block without AMX. The GEMMs run as one pipeline of (row block,
 // panel) tasks (detail::pipelined_tasks).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -83,16 +84,13 @@ inline void split_bf16_row(const float* src, float wt, index_t n, index_t n32, s
 /// ones.
 inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t kb0, index_t kb1,
                               std::uint16_t* slab) noexcept {
-  alignas(64) static constexpr std::uint16_t table[32] = {
-      codecs::float_to_bf16(codecs::e2m1_to_float(0)),  codecs::float_to_bf16(codecs::e2m1_to_float(1)),
-      codecs::float_to_bf16(codecs::e2m1_to_float(2)),  codecs::float_to_bf16(codecs::e2m1_to_float(3)),
-      codecs::float_to_bf16(codecs::e2m1_to_float(4)),  codecs::float_to_bf16(codecs::e2m1_to_float(5)),
-      codecs::float_to_bf16(codecs::e2m1_to_float(6)),  codecs::float_to_bf16(codecs::e2m1_to_float(7)),
-      codecs::float_to_bf16(codecs::e2m1_to_float(8)),  codecs::float_to_bf16(codecs::e2m1_to_float(9)),
-      codecs::float_to_bf16(codecs::e2m1_to_float(10)), codecs::float_to_bf16(codecs::e2m1_to_float(11)),
-      codecs::float_to_bf16(codecs::e2m1_to_float(12)), codecs::float_to_bf16(codecs::e2m1_to_float(13)),
-      codecs::float_to_bf16(codecs::e2m1_to_float(14)), codecs::float_to_bf16(codecs::e2m1_to_float(15))};
-  const __m512i lut = _mm512_load_si512(table);
+  // vpermw's 32 words: the bf16 bits of E2M1 codes 0-15 (the indices never exceed 15)
+  static constexpr auto table = [] {
+    std::array<std::uint16_t, 32> t{};
+    for (std::uint8_t c = 0; c < 16; ++c) t[c] = codecs::float_to_bf16(codecs::e2m1_to_float(c));
+    return t;
+  }();
+  const __m512i lut = _mm512_loadu_si512(table.data());
   const __m512i nibble = _mm512_set1_epi16(0xF), magnitude = _mm512_set1_epi16(0x7FFF);
   const __m512i bias = _mm512_set1_epi16(127);
   constexpr index_t row_bytes = mxfp4_format::row_bytes;  // 32: 64 nibbles
@@ -171,13 +169,17 @@ void forward_amx_mxfp4(const DispatchOutput<format::standard>& d, const Prepared
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
   const auto tiles = [&](const RowBlock& b) { return amx && b.rows >= min_rows; };
   const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
+  // Which paths some block takes: the buffers of the other stay unsized (prefill with every
+  // block on the tiles writes no fp32 rows; decode no split rows).
+  const bool some_tiles = std::any_of(sr.blocks.begin(), sr.blocks.end(), tiles);
+  const bool some_fma = !std::all_of(sr.blocks.begin(), sr.blocks.end(), tiles);
   clock.lap(PhaseTimes::sort);
 
   // Inputs: split rows in sorted order for the blocks on tiles; for the others the fp32 rows
   // (the caller's, or weighted copies when the routing weight scales the input).
-  if (amx) ws.a16.resize(at((N + spare) * ldh));
+  if (some_tiles) ws.a16.resize(at((N + spare) * ldh));
   ws.a_rows.resize(at(N));
-  if (mlp.weight_on_input) ws.x.resize(at(N * H));
+  if (some_fma && mlp.weight_on_input) ws.x.resize(at(N * H));
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
       const RowBlock& b = sr.blocks[bi];
@@ -203,8 +205,8 @@ void forward_amx_mxfp4(const DispatchOutput<format::standard>& d, const Prepared
 
   // GEMM 1 + activation into GEMM 2's rows: split rows for blocks on tiles (columns [I, I32)
   // zero), fp32 rows for the others. Then GEMM 2, bias and routing weight, as one pipeline.
-  if (amx) ws.h16.resize(at((N + spare) * ldi));
-  ws.act.resize(at(N * I));
+  if (some_tiles) ws.h16.resize(at((N + spare) * ldi));
+  if (some_fma) ws.act.resize(at(N * I));
   ws.y.resize(at(N * H));
   const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
   make_tasks(sr, pk.panels13, ws.tasks13);
