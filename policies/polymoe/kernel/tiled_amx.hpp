@@ -7,18 +7,20 @@
 #include <polymoe/core/roles.hpp>
 #include <polymoe/kernel/tiled.hpp>
 #include <polymoe/kernels/tiled/amx_e2m1.hpp>
+#include <polymoe/kernels/tiled/amx_e4m3.hpp>
 #include <polymoe/kernels/tiled/amx_forward.hpp>
 
 namespace polymoe::kernel {
 
 namespace tiled_amx_detail {
 
-/// The schemes kernel::tiled_amx runs (the pairing table lists the same two).
+/// The schemes kernel::tiled_amx runs (the pairing table lists the same ones).
 template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
-                "polymoe: kernel::tiled_amx implements quant::bf16, quant::int8_w8a8 and quant::mxfp4 only "
-                "(AMX has bf16 and int8 tiles); use kernel::tiled for other schemes");
+                "polymoe: kernel::tiled_amx implements quant::bf16, quant::int8_w8a8, quant::fp8, quant::fp8_block, "
+                "quant::fp8_block_weight_only and quant::mxfp4 only (AMX has bf16 and int8 tiles); use kernel::tiled "
+                "for other schemes");
 };
 
 template <>
@@ -54,12 +56,42 @@ struct scheme<quant::mxfp4> {
   }
 };
 
+/// E4M3 weights: kernel::tiled's fp8 panels, decoded onto the bf16 tiles group by group (every
+/// E4M3 value is a bf16 number; kernels/tiled/amx_e4m3.hpp). `group`: the activation scale group
+/// (0: one per row).
+template <class Q, index_t Group>
+struct e4m3_scheme {
+  using packed = kernels::tiled::QPackedExperts<kernels::tiled::fp8_format>;
+  using inputs = typename tiled_detail::scheme<Q>::inputs;
+  static constexpr index_t group = Group;
+  static packed pack(const typename Q::weights& w) {
+    packed p = tiled_detail::scheme<Q>::pack(w);
+    p.use_amx = kernels::tiled::amx_enabled();
+    p.pipelined = true;
+    return p;
+  }
+};
+
+template <>
+struct scheme<quant::fp8> : e4m3_scheme<quant::fp8, 0> {};  // per-token activations
+template <>
+struct scheme<quant::fp8_block> : e4m3_scheme<quant::fp8_block, quant::fp8_block::block> {};
+template <>
+struct scheme<quant::fp8_block_weight_only> : e4m3_scheme<quant::fp8_block_weight_only, quant::fp8_block::block> {};
+
+template <class Q>
+inline constexpr bool is_e4m3 = std::is_same_v<typename scheme<Q>::packed,
+                                               kernels::tiled::QPackedExperts<kernels::tiled::fp8_format>>;
+
 }  // namespace tiled_amx_detail
 
 /// kernel::tiled with AMX tile micro-kernels: quant::bf16 (tdpbf16ps; weights prepacked into the
-/// tile layout), quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout) and
+/// tile layout), quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout),
 /// quant::mxfp4 (tdpbf16ps on weights decoded from kernel::tiled's MXFP4 panels a slab at a time,
-/// the fp32 activations as two bf16 terms; kernels/tiled/amx_e2m1.hpp). Blocks of few rows per expert
+/// the fp32 activations as two bf16 terms; kernels/tiled/amx_e2m1.hpp) and quant::fp8, fp8_block
+/// and fp8_block_weight_only (tdpbf16ps on E4M3 values decoded from kernel::tiled's fp8 panels a
+/// scale group at a time, each group's sum scaled after the tiles; W8A8 activations as E4M3
+/// values, weight-only ones as two bf16 terms; kernels/tiled/amx_e4m3.hpp). Blocks of few rows per expert
 /// (decode) run AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON)
 /// runs the tiles without any run-time test; other builds detect AMX when a layer is prepared and
 /// fall back to AVX-512 without it (kernels/tiled/amx.hpp). Unlike kernel::tiled, the two GEMMs
@@ -85,6 +117,9 @@ struct tiled_amx {
       kernels::tiled::forward_int8(d, p, mlp, c.out);
     else if constexpr (std::is_same_v<Q, quant::mxfp4>)
       kernels::tiled::forward_amx_mxfp4(d, p, mlp, c.out);
+    else if constexpr (tiled_amx_detail::is_e4m3<Q>)
+      kernels::tiled::forward_amx_fp8<typename tiled_amx_detail::scheme<Q>::inputs, tiled_amx_detail::scheme<Q>::group>(
+          d, p, mlp, c.out);
     else
       kernels::tiled::forward_amx_bf16(d, p, mlp, c.out);
   }

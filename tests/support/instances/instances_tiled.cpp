@@ -1,4 +1,5 @@
-// Explicit instantiations of the local layers whose kernel is tiled, float, bf16 and fp8 schemes
+// Explicit instantiations of the local layers whose kernel is tiled, float, bf16 and fp8 schemes, and
+// tiled_amx's fp8 schemes
 // (see layer_instances.hpp; the tiled layers are split over two files to share the compile time).
 #define POLYMOE_DEFINE_LAYER_INSTANCES
 #include "layer_instances.hpp"
@@ -7,7 +8,16 @@
 #define POLYMOE_INSTANTIATE_tiled(A, Q) POLYMOE_TILED_##Q(A)
 #define POLYMOE_INSTANTIATE_reference(A, Q)
 #define POLYMOE_INSTANTIATE_tbb_grouped(A, Q)
-#define POLYMOE_INSTANTIATE_tiled_amx(A, Q)
+#define POLYMOE_INSTANTIATE_tiled_amx(A, Q) POLYMOE_AMX_##Q(A)
+#define POLYMOE_AMX_fp32(A)
+#define POLYMOE_AMX_bf16(A)
+#define POLYMOE_AMX_fp8(A) template class POLYMOE_LAYER_IMPL(A, fp8, tiled_amx);
+#define POLYMOE_AMX_fp8_block(A) template class POLYMOE_LAYER_IMPL(A, fp8_block, tiled_amx);
+#define POLYMOE_AMX_fp8_block_weight_only(A) template class POLYMOE_LAYER_IMPL(A, fp8_block_weight_only, tiled_amx);
+#define POLYMOE_AMX_int8_w8a8(A)
+#define POLYMOE_AMX_mxfp4(A)
+#define POLYMOE_AMX_nvfp4(A)
+#define POLYMOE_AMX_nvfp4_w4a4(A)
 #define POLYMOE_TILED_fp32(A) template class POLYMOE_LAYER_IMPL(A, fp32, tiled);
 #define POLYMOE_TILED_bf16(A) template class POLYMOE_LAYER_IMPL(A, bf16, tiled);
 #define POLYMOE_TILED_fp8(A) template class POLYMOE_LAYER_IMPL(A, fp8, tiled);

@@ -5,12 +5,14 @@
 // are skipped with the reason; the layer tests then check the AVX-512 fallback.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -44,6 +46,9 @@ void for_each_scheme(F&& f) {
   f.template operator()<quant::bf16>();
   f.template operator()<quant::int8_w8a8>();
   f.template operator()<quant::mxfp4>();
+  f.template operator()<quant::fp8>();
+  f.template operator()<quant::fp8_block>();
+  f.template operator()<quant::fp8_block_weight_only>();
 }
 
 TEST(TiledAmx, SaysWhetherItRunsTiles) {
@@ -570,9 +575,173 @@ TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
     }
 }
 
+TEST(TiledAmx, E4m3RoundingIsTheCodecs) {
+  // simd::round_e4m3 against codecs::float_to_e4m3_sat then e4m3_to_float, bit for bit (sign of
+  // zero included): every float from 2^-12 to 2^10 in steps of 61 ulps, both signs, and each
+  // E4M3 value and each midpoint between neighbours with its two float neighbours.
+  std::vector<float> v;
+  for (std::uint32_t b = 0x39800000u; b <= 0x44800000u; b += 61) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    v.push_back(f);
+  }
+  for (int c = 0; c < 0x7E; ++c) {
+    const float lo = codecs::e4m3_to_float(static_cast<std::uint8_t>(c)),
+                hi = codecs::e4m3_to_float(static_cast<std::uint8_t>(c + 1));
+    for (const float x : {lo, 0.5f * (lo + hi)})
+      for (const float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, 1e9f)}) v.push_back(y);
+  }
+  for (const float x : {0.0f, 448.0f, 464.0f, 479.9f, 480.0f, 1e30f, 1e-30f, 1e-40f, 0x1p-10f, 0x1p-11f})
+    v.push_back(x);
+  const std::size_t n = v.size();
+  for (std::size_t i = 0; i < n; ++i) v.push_back(-v[i]);
+  while (v.size() % 16) v.push_back(0.0f);
+  for (std::size_t i = 0; i < v.size(); i += 16) {
+    alignas(64) float got[16];
+    _mm512_store_ps(got, kt::simd::round_e4m3(_mm512_loadu_ps(v.data() + i)));
+    for (std::size_t j = 0; j < 16; ++j) {
+      const float want = codecs::e4m3_to_float(codecs::float_to_e4m3_sat(v[i + j]));
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[j]), std::bit_cast<std::uint32_t>(want))
+          << "x=" << v[i + j] << " got " << got[j] << " want " << want;
+    }
+  }
+}
+
+TEST(TiledAmx, QuantizedRowsAreTheSchemesValues) {
+  // quantize_e4m3_row against kernels::quantize::fake_quantize_e4m3 (what quant::fp8 and fp8_block
+  // compute): for every element, value · its group's scale is the scheme's fp32 value exactly;
+  // groups of 128 with a partial last one, and one group per row; a routing weight; an all-zero
+  // group (zeros), a group with an infinity (bf16 of the inputs, scale 1); zeros up to n32.
+  constexpr index_t n = 300, n32 = 320;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (const index_t group : {index_t{128}, n}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng) * std::exp2(static_cast<float>(static_cast<int>(rng() % 12) - 6));
+    if (group == 128) {
+      std::fill(x.begin() + 128, x.begin() + 256, 0.0f);
+      x[270] = -std::numeric_limits<float>::infinity();
+    }
+    const float wt = 0.7f;
+    std::vector<float> want(n);
+    for (index_t i = 0; i < n; ++i) want[static_cast<std::size_t>(i)] = x[static_cast<std::size_t>(i)] * wt;
+    kernels::quantize::fake_quantize_e4m3(want, group);
+    std::vector<std::uint16_t> row(n32, 0xFFFF);
+    std::vector<float> sa(3, -1.0f);
+    kt::quantize_e4m3_row(x.data(), wt, n, n32, group, row.data(), sa.data());
+    for (index_t i = 0; i < n32; ++i) {
+      const float q = codecs::bf16_to_float(row[static_cast<std::size_t>(i)]);
+      if (i >= n) {
+        ASSERT_EQ(row[static_cast<std::size_t>(i)], 0) << i;
+        continue;
+      }
+      const float w = want[static_cast<std::size_t>(i)], s = sa[static_cast<std::size_t>(i / 128)];
+      if (group == 128 && i >= 256) {  // the group with an infinity: bf16 of x · wt, scale 1
+        EXPECT_EQ(s, 1.0f);
+        EXPECT_EQ(q, codecs::bf16_to_float(codecs::float_to_bf16(x[static_cast<std::size_t>(i)] * wt))) << i;
+        continue;
+      }
+      ASSERT_EQ(q, codecs::e4m3_to_float(codecs::float_to_e4m3_sat(q))) << i << ": not an E4M3 value";
+      ASSERT_EQ(q * s, w) << "i=" << i << " group " << group;
+    }
+    if (group == n) {
+      EXPECT_TRUE(sa[0] == sa[1] && sa[1] == sa[2]);
+    } else {
+      EXPECT_EQ(sa[1], 1.0f);  // the all-zero group
+    }
+  }
+}
+
+TEST(TiledAmx, E4m3SlabDecodesEveryWeightExactly) {
+  // A hand-made fp8 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (the last k-block
+  // partial): every decoded weight is the bf16 of its E4M3 value at its tile-layout slot, for every
+  // code but the NaNs (subnormals and both zeros included), rows past K zero.
+  constexpr index_t K = 200, K32 = kt::padded_k32(K), nkb = K32 / kt::amx_kb;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 64));
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    auto c = static_cast<std::uint8_t>((i * 37) % 256);
+    if ((c & 0x7F) == 0x7F) c = static_cast<std::uint8_t>(c - 1);  // no NaN codes in a panel
+    codes[i] = c;
+  }
+  const std::vector<float> scales(static_cast<std::size_t>(2 * 64), 1.0f);
+  const kt::QPanel<kt::fp8_format> panel{codes.data(), scales.data(), 1.0f};
+  kt::AlignedBuffer<std::uint16_t> slab(static_cast<std::size_t>(K32 * 64));
+  kt::decode_e4m3_slab(panel, K, 0, 4, slab.data());  // two calls, as a task's groups
+  kt::decode_e4m3_slab(panel, K, 4, nkb, slab.data() + 4 * 4 * kt::amx_tile_elems);
+  for (index_t k = 0; k < K32; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const std::uint16_t got = slab.data()[kt::amx_bf16_slot(k, c)];
+      if (k >= K) {
+        ASSERT_EQ(got, 0) << "k=" << k << " c=" << c;
+        continue;
+      }
+      const std::uint8_t code = codes[static_cast<std::size_t>(k * 64 + c)];
+      ASSERT_EQ(got, codecs::float_to_bf16(codecs::e4m3_to_float(code))) << "code " << int(code);
+    }
+}
+
 #endif
 
 #if defined(POLYMOE_TILED_AMX_CODE)
+
+TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
+  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
+  // fp8_times_panel against the sum in double of the scheme's fp32 values, K = 300 (three scale
+  // groups, the last partial, and a partial last k-block): W8A8 (E4M3 values of the rows with
+  // their scales per 128; the products are exact, the tiles' fp32 sums and the scaling round) and
+  // weight-only (split fp32 rows, within 2^-17 more).
+  constexpr index_t K = 300, K32 = kt::padded_k32(K), groups = 3;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 64));
+  for (auto& b : codes) {
+    b = static_cast<std::uint8_t>(rng());
+    if ((b & 0x7F) == 0x7F) b = 0;
+  }
+  std::vector<float> scales(static_cast<std::size_t>(groups * 64));
+  for (auto& s : scales) s = std::exp2(nd(rng)) * 1e-2f;
+  const kt::QPanel<kt::fp8_format> panel{codes.data(), scales.data(), 1.0f};
+  const auto weight = [&](index_t k, index_t c) {
+    return double(codecs::e4m3_to_float(codes[static_cast<std::size_t>(k * 64 + c)]) *
+                  scales[static_cast<std::size_t>((k / 128) * 64 + c)]);
+  };
+  for (const bool w8a8 : {true, false})
+    for (const index_t m : {index_t{4}, index_t{16}, index_t{17}, index_t{48}, index_t{100}}) {
+      const index_t lda = (w8a8 ? 1 : 2) * K32 + 32;
+      std::vector<float> x(static_cast<std::size_t>(m * K)), sa(static_cast<std::size_t>(m * groups));
+      for (auto& v : x) v = nd(rng) * 3.0f;
+      kt::AlignedBuffer<std::uint16_t> a(static_cast<std::size_t>((m + 16) * lda));
+      std::fill_n(a.data(), a.size(), std::uint16_t{0});
+      for (index_t i = 0; i < m; ++i) {
+        float* xi = x.data() + i * K;
+        if (w8a8) {
+          kt::quantize_e4m3_row(xi, 1.0f, K, K32, 128, a.data() + i * lda, sa.data() + i * groups);
+          kernels::quantize::fake_quantize_e4m3(std::span<float>(xi, static_cast<std::size_t>(K)), 128);
+        } else {
+          kt::split_bf16_row(xi, 1.0f, K, K32, a.data() + i * lda);
+        }
+      }
+      alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
+      if (w8a8)
+        kt::detail::fp8_times_panel<kt::amx::bf16_ops>(m, a.data(), lda, sa.data(), groups, K, panel, c);
+      else
+        kt::detail::fp8_times_panel<kt::amx::bf16x2_ops>(m, a.data(), lda, nullptr, groups, K, panel, c);
+      double worst = 0.0;
+      for (index_t i = 0; i < m; ++i)
+        for (index_t p = 0; p < kt::panel_cols; ++p) {
+          double exact = 0.0, mag = 0.0;
+          for (index_t k = 0; k < K; ++k) {
+            const double t = double(x[static_cast<std::size_t>(i * K + k)]) * weight(k, p);
+            exact += t, mag += std::abs(t);
+          }
+          worst = std::max(worst, std::abs(double(c[i * kt::panel_cols + p]) - exact) / mag);
+        }
+      // fp32 rounding of the values and scales (a few 2^-24 each), of the running sums (K · 2^-24),
+      // and for the split rows 2^-17
+      EXPECT_LE(worst, (w8a8 ? 0.0 : std::ldexp(1.0, -17)) + 2 * K * std::ldexp(1.0, -24))
+          << (w8a8 ? "W8A8" : "weight-only") << " m=" << m;
+    }
+}
 
 TEST(TiledAmx, Mxfp4TilesAgreeWithADoubleSum) {
   if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;

@@ -97,12 +97,19 @@ TEST(QuantFp8Block, FixtureFromCheckpointMatchesTransformers) {
   const double aq_tbb = run.operator()<quant::fp8_block, kernel::tbb_grouped>();
   const double wo_tiled = run.operator()<quant::fp8_block_weight_only, kernel::tiled>();
   const double aq_tiled = run.operator()<quant::fp8_block, kernel::tiled>();
-  std::printf("deepseek_v3_fp8: weight-only %.3g / %.3g / %.3g, activations quantized %.3g / %.3g / %.3g "
-              "(reference / tbb_grouped / tiled)\n", wo_ref, wo_tbb, wo_tiled, aq_ref, aq_tbb, aq_tiled);
+  // kernel::tiled_amx: the tiles on an AMX machine (the fixture's 9 tokens give blocks of several
+  // rows; POLYMOE_AMX_MIN_ROWS=1 puts every block on them), its fallback elsewhere
+  const double wo_amx = run.operator()<quant::fp8_block_weight_only, kernel::tiled_amx>();
+  const double aq_amx = run.operator()<quant::fp8_block, kernel::tiled_amx>();
+  std::printf("deepseek_v3_fp8: weight-only %.3g / %.3g / %.3g / %.3g, activations quantized %.3g / %.3g / %.3g / "
+              "%.3g (reference / tbb_grouped / tiled / tiled_amx)\n",
+              wo_ref, wo_tbb, wo_tiled, wo_amx, aq_ref, aq_tbb, aq_tiled, aq_amx);
   EXPECT_LE(wo_ref, 1e-5);
   EXPECT_LE(wo_tbb, 1e-5);
   EXPECT_LE(wo_tiled, 1e-5);
+  EXPECT_LE(wo_amx, 1e-5);
   EXPECT_LE(aq_tiled, 5e-2);
+  EXPECT_LE(aq_amx, 5e-2);
   // Quantizing both GEMM inputs to E4M3 (3 mantissa bits, about 2.4% RMS relative error per
   // element) costs 3.9e-2 here: 3.1e-2 from the input rows alone, 2.4e-2 from the down-projection
   // input alone. That is the format's own error, above the 3e-2 guide of fixtures/README.md.
@@ -129,12 +136,13 @@ TEST(QuantFp8Block, FixtureW8A8MatchesPyTorch) {
     return test::relative_error(layer.forward(qc.hidden, qc.router_logits), want);
   };
   const double ref = run.operator()<kernel::reference>(), tbb = run.operator()<kernel::tbb_grouped>(),
-               tiled = run.operator()<kernel::tiled>();
-  std::printf("deepseek_v3_fp8 W8A8 vs PyTorch: %.3g / %.3g / %.3g (reference / tbb_grouped / tiled); "
-              "PyTorch W8A8 vs the fp32-activation fixture %.3g\n", ref, tbb, tiled, torch_vs_fixture);
+               tiled = run.operator()<kernel::tiled>(), amx = run.operator()<kernel::tiled_amx>();
+  std::printf("deepseek_v3_fp8 W8A8 vs PyTorch: %.3g / %.3g / %.3g / %.3g (reference / tbb_grouped / tiled / "
+              "tiled_amx); PyTorch W8A8 vs the fp32-activation fixture %.3g\n", ref, tbb, tiled, amx, torch_vs_fixture);
   EXPECT_LE(ref, 1e-5);
   EXPECT_LE(tbb, 1e-5);
   EXPECT_LE(tiled, 1e-5);
+  EXPECT_LE(amx, 1e-5);
 }
 
 TEST(QuantFp8Block, FixtureWithOneScaleChangedMisses) {

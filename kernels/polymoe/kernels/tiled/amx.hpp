@@ -500,6 +500,36 @@ POLYMOE_AMX_TARGET inline void bf16x2_slab(const std::uint16_t* a, index_t lda, 
   block22_side<bf16x2_ops, false, Pf::t0>(a, lda, m, nkb, slab, nullptr, c, none, accumulate);
 }
 
+/// One step of a scaled-group loop (amx_e4m3.hpp): part[32][32] (rows [0, 16) only without Two;
+/// rows 128 bytes apart) = A rows (a0: 16 rows, a1: the next 16, lda_bytes apart) times column
+/// tiles 2cp and 2cp + 1 of a decoded slab of nkb k-blocks, from zero. `pf`: the A rows of the
+/// step that follows on another row pair (nullptr: none), whose lines are fetched as the k-blocks go.
+template <class Ops, bool Two>
+POLYMOE_AMX_TARGET inline void group_step(const typename Ops::a_type* a0, const typename Ops::a_type* a1,
+                                          long lda_bytes, const typename Ops::b_type* slab, index_t nkb, index_t cp,
+                                          const typename Ops::a_type* pf, float* part) noexcept {
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (Two) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (index_t kb = 0; kb < nkb; ++kb) {
+    if (pf != nullptr) {
+      prefetch_tile_rows(pf + kb * Ops::a_k, lda_bytes);
+      if constexpr (Two) prefetch_tile_rows(reinterpret_cast<const char*>(pf + kb * Ops::a_k) + 16 * lda_bytes, lda_bytes);
+    }
+    Ops::template products22<Two>(a0 + kb * Ops::a_k, a1 + kb * Ops::a_k, lda_bytes,
+                                  slab + kb * Ops::b_kb + 2 * cp * Ops::col_step);
+  }
+  _tile_stored(0, part, 128);
+  _tile_stored(1, part + 16, 128);
+  if constexpr (Two) {
+    _tile_stored(2, part + 16 * 32, 128);
+    _tile_stored(3, part + 16 * 32 + 16, 128);
+  }
+}
+
 }  // namespace amx
 
 #undef POLYMOE_AMX_TARGET

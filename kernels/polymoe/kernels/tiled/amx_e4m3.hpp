@@ -1,0 +1,387 @@
+#pragma once
+// kernel::tiled_amx's forward pass for E4M3 weights (quant::fp8, quant::fp8_block and
+// quant::fp8_block_weight_only: kernel::tiled's fp8 panels, an fp32 scale per 128 k per column)
+// on the bf16 tiles.
+//
+// Weights. Every E4M3 value (normal 2^-6 .. 448 with three mantissa bits, subnormal m · 2^-9) is a
+// normal bf16 number, so the panels keep their codes (one byte a weight) and a task decodes them a
+// group of 128 k (4 tile k-blocks, 16 KiB of bf16) at a time into amx.hpp's tile layout in L1
+// (decode_e4m3_slab). The scale is not folded in (q · s is not a bf16 number in general): each
+// group's products are summed on the tiles from zero, stored, and added into the result times
+// their scales (fp8_times_panel), while the tiles run the next step.
+//
+// Activations. W8A8 (fp8, fp8_block): a GEMM input row is quantized here, as the scheme's
+// quantize_activation does it (scale = amax / 448 per group of 128, or per row for quant::fp8;
+// e4m3(x / scale), round to nearest even, saturating; quantize_e4m3_row) but kept as its E4M3
+// values, exactly bf16, with the scale beside them. A product of two E4M3 values is exact in fp32;
+// the tiles sum a group's 128 of them in fp32, and the group's sum is multiplied by
+// (weight scale · activation scale). The reference multiplies the rounded fp32 values
+// (e4m3 · scale), so the two differ in rounding only. Weight-only (fp8_block_weight_only): the
+// fp32 row enters the tiles as two bf16 terms, hi + lo (split_bf16_row, amx_e2m1.hpp; within
+// 2^-17), and a group's sum is multiplied by the weight scale alone.
+//
+// A group of activations holding an infinity or a NaN is left as it is by the scheme (fp32 values
+// that propagate); here it enters the tiles rounded to bf16 with scale 1, so the row's outputs are
+// not finite either way.
+//
+// Blocks of fewer than amx_min_rows_e4m3 rows (decode), and every block without AMX, run
+// kernel::tiled's fp8 path (qpanel.hpp) on fp32 rows. The GEMMs run as one pipeline of (row block,
+// panel) tasks (detail::pipelined_tasks); for W8A8 a block's GEMM 2 inputs are quantized when its
+// GEMM 1 is done (the amax of a group of 128 activations spans four GEMM 1 panels).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/kernels/codecs/e4m3.hpp>
+#include <polymoe/kernels/tiled/amx.hpp>
+#include <polymoe/kernels/tiled/amx_e2m1.hpp>
+#include <polymoe/kernels/tiled/forward.hpp>
+#include <polymoe/kernels/tiled/qpanel.hpp>
+
+namespace polymoe::kernels::tiled {
+
+/// Rows per block from which E4M3 blocks run the tiles (below: kernel::tiled's fp8 path).
+/// POLYMOE_AMX_MIN_ROWS overrides it, as it does the others.
+inline constexpr index_t amx_min_rows_e4m3 = 4;
+
+/// Tile k-blocks per scale group (128 k).
+inline constexpr index_t e4m3_group_kb = fp8_format::group / amx_kb;
+
+#if defined(POLYMOE_TILED_AVX512)
+
+namespace simd {
+
+/// v rounded to the nearest E4M3 value (ties to even; the subnormal step 2^-9 below 2^-6),
+/// magnitudes from 448 up saturated to 448, as codecs::float_to_e4m3_sat then e4m3_to_float for
+/// finite v: the step 2^(floor(log2 |v|) - 3), at least 2^-9, scaled to 1, rounded, scaled back.
+inline __m512 round_e4m3(__m512 v) noexcept {
+  const __m512 sign = _mm512_set1_ps(-0.0f), three = _mm512_set1_ps(3.0f);
+  const __m512 a = _mm512_andnot_ps(sign, v);
+  const __m512 e = _mm512_max_ps(_mm512_getexp_ps(a), _mm512_set1_ps(-6.0f));  // getexp(0) = -inf
+  const __m512 r = _mm512_roundscale_ps(_mm512_scalef_ps(a, _mm512_sub_ps(three, e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 q = _mm512_min_ps(_mm512_scalef_ps(r, _mm512_sub_ps(e, three)), _mm512_set1_ps(codecs::e4m3_max));
+  return _mm512_or_ps(q, _mm512_and_ps(sign, v));
+}
+
+/// E4M3 codes (zero-extended, one per word, no NaN codes) to the bf16 bits of their values:
+/// exponent and mantissa moved into place and re-biased (+120); subnormal codes (exponent 0)
+/// looked up in `sub`, the bf16 bits of m · 2^-9 for m < 8.
+inline __m512i e4m3_to_bf16(__m512i w, __m512i sub) noexcept {
+  __m512i r = _mm512_add_epi16(_mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)), 4),
+                               _mm512_set1_epi16(120 << 7));
+  r = _mm512_mask_permutexvar_epi16(r, _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x78)), w, sub);
+  return _mm512_or_si512(r, _mm512_and_si512(_mm512_slli_epi16(w, 8), _mm512_set1_epi16(static_cast<short>(0x8000))));
+}
+
+}  // namespace simd
+
+/// Quantizes src[0..n) · wt for the tiles: groups of `group` values (128, or n and more: one
+/// group per row), each with scale s = amax / 448, written as dst[i] = the bf16 bits of
+/// e4m3(x[i] / s) (exact) and zeros from n to n32; sa[c] = the scale of the group holding the
+/// 128 values from 128c (one entry per 128 values, also for one group per row). An all-zero group
+/// is written as zeros with scale 1, a group holding an infinity or a NaN as bf16(x) with scale 1.
+inline void quantize_e4m3_row(const float* src, float wt, index_t n, index_t n32, index_t group, std::uint16_t* dst,
+                              float* sa) noexcept {
+  const __m512 w = _mm512_set1_ps(wt);
+  const auto load = [&](index_t i) {
+    const __mmask16 m = i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + i), w);
+  };
+  const auto store = [&](index_t i, __m512 bf16_exact) {
+    const __m256i bits = simd::bf16_bits(bf16_exact);
+    if (i + 16 <= n) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bits);
+    } else {
+      _mm256_mask_storeu_epi16(dst + i, static_cast<__mmask16>((1u << (n - i)) - 1), bits);
+    }
+  };
+  for (index_t g0 = 0; g0 < n; g0 += group) {
+    const index_t g1 = std::min(n, g0 + group);
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 odd = 0;  // lanes that held an infinity or a NaN
+    for (index_t i = g0; i < g1; i += 16) {
+      const __m512 x = load(i);
+      odd |= _mm512_fpclass_ps_mask(x, 0x99);
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
+    }
+    const float a = _mm512_reduce_max_ps(amax);
+    float scale = 1.0f;
+    if (odd != 0) {
+      for (index_t i = g0; i < g1; i += 16) store(i, simd::round_bf16(load(i)));
+    } else if (a == 0.0f) {
+      for (index_t i = g0; i < g1; i += 16) store(i, _mm512_setzero_ps());
+    } else {
+      scale = a / codecs::e4m3_max;  // quantize::e4m3_scale
+      const __m512 s = _mm512_set1_ps(scale);
+      for (index_t i = g0; i < g1; i += 16) store(i, simd::round_e4m3(_mm512_div_ps(load(i), s)));
+    }
+    for (index_t c = g0 / fp8_format::group; c * fp8_format::group < g1; ++c) sa[c] = scale;
+  }
+  std::fill(dst + n, dst + n32, std::uint16_t{0});
+}
+
+/// k-blocks [kb0, kb1) of an fp8 panel of K rows in the bf16 tile layout of amx.hpp:
+/// slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2], each weight's E4M3 value as bf16
+/// bits (exact; scales not applied), rows k >= K zero. Per k-pair and column tile: 16 bytes of
+/// each of the two k-rows interleaved, widened to words and converted (simd::e4m3_to_bf16).
+inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0, index_t kb1,
+                             std::uint16_t* slab) noexcept {
+  static constexpr auto table = [] {  // m · 2^-9 for the subnormal codes m < 8
+    std::array<std::uint16_t, 32> t{};
+    for (std::uint8_t m = 0; m < 8; ++m) t[m] = codecs::float_to_bf16(codecs::e4m3_to_float(m));
+    return t;
+  }();
+  const __m512i sub = _mm512_loadu_si512(table.data());
+  constexpr index_t row_bytes = fp8_format::row_bytes;  // 64
+  for (index_t kb = kb0; kb < kb1; ++kb) {
+    std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
+    for (index_t j = 0; j < amx_kb / 2; ++j) {
+      const index_t k = kb * amx_kb + 2 * j;
+      const std::uint8_t* row = p.codes + k * row_bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(row) + fp8_format::group * row_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(row) + fp8_format::group * row_bytes + 64, _MM_HINT_T0);
+      for (int v = 0; v < 4; ++v) {
+        const __m128i r0 = k < K ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * v)) : _mm_setzero_si128();
+        const __m128i r1 = k + 1 < K ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + row_bytes + 16 * v))
+                                     : _mm_setzero_si128();
+        const __m512i codes =
+            _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(r0, r1), _mm_unpacklo_epi8(r0, r1)));
+        _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, simd::e4m3_to_bf16(codes, sub));
+      }
+    }
+  }
+}
+
+#endif
+
+namespace detail {
+
+#if defined(POLYMOE_TILED_AMX_CODE)
+/// c[m][64] = sum over the scale groups g of the panel of (A_g · W_g) · sw[g][column] · sa[row][g]:
+/// A rows [0, m) (lda elements apart, readable up to roundup(m, 16) rows) in Ops' layout (bf16_ops:
+/// E4M3 values; bf16x2_ops: split rows), W_g the group's E4M3 values, sw its scales, sa the
+/// activation scales (row r's at sa[r · lds + g]; nullptr: 1). Group by group: decode, then
+/// (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32 buffer that
+/// is scaled into c while the tiles run the next step.
+template <class Ops>
+inline void fp8_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds, index_t K,
+                            const QPanel<fp8_format>& panel, float* c) noexcept {
+  alignas(64) std::uint16_t slab[e4m3_group_kb * 4 * amx_tile_elems];  // 16 KiB
+  alignas(64) float part[2][32 * 32];
+  const index_t nkb = padded_k32(K) / amx_kb, groups = fp8_format::groups(K);
+  const auto lda_bytes = static_cast<long>(lda * 2);
+  const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
+  struct Step {
+    index_t g = -1, r0 = 0, cp = 0;
+    const float* part = nullptr;
+  };
+  // c[r0 + r][32cp ..] (+)= part[r][..] · sw · sa
+  const auto scale_in = [&](const Step& st) {
+    const float* sw = panel.scales + st.g * panel_cols + 32 * st.cp;
+    const __m512 sw0 = _mm512_load_ps(sw), sw1 = _mm512_load_ps(sw + 16);
+    const index_t rows = std::min<index_t>(32, m - st.r0);
+    for (index_t r = 0; r < rows; ++r) {
+      const __m512 f = _mm512_set1_ps(sa != nullptr ? sa[(st.r0 + r) * lds + st.g] : 1.0f);
+      const float* p = st.part + r * 32;
+      float* cr = c + (st.r0 + r) * panel_cols + 32 * st.cp;
+      const __m512 s0 = _mm512_mul_ps(sw0, f), s1 = _mm512_mul_ps(sw1, f);
+      if (st.g == 0) {
+        _mm512_store_ps(cr, _mm512_mul_ps(_mm512_load_ps(p), s0));
+        _mm512_store_ps(cr + 16, _mm512_mul_ps(_mm512_load_ps(p + 16), s1));
+      } else {
+        _mm512_store_ps(cr, _mm512_fmadd_ps(_mm512_load_ps(p), s0, _mm512_load_ps(cr)));
+        _mm512_store_ps(cr + 16, _mm512_fmadd_ps(_mm512_load_ps(p + 16), s1, _mm512_load_ps(cr + 16)));
+      }
+    }
+  };
+  amx::configure();
+  Step pending;
+  for (index_t g = 0; g < groups; ++g) {
+    const index_t kb0 = g * e4m3_group_kb, n = std::min(e4m3_group_kb, nkb - kb0);
+    decode_e4m3_slab(panel, K, kb0, kb0 + n, slab);
+    for (index_t i = 0; i < steps; ++i) {
+      const index_t rp = i / 2, cp = i % 2, r0 = 32 * rp;
+      const std::uint16_t* a0 = a + r0 * lda + kb0 * Ops::a_k;
+      // during a row pair's second step: the A lines of the next row pair, or of the next group
+      const std::uint16_t* pf = cp == 0           ? nullptr
+                                : rp + 1 < pairs  ? a0 + 32 * lda
+                                : g + 1 < groups ? a + (kb0 + e4m3_group_kb) * Ops::a_k
+                                                  : nullptr;
+      float* pt = part[i % 2];
+      if (r0 + 16 < m)
+        amx::group_step<Ops, true>(a0, a0 + 16 * lda, lda_bytes, slab, n, cp, pf, pt);
+      else
+        amx::group_step<Ops, false>(a0, a0, lda_bytes, slab, n, cp, pf, pt);
+      if (pending.g >= 0) scale_in(pending);
+      pending = {g, r0, cp, pt};
+    }
+  }
+  if (pending.g >= 0) scale_in(pending);
+}
+#endif
+
+}  // namespace detail
+
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for E4M3 weights: Act is the scheme's input
+/// treatment (quantized_inputs<Q> for W8A8, keep_inputs for weight-only), ActGroup the activation
+/// group (128; 0: one group per row). Blocks of amx_min_rows_e4m3 rows or more on the tiles when
+/// the layer was prepared with them (see above), the others on kernel::tiled's fp8 path; the GEMMs
+/// as one pipeline either way.
+template <class Act, index_t ActGroup>
+void forward_amx_fp8(const DispatchOutput<format::standard>& d, const Prepared<QPackedExperts<fp8_format>>& p,
+                     const ExpertMlp& mlp, MatrixRef out) {
+  constexpr bool w8a8 = Act::per_row;
+  const QPackedExperts<fp8_format>& pk = p.packed;
+  Workspace& ws = p.workspace;
+  const ExpertShape& s = pk.shape;
+  const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I), act_cols = pk.act_cols();
+  [[maybe_unused]] const index_t gH = fp8_format::groups(H), gI = fp8_format::groups(I);
+  // Row strides of the tile inputs (elements): E4M3 values (W8A8) or split rows (weight-only),
+  // rounded to an odd number of lines.
+  constexpr index_t bytes_per_k = w8a8 ? 2 : 4;
+  [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
+  [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
+  const index_t min_rows = amx_min_rows(amx_min_rows_e4m3);
+#if defined(POLYMOE_TILED_AMX_CODE)
+  const bool amx = pk.use_amx;
+  using Ops = std::conditional_t<w8a8, amx::bf16_ops, amx::bf16x2_ops>;
+#else
+  constexpr bool amx = false;
+#endif
+  PhaseClock clock;
+  begin_forward(d, s, out, ws, amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
+  const ExpertRows& sr = ws.sorted;
+  const index_t N = sr.rows();
+  constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
+  const auto tiles = [&](const RowBlock& b) { return amx && b.rows >= min_rows; };
+  const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
+  const bool some_tiles = std::any_of(sr.blocks.begin(), sr.blocks.end(), tiles);
+  const bool some_fma = !std::all_of(sr.blocks.begin(), sr.blocks.end(), tiles);
+  clock.lap(PhaseTimes::sort);
+
+  // Inputs in sorted order: tile rows (and scales) for the blocks on tiles; for the others fp32
+  // rows, the caller's or copies (weighted, and quantized as the scheme does).
+  if (some_tiles) {
+    ws.a16.resize(at((N + spare) * ldh));
+    if (w8a8) ws.a_scales.resize(at(N * gH));
+  }
+  ws.a_rows.resize(at(N));
+  if (some_fma && (w8a8 || mlp.weight_on_input)) ws.x.resize(at(N * H));
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
+      const RowBlock& b = sr.blocks[bi];
+      for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
+        const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
+        const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
+#if defined(POLYMOE_TILED_AMX_CODE)
+        if (tiles(b)) {
+          if constexpr (w8a8)
+            quantize_e4m3_row(src, wt, H, H32, ActGroup > 0 ? ActGroup : H, ws.a16.data() + n * ldh,
+                              ws.a_scales.data() + n * gH);
+          else
+            split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
+          continue;
+        }
+#endif
+        if (w8a8 || mlp.weight_on_input) {
+          float* dst = ws.x.data() + n * H;
+          for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
+          Act::row(std::span<float>(dst, at(H)));
+          src = dst;
+        }
+        ws.a_rows[at(n)] = src;
+      }
+    }
+  });
+  clock.lap(PhaseTimes::inputs);
+
+  // GEMM 1 + activation: fp32 rows (W8A8, quantized per block when its GEMM 1 is done; FMA
+  // blocks), or split rows straight from the epilogue (weight-only blocks on tiles; columns
+  // [I, I32) zero). Then GEMM 2, bias and routing weight, as one pipeline.
+  if (some_tiles) {
+    ws.h16.resize(at((N + spare) * ldi));
+    if (w8a8) ws.hs.resize(at(N * gI));
+  }
+  if (w8a8 || some_fma) ws.act.resize(at(N * I));
+  ws.y.resize(at(N * H));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
+  make_tasks(sr, pk.panels13, ws.tasks13);
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  const auto gemm1 = [&](const Task& task, const Task*) {
+    alignas(64) float c[amx_block_rows * panel_cols];
+    const RowBlock& b = sr.block(task);
+    const index_t cb = task.panel;
+#if defined(POLYMOE_TILED_AMX_CODE)
+    if (tiles(b)) {
+      detail::fp8_times_panel<Ops>(b.rows, ws.a16.data() + b.begin * ldh, ldh,
+                                   w8a8 ? ws.a_scales.data() + b.begin * gH : nullptr, gH, H,
+                                   pk.panel13(b.expert, cb), c);
+      const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+      if constexpr (!w8a8) {
+        const float* bias = pk.bias13(b.expert, cb);
+        const index_t j0 = cb * act_cols, n = std::min(act_cols, I - j0), n32 = std::min(act_cols, I32 - j0);
+        alignas(64) float h[panel_cols];
+        for (index_t i = 0; i < b.rows; ++i) {
+          float* ci = c + i * panel_cols;
+          detail::add_row(ci, bias, 1.0f, ci, panel_cols);
+          activate<false>(mlp.activation, ci, s.gated ? ci + panel_cols / 2 : nullptr, h, n);
+          split_bf16_row(h, 1.0f, n, n32, ws.h16.data() + (b.begin + i) * ldi + 2 * j0);
+        }
+        return;
+      }
+      detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+      return;
+    }
+#endif
+    detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
+                              pk.panel13(b.expert, cb), c);
+    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+  };
+  // W8A8: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
+  // place as the scheme does).
+  const auto quantize_block = [&](index_t bi) {
+    const RowBlock& b = sr.blocks[at(bi)];
+    for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
+      float* row = ws.act.data() + n * I;
+#if defined(POLYMOE_TILED_AMX_CODE)
+      if (tiles(b)) {
+        quantize_e4m3_row(row, 1.0f, I, I32, ActGroup > 0 ? ActGroup : I, ws.h16.data() + n * ldi,
+                          ws.hs.data() + n * gI);
+        continue;
+      }
+#endif
+      Act::row(std::span<float>(row, at(I)));
+    }
+  };
+  const auto gemm2 = [&](const Task& task, const Task*) {
+    alignas(64) float c[amx_block_rows * panel_cols];
+    const RowBlock& b = sr.block(task);
+#if defined(POLYMOE_TILED_AMX_CODE)
+    if (tiles(b))
+      detail::fp8_times_panel<Ops>(b.rows, ws.h16.data() + b.begin * ldi, ldi,
+                                   w8a8 ? ws.hs.data() + b.begin * gI : nullptr, gI, I,
+                                   pk.panel2(b.expert, task.panel), c);
+    else
+#endif
+      detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
+                                pk.panel2(b.expert, task.panel), c);
+    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
+  };
+  if constexpr (w8a8)
+    detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
+                      quantize_block, gemm2);
+  else
+    detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
+                      gemm2);
+
+  sum_slots(sr, ws.y, k, out);
+  clock.lap(PhaseTimes::sum);
+}
+
+}  // namespace polymoe::kernels::tiled
