@@ -1,5 +1,6 @@
-// bench_ratio: int8 W8A8 against bf16 on kernel::tiled_amx, the two layers' forwards interleaved
-// (issue 10's target: int8 >= 2x our bf16). polymoe_bench times every forward of one layer before
+// bench_ratio: int8 W8A8 (or, with --second fp8_block, DeepSeek-V3's fp8 blocks) against bf16 on
+// kernel::tiled_amx, the two layers' forwards interleaved (issue 10's target: int8 >= 2x our bf16).
+// Below, "int8" stands for the second format. polymoe_bench times every forward of one layer before
 // the next layer's; on a machine whose DRAM and tile rates move by 2x within seconds, the ratio of
 // two such medians is as much the machine's as the kernels'. Here each round times `--forwards`
 // forwards of bf16, of int8, of int8 and of bf16 again (A B B A: a drift within the round meets
@@ -19,9 +20,9 @@
 // With --phases 1, each format's phase times over all of its timed forwards of the rounds (as
 // polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
 //
-//   bench_ratio [--preset qwen3-30b-a3b|tiny] [--tokens 512,2048] [--threads 16] [--rounds 9]
-//               [--forwards 3] [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows]
-//               [--phases 1]
+//   bench_ratio [--preset qwen3-30b-a3b|deepseek-v3|tiny] [--experts N] [--second int8_w8a8|fp8_block]
+//               [--tokens 512,2048] [--threads 16] [--rounds 9] [--forwards 3]
+//               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows] [--phases 1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -84,7 +85,8 @@ int main(int argc, char** argv) try {
   bool phases = false;
   int* ab = nullptr;  // the knob of --ab, and its values off and on
   int ab_off = 0, ab_on = 1;
-  std::string ab_name;
+  std::string ab_name, second = "int8_w8a8";
+  long max_experts = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) fail("option " + a + " needs a value");
@@ -92,8 +94,15 @@ int main(int argc, char** argv) try {
     if (a == "--preset") {
       if (v == "tiny")
         p = {"tiny", 256, 128, 16, 4};
+      else if (v == "deepseek-v3")
+        p = {"deepseek-v3", 7168, 2048, 256, 8};
       else if (v != "qwen3-30b-a3b")
-        fail("--preset: qwen3-30b-a3b or tiny, not '" + v + "'");
+        fail("--preset: qwen3-30b-a3b, deepseek-v3 or tiny, not '" + v + "'");
+    } else if (a == "--experts") {
+      max_experts = std::atol(v.c_str());
+    } else if (a == "--second") {
+      if (v != "int8_w8a8" && v != "fp8_block") fail("--second: int8_w8a8 or fp8_block, not '" + v + "'");
+      second = v;
     } else if (a == "--tokens") {
       tokens = comma_list(v.c_str());
     } else if (a == "--threads") {
@@ -133,86 +142,94 @@ int main(int argc, char** argv) try {
   Limits lim;
   lim.threads = threads;
   lim.dram_bytes = std::max<std::size_t>(std::size_t{1} << 30, 4 * llc);
+  if (max_experts > 0 && max_experts < p.experts) p.experts = max_experts;
   const ExpertWeights fp32 = random_weights(p);
-  Layers<quant::bf16> bf16(p, fp32, llc);
-  Layers<quant::int8_w8a8> int8(p, fp32, llc);
-  std::printf("bench_ratio: %s (H=%ld I=%ld E=%ld k=%ld), %d threads, %d rounds of %d forwards each way; bf16 %s; "
-              "int8 %s\n",
-              p.name.c_str(), static_cast<long>(p.hidden), static_cast<long>(p.intermediate),
-              static_cast<long>(p.experts), static_cast<long>(p.top_k), threads, rounds, forwards, bf16.note.c_str(),
-              int8.note.c_str());
-  tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-  for (const long T : tokens) {
-    const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T));
-    const routing_set r = make_routings(T, p.experts, p.top_k, static_cast<std::uint64_t>(T) + 17);
-    const int warm = static_cast<int>(r.ids.size()) * static_cast<int>(std::max(bf16.copies.size(), int8.copies.size()));
-    bf16.time(hidden, r, warm);
-    int8.time(hidden, r, warm);
-    const double dram_before = lim.dram(), amx_before = lim.amx();
-    if (ab) {
-      const int saved = *ab;
-      std::vector<double> gain_bf16, gain_int8, ratio_off, ratio_on;
-      const auto pair = [&](auto& layers, double& off, double& on) {
-        *ab = ab_off, off = layers.time(hidden, r, forwards);
-        *ab = ab_on, on = layers.time(hidden, r, forwards);
-        on += layers.time(hidden, r, forwards);
-        *ab = ab_off, off += layers.time(hidden, r, forwards);
+  const auto body = [&]<class Q2>() {
+    Layers<quant::bf16> bf16(p, fp32, llc);
+    Layers<Q2> int8(p, fp32, llc);
+    const char* const name2 = Q2::name.data();
+    std::printf("bench_ratio: %s (H=%ld I=%ld E=%ld k=%ld), %d threads, %d rounds of %d forwards each way; bf16 %s; "
+                "%s %s\n",
+                p.name.c_str(), static_cast<long>(p.hidden), static_cast<long>(p.intermediate),
+                static_cast<long>(p.experts), static_cast<long>(p.top_k), threads, rounds, forwards, bf16.note.c_str(),
+                name2, int8.note.c_str());
+    tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+    for (const long T : tokens) {
+      const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T));
+      const routing_set r = make_routings(T, p.experts, p.top_k, static_cast<std::uint64_t>(T) + 17);
+      const int warm = static_cast<int>(r.ids.size()) * static_cast<int>(std::max(bf16.copies.size(), int8.copies.size()));
+      bf16.time(hidden, r, warm);
+      int8.time(hidden, r, warm);
+      const double dram_before = lim.dram(), amx_before = lim.amx();
+      if (ab) {
+        const int saved = *ab;
+        std::vector<double> gain_bf16, gain_int8, ratio_off, ratio_on;
+        const auto pair = [&](auto& layers, double& off, double& on) {
+          *ab = ab_off, off = layers.time(hidden, r, forwards);
+          *ab = ab_on, on = layers.time(hidden, r, forwards);
+          on += layers.time(hidden, r, forwards);
+          *ab = ab_off, off += layers.time(hidden, r, forwards);
+        };
+        for (int round = 0; round < rounds; ++round) {
+          double b_off = 0, b_on = 0, i_off = 0, i_on = 0;
+          pair(bf16, b_off, b_on);
+          pair(int8, i_off, i_on);
+          gain_bf16.push_back(b_off / b_on);
+          gain_int8.push_back(i_off / i_on);
+          ratio_off.push_back(b_off / i_off);
+          ratio_on.push_back(b_on / i_on);
+        }
+        *ab = saved;
+        const auto med = [](const std::vector<double>& v) {
+          char line[64];
+          std::snprintf(line, sizeof line, "%.3f (quartiles %.3f-%.3f)", quantile(v, 0.5), quantile(v, 0.25),
+                        quantile(v, 0.75));
+          return std::string(line);
+        };
+        std::printf("T=%5ld: %s, time off / time on: bf16 %s, %s %s; time bf16 / time %s: off %s, on %s; DRAM "
+                    "%.1f GB/s, AMX bf16 peak %.0f GFLOP/s before\n",
+                    T, ab_name.c_str(), med(gain_bf16).c_str(), name2, med(gain_int8).c_str(), name2,
+                    med(ratio_off).c_str(), med(ratio_on).c_str(), dram_before, amx_before);
+        std::fflush(stdout);
+        continue;
+      }
+      std::vector<double> ratio, t_bf16, t_int8;
+      kernels::tiled::PhaseTimes p_bf16, p_int8;  // with --phases
+      const auto timed = [&](auto& layers, kernels::tiled::PhaseTimes& p) {
+        if (phases) kernels::tiled::phase_times = &p;
+        const double t = layers.time(hidden, r, forwards);
+        kernels::tiled::phase_times = nullptr;
+        return t;
       };
       for (int round = 0; round < rounds; ++round) {
-        double b_off = 0, b_on = 0, i_off = 0, i_on = 0;
-        pair(bf16, b_off, b_on);
-        pair(int8, i_off, i_on);
-        gain_bf16.push_back(b_off / b_on);
-        gain_int8.push_back(i_off / i_on);
-        ratio_off.push_back(b_off / i_off);
-        ratio_on.push_back(b_on / i_on);
+        const double b1 = timed(bf16, p_bf16), i1 = timed(int8, p_int8);
+        const double i2 = timed(int8, p_int8), b2 = timed(bf16, p_bf16);
+        ratio.push_back((b1 + b2) / (i1 + i2));
+        t_bf16.push_back((b1 + b2) / (2 * forwards));
+        t_int8.push_back((i1 + i2) / (2 * forwards));
       }
-      *ab = saved;
-      const auto med = [](const std::vector<double>& v) {
-        char line[64];
-        std::snprintf(line, sizeof line, "%.3f (quartiles %.3f-%.3f)", quantile(v, 0.5), quantile(v, 0.25),
-                      quantile(v, 0.75));
-        return std::string(line);
-      };
-      std::printf("T=%5ld: %s, time off / time on: bf16 %s, int8 %s; time bf16 / time int8: off %s, on %s; DRAM "
-                  "%.1f GB/s, AMX bf16 peak %.0f GFLOP/s before\n",
-                  T, ab_name.c_str(), med(gain_bf16).c_str(), med(gain_int8).c_str(), med(ratio_off).c_str(),
-                  med(ratio_on).c_str(), dram_before, amx_before);
+      Limits after;
+      after.threads = threads;
+      after.dram_bytes = lim.dram_bytes;
+      const double dram_after = after.dram(), amx_after = after.amx();
+      std::printf("T=%5ld: time bf16 / time %s median %.3f, quartiles %.3f-%.3f, range %.3f-%.3f; median ms per "
+                  "forward bf16 %.3f, %s %.3f; DRAM %.1f / %.1f GB/s and AMX bf16 peak %.0f / %.0f GFLOP/s "
+                  "before / after\n",
+                  T, name2, quantile(ratio, 0.5), quantile(ratio, 0.25), quantile(ratio, 0.75), quantile(ratio, 0.0),
+                  quantile(ratio, 1.0), 1e3 * quantile(t_bf16, 0.5), name2, 1e3 * quantile(t_int8, 0.5), dram_before,
+                  dram_after, amx_before, amx_after);
+      std::printf("  rounds:");
+      for (const double x : ratio) std::printf(" %.3f", x);
+      std::printf("\n");
+      if (phases)
+        std::printf("  bf16 %s\n  %s %s\n", phase_line(p_bf16).c_str(), name2, phase_line(p_int8).c_str());
       std::fflush(stdout);
-      continue;
     }
-    std::vector<double> ratio, t_bf16, t_int8;
-    kernels::tiled::PhaseTimes p_bf16, p_int8;  // with --phases
-    const auto timed = [&](auto& layers, kernels::tiled::PhaseTimes& p) {
-      if (phases) kernels::tiled::phase_times = &p;
-      const double t = layers.time(hidden, r, forwards);
-      kernels::tiled::phase_times = nullptr;
-      return t;
-    };
-    for (int round = 0; round < rounds; ++round) {
-      const double b1 = timed(bf16, p_bf16), i1 = timed(int8, p_int8);
-      const double i2 = timed(int8, p_int8), b2 = timed(bf16, p_bf16);
-      ratio.push_back((b1 + b2) / (i1 + i2));
-      t_bf16.push_back((b1 + b2) / (2 * forwards));
-      t_int8.push_back((i1 + i2) / (2 * forwards));
-    }
-    Limits after;
-    after.threads = threads;
-    after.dram_bytes = lim.dram_bytes;
-    const double dram_after = after.dram(), amx_after = after.amx();
-    std::printf("T=%5ld: time bf16 / time int8 median %.3f, quartiles %.3f-%.3f, range %.3f-%.3f; median ms per "
-                "forward bf16 %.3f, int8 %.3f; DRAM %.1f / %.1f GB/s and AMX bf16 peak %.0f / %.0f GFLOP/s "
-                "before / after\n",
-                T, quantile(ratio, 0.5), quantile(ratio, 0.25), quantile(ratio, 0.75), quantile(ratio, 0.0),
-                quantile(ratio, 1.0), 1e3 * quantile(t_bf16, 0.5), 1e3 * quantile(t_int8, 0.5), dram_before,
-                dram_after, amx_before, amx_after);
-    std::printf("  rounds:");
-    for (const double x : ratio) std::printf(" %.3f", x);
-    std::printf("\n");
-    if (phases)
-      std::printf("  bf16 %s\n  int8 %s\n", phase_line(p_bf16).c_str(), phase_line(p_int8).c_str());
-    std::fflush(stdout);
-  }
+  };
+  if (second == "fp8_block")
+    body.template operator()<quant::fp8_block>();
+  else
+    body.template operator()<quant::int8_w8a8>();
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_ratio: %s\n", e.what());

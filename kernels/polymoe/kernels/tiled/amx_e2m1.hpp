@@ -141,6 +141,26 @@ inline void mxfp4_block_times_panel(index_t m, const std::uint16_t* a, index_t l
 }
 #endif
 
+#if defined(POLYMOE_TILED_AVX512)
+/// GEMM 1's epilogue for the split-row paths (MXFP4, fp8 weight-only): rows [0, b.rows) of panel
+/// cb's c[m][64], plus bias, activated and written as split rows into GEMM 2's input (row stride
+/// ldi elements; columns [I, I32) zero).
+inline void split_finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, float* c,
+                           std::uint16_t* h16, index_t ldi) noexcept {
+  const ExpertShape& s = pk.shape;
+  const index_t I = s.intermediate, I32 = padded_k32(I), act_cols = pk.act_cols();
+  const float* bias = pk.bias13(b.expert, cb);
+  const index_t j0 = cb * act_cols, n = std::min(act_cols, I - j0), n32 = std::min(act_cols, I32 - j0);
+  alignas(64) float h[panel_cols];
+  for (index_t i = 0; i < b.rows; ++i) {
+    float* ci = c + i * panel_cols;
+    add_row(ci, bias, 1.0f, ci, panel_cols);
+    activate<false>(mlp.activation, ci, s.gated ? ci + panel_cols / 2 : nullptr, h, n);
+    split_bf16_row(h, 1.0f, n, n32, h16 + (b.begin + i) * ldi + 2 * j0);
+  }
+}
+#endif
+
 }  // namespace detail
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for quant::mxfp4: blocks of amx_min_rows_e2m1
@@ -153,7 +173,7 @@ void forward_amx_mxfp4(const DispatchOutput<format::standard>& d, const Prepared
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate;
-  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I), act_cols = pk.act_cols();
+  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I);
   // Row strides of the split rows (elements): 2 · K32 rounded to an odd number of lines.
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(4 * H32) / 2, ldi = amx_row_stride_bytes(4 * I32) / 2;
   const index_t min_rows = amx_min_rows(amx_min_rows_e2m1);
@@ -219,15 +239,7 @@ void forward_amx_mxfp4(const DispatchOutput<format::standard>& d, const Prepared
     if (tiles(b)) {
       detail::mxfp4_block_times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, H, pk.panel13(b.expert, cb), c);
       const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-      const float* bias = pk.bias13(b.expert, cb);
-      const index_t j0 = cb * act_cols, n = std::min(act_cols, I - j0), n32 = std::min(act_cols, I32 - j0);
-      alignas(64) float h[panel_cols];
-      for (index_t i = 0; i < b.rows; ++i) {
-        float* ci = c + i * panel_cols;
-        detail::add_row(ci, bias, 1.0f, ci, panel_cols);
-        activate<false>(mlp.activation, ci, s.gated ? ci + panel_cols / 2 : nullptr, h, n);
-        split_bf16_row(h, 1.0f, n, n32, ws.h16.data() + (b.begin + i) * ldi + 2 * j0);
-      }
+      detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
       return;
     }
 #endif

@@ -6,9 +6,10 @@
 // Weights. Every E4M3 value (normal 2^-6 .. 448 with three mantissa bits, subnormal m · 2^-9) is a
 // normal bf16 number, so the panels keep their codes (one byte a weight) and a task decodes them a
 // group of 128 k (4 tile k-blocks, 16 KiB of bf16) at a time into amx.hpp's tile layout in L1
-// (decode_e4m3_slab). The scale is not folded in (q · s is not a bf16 number in general): each
-// group's products are summed on the tiles from zero, stored, and added into the result times
-// their scales (fp8_times_panel), while the tiles run the next step.
+// (decode_e4m3_slab). The scale is not folded in
+// (q · s is not a bf16 number in general): each group's products are summed on the tiles from
+// zero, stored, and added into the result times their scales (fp8_times_panel), while the tiles
+// run the next step.
 //
 // Activations. W8A8 (fp8, fp8_block): a GEMM input row is quantized here, as the scheme's
 // quantize_activation does it (scale = amax / 448 per group of 128, or per row for quant::fp8;
@@ -44,6 +45,10 @@
 namespace polymoe::kernels::tiled {
 
 /// Rows per block from which E4M3 blocks run the tiles (below: kernel::tiled's fp8 path).
+/// Measured on the 16-core device machine (fp8_block, DeepSeek-V3's expert shape with 16 experts,
+/// 16 threads, two rounds of the knob at 2, 4, 8, 16 and never; docs/benchmarks.md, issue 10, run
+/// 117), forward ms: about 2 rows per expert, tiles 9.4-9.5 against the FMA path's 8.2-8.9; about
+/// 4, tiles 10.8-11.9 against 12.5-14.8; about 8, tiles 10.8-14.3 against 16.5-18.8.
 /// POLYMOE_AMX_MIN_ROWS overrides it, as it does the others.
 inline constexpr index_t amx_min_rows_e4m3 = 4;
 
@@ -67,14 +72,15 @@ inline __m512 round_e4m3(__m512 v) noexcept {
   return _mm512_or_ps(q, _mm512_and_ps(sign, v));
 }
 
-/// E4M3 codes (zero-extended, one per word, no NaN codes) to the bf16 bits of their values:
-/// exponent and mantissa moved into place and re-biased (+120); subnormal codes (exponent 0)
-/// looked up in `sub`, the bf16 bits of m · 2^-9 for m < 8.
-inline __m512i e4m3_to_bf16(__m512i w, __m512i sub) noexcept {
-  __m512i r = _mm512_add_epi16(_mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)), 4),
+/// E4M3 codes (sign-extended to words, no NaN codes) to the bf16 bits of their values: sign,
+/// exponent and mantissa moved into place (one shift and one mask) and the exponent re-biased
+/// (+120); subnormal codes (exponent 0) looked up in `sub`, the bf16 bits of m · 2^-9 for m < 8,
+/// and given their sign back.
+inline __m512i e4m3_to_bf16(__m512i s, __m512i sub) noexcept {
+  __m512i r = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(s, 4), _mm512_set1_epi16(static_cast<short>(0x87F0))),
                                _mm512_set1_epi16(120 << 7));
-  r = _mm512_mask_permutexvar_epi16(r, _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x78)), w, sub);
-  return _mm512_or_si512(r, _mm512_and_si512(_mm512_slli_epi16(w, 8), _mm512_set1_epi16(static_cast<short>(0x8000))));
+  r = _mm512_mask_permutexvar_epi16(r, _mm512_testn_epi16_mask(s, _mm512_set1_epi16(0x78)), s, sub);
+  return _mm512_or_si512(r, _mm512_and_si512(s, _mm512_set1_epi16(static_cast<short>(0x8000))));
 }
 
 }  // namespace simd
@@ -126,8 +132,10 @@ inline void quantize_e4m3_row(const float* src, float wt, index_t n, index_t n32
 
 /// k-blocks [kb0, kb1) of an fp8 panel of K rows in the bf16 tile layout of amx.hpp:
 /// slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2], each weight's E4M3 value as bf16
-/// bits (exact; scales not applied), rows k >= K zero. Per k-pair and column tile: 16 bytes of
-/// each of the two k-rows interleaved, widened to words and converted (simd::e4m3_to_bf16).
+/// bits (exact; scales not applied), rows k >= K zero. Per k-pair: the two 64-byte k-rows
+/// interleaved byte by byte (vpunpck{l,h}bw: per 16-byte lane, columns 0-7 and 8-15), the lanes
+/// put in column-tile order (vpermt2q: two column tiles per register), each column tile's 32
+/// bytes sign-extended to words and converted (simd::e4m3_to_bf16).
 inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0, index_t kb1,
                              std::uint16_t* slab) noexcept {
   static constexpr auto table = [] {  // m · 2^-9 for the subnormal codes m < 8
@@ -136,6 +144,9 @@ inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0
     return t;
   }();
   const __m512i sub = _mm512_loadu_si512(table.data());
+  // qwords of (lo, hi): column tiles 0-1 are lanes lo0 hi0 lo1 hi1, column tiles 2-3 lo2 hi2 lo3 hi3
+  const __m512i tiles01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i tiles23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   constexpr index_t row_bytes = fp8_format::row_bytes;  // 64
   for (index_t kb = kb0; kb < kb1; ++kb) {
     std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
@@ -144,13 +155,13 @@ inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0
       const std::uint8_t* row = p.codes + k * row_bytes;
       _mm_prefetch(reinterpret_cast<const char*>(row) + fp8_format::group * row_bytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(row) + fp8_format::group * row_bytes + 64, _MM_HINT_T0);
+      const __m512i r0 = k < K ? _mm512_loadu_si512(row) : _mm512_setzero_si512();
+      const __m512i r1 = k + 1 < K ? _mm512_loadu_si512(row + row_bytes) : _mm512_setzero_si512();
+      const __m512i lo = _mm512_unpacklo_epi8(r0, r1), hi = _mm512_unpackhi_epi8(r0, r1);
+      const __m512i pair[2] = {_mm512_permutex2var_epi64(lo, tiles01, hi), _mm512_permutex2var_epi64(lo, tiles23, hi)};
       for (int v = 0; v < 4; ++v) {
-        const __m128i r0 = k < K ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * v)) : _mm_setzero_si128();
-        const __m128i r1 = k + 1 < K ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + row_bytes + 16 * v))
-                                     : _mm_setzero_si128();
-        const __m512i codes =
-            _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(r0, r1), _mm_unpacklo_epi8(r0, r1)));
-        _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, simd::e4m3_to_bf16(codes, sub));
+        const __m256i bytes = v % 2 == 0 ? _mm512_castsi512_si256(pair[v / 2]) : _mm512_extracti64x4_epi64(pair[v / 2], 1);
+        _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, simd::e4m3_to_bf16(_mm512_cvtepi8_epi16(bytes), sub));
       }
     }
   }
@@ -165,8 +176,10 @@ namespace detail {
 /// A rows [0, m) (lda elements apart, readable up to roundup(m, 16) rows) in Ops' layout (bf16_ops:
 /// E4M3 values; bf16x2_ops: split rows), W_g the group's E4M3 values, sw its scales, sa the
 /// activation scales (row r's at sa[r · lds + g]; nullptr: 1). Group by group: decode, then
-/// (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32 buffer that
-/// is scaled into c while the tiles run the next step.
+/// (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32 buffer; after
+/// a step's tile instructions the core scales the previous step's buffer into c while the tiles
+/// compute. (Decoding the next group a share after each step instead, into a second slab, was
+/// measured and not kept: docs/benchmarks.md, issue 10, run 118.)
 template <class Ops>
 inline void fp8_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds, index_t K,
                             const QPanel<fp8_format>& panel, float* c) noexcept {
@@ -239,7 +252,7 @@ void forward_amx_fp8(const DispatchOutput<format::standard>& d, const Prepared<Q
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate;
-  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I), act_cols = pk.act_cols();
+  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I);
   [[maybe_unused]] const index_t gH = fp8_format::groups(H), gI = fp8_format::groups(I);
   // Row strides of the tile inputs (elements): E4M3 values (W8A8) or split rows (weight-only),
   // rounded to an odd number of lines.
@@ -322,19 +335,10 @@ void forward_amx_fp8(const DispatchOutput<format::standard>& d, const Prepared<Q
                                    w8a8 ? ws.a_scales.data() + b.begin * gH : nullptr, gH, H,
                                    pk.panel13(b.expert, cb), c);
       const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-      if constexpr (!w8a8) {
-        const float* bias = pk.bias13(b.expert, cb);
-        const index_t j0 = cb * act_cols, n = std::min(act_cols, I - j0), n32 = std::min(act_cols, I32 - j0);
-        alignas(64) float h[panel_cols];
-        for (index_t i = 0; i < b.rows; ++i) {
-          float* ci = c + i * panel_cols;
-          detail::add_row(ci, bias, 1.0f, ci, panel_cols);
-          activate<false>(mlp.activation, ci, s.gated ? ci + panel_cols / 2 : nullptr, h, n);
-          split_bf16_row(h, 1.0f, n, n32, ws.h16.data() + (b.begin + i) * ldi + 2 * j0);
-        }
-        return;
-      }
-      detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+      if constexpr (w8a8)
+        detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+      else
+        detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
       return;
     }
 #endif
