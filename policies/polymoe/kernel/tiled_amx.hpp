@@ -6,8 +6,7 @@
 #include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
 #include <polymoe/kernel/tiled.hpp>
-#include <polymoe/kernels/tiled/amx_e2m1.hpp>
-#include <polymoe/kernels/tiled/amx_e4m3.hpp>
+#include <polymoe/kernels/tiled/amx_decoded.hpp>
 #include <polymoe/kernels/tiled/amx_forward.hpp>
 
 namespace polymoe::kernel {
@@ -116,10 +115,10 @@ struct tiled_amx {
     if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
       kernels::tiled::forward_int8(d, p, mlp, c.out);
     else if constexpr (std::is_same_v<Q, quant::mxfp4>)
-      kernels::tiled::forward_amx_mxfp4(d, p, mlp, c.out);
+      kernels::tiled::forward_amx_decoded<kernels::tiled::mxfp4_format, kernels::tiled::keep_inputs, 0>(d, p, mlp, c.out);
     else if constexpr (tiled_amx_detail::is_e4m3<Q>)
-      kernels::tiled::forward_amx_fp8<typename tiled_amx_detail::scheme<Q>::inputs, tiled_amx_detail::scheme<Q>::group>(
-          d, p, mlp, c.out);
+      kernels::tiled::forward_amx_decoded<kernels::tiled::fp8_format, typename tiled_amx_detail::scheme<Q>::inputs,
+                                          tiled_amx_detail::scheme<Q>::group>(d, p, mlp, c.out);
     else
       kernels::tiled::forward_amx_bf16(d, p, mlp, c.out);
   }

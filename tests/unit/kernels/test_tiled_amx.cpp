@@ -540,6 +540,22 @@ TEST(TiledAmx, SplitRowsCarryTheFp32Values) {
   }
 }
 
+/// Decodes k-blocks [0, 4) and then [4, K32 / 32) of a panel of K rows, as a task's slabs do, with
+/// decode(kb0, kb1, out), and checks every slot of the tile layout: the bf16 bits want(k, c) for
+/// k < K, zero past K.
+template <class Decode, class Want>
+void expect_decoded_slab(index_t K, Decode&& decode, Want&& want) {
+  const index_t K32 = kt::padded_k32(K), nkb = K32 / kt::amx_kb;
+  kt::AlignedBuffer<std::uint16_t> slab(static_cast<std::size_t>(K32 * 64));
+  decode(index_t{0}, index_t{4}, slab.data());
+  decode(index_t{4}, nkb, slab.data() + 4 * 4 * kt::amx_tile_elems);
+  for (index_t k = 0; k < K32; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const std::uint16_t got = slab.data()[kt::amx_bf16_slot(k, c)];
+      ASSERT_EQ(got, k < K ? want(k, c) : std::uint16_t{0}) << "k=" << k << " c=" << c;
+    }
+}
+
 TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
   // A hand-made MXFP4 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (the last k-block
   // partial): every decoded weight is bf16(e2m1 · 2^(e - 127)) at its tile-layout slot, exact,
@@ -558,21 +574,13 @@ TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
   for (auto& s : scales) s = static_cast<std::uint8_t>(2 + rng() % 251);
   scales[0] = 2, scales[1] = 252;
   const kt::QPanel<kt::mxfp4_format> panel{codes.data(), scales.data(), 1.0f};
-  kt::AlignedBuffer<std::uint16_t> slab(static_cast<std::size_t>(K32 * 64));
-  kt::decode_mxfp4_slab(panel, K, 0, 4, slab.data());  // two calls, as a task's slabs
-  kt::decode_mxfp4_slab(panel, K, 4, groups, slab.data() + 4 * 4 * kt::amx_tile_elems);
-  for (index_t k = 0; k < K32; ++k)
-    for (index_t c = 0; c < kt::panel_cols; ++c) {
-      const std::uint16_t got = slab.data()[kt::amx_bf16_slot(k, c)];
-      if (k >= K) {
-        ASSERT_EQ(got, 0) << "k=" << k << " c=" << c;
-        continue;
-      }
-      const float want = codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
-                         codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]);
-      ASSERT_EQ(codecs::bf16_to_float(got), want) << "k=" << k << " c=" << c;
-      ASSERT_EQ(std::signbit(codecs::bf16_to_float(got)), std::signbit(want)) << "k=" << k << " c=" << c;
-    }
+  // the value is exact in bf16, so equal bits are the value and its sign of zero
+  expect_decoded_slab(
+      K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_mxfp4_slab(panel, K, kb0, kb1, out); },
+      [&](index_t k, index_t c) {
+        return codecs::float_to_bf16(codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
+                                     codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]));
+      });
 }
 
 TEST(TiledAmx, E4m3RoundingIsTheCodecs) {
@@ -656,7 +664,7 @@ TEST(TiledAmx, E4m3SlabDecodesEveryWeightExactly) {
   // A hand-made fp8 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (the last k-block
   // partial): every decoded weight is the bf16 of its E4M3 value at its tile-layout slot, for every
   // code but the NaNs (subnormals and both zeros included), rows past K zero.
-  constexpr index_t K = 200, K32 = kt::padded_k32(K), nkb = K32 / kt::amx_kb;
+  constexpr index_t K = 200;
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 64));
   for (std::size_t i = 0; i < codes.size(); ++i) {
     auto c = static_cast<std::uint8_t>((i * 37) % 256);
@@ -665,19 +673,11 @@ TEST(TiledAmx, E4m3SlabDecodesEveryWeightExactly) {
   }
   const std::vector<float> scales(static_cast<std::size_t>(2 * 64), 1.0f);
   const kt::QPanel<kt::fp8_format> panel{codes.data(), scales.data(), 1.0f};
-  kt::AlignedBuffer<std::uint16_t> slab(static_cast<std::size_t>(K32 * 64));
-  kt::decode_e4m3_slab(panel, K, 0, 4, slab.data());  // two calls, as a task's groups
-  kt::decode_e4m3_slab(panel, K, 4, nkb, slab.data() + 4 * 4 * kt::amx_tile_elems);
-  for (index_t k = 0; k < K32; ++k)
-    for (index_t c = 0; c < kt::panel_cols; ++c) {
-      const std::uint16_t got = slab.data()[kt::amx_bf16_slot(k, c)];
-      if (k >= K) {
-        ASSERT_EQ(got, 0) << "k=" << k << " c=" << c;
-        continue;
-      }
-      const std::uint8_t code = codes[static_cast<std::size_t>(k * 64 + c)];
-      ASSERT_EQ(got, codecs::float_to_bf16(codecs::e4m3_to_float(code))) << "code " << int(code);
-    }
+  expect_decoded_slab(
+      K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_e4m3_slab(panel, K, kb0, kb1, out); },
+      [&](index_t k, index_t c) {
+        return codecs::float_to_bf16(codecs::e4m3_to_float(codes[static_cast<std::size_t>(k * 64 + c)]));
+      });
 }
 
 #endif

@@ -20,8 +20,8 @@
 // subnormal inputs (below 2^-126) as zero.
 //
 // Blocks of fewer than amx_min_rows_e2m1 rows (decode) run kernel::tiled's MXFP4 path on the fp32
-// rows (qpanel.hpp), as does every block without AMX. The GEMMs run as one pipeline of (row block,
-// panel) tasks (detail::pipelined_tasks).
+// rows (qpanel.hpp), as does every block without AMX. The forward pass is amx_decoded.hpp's, shared
+// with the E4M3 formats.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -162,109 +162,5 @@ inline void split_finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowB
 #endif
 
 }  // namespace detail
-
-/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for quant::mxfp4: blocks of amx_min_rows_e2m1
-/// rows or more on the tiles when the layer was prepared with them (see above), the others (every
-/// block without AMX) on kernel::tiled's MXFP4 path; the GEMMs as one pipeline either way.
-template <class Unused = void>
-void forward_amx_mxfp4(const DispatchOutput<format::standard>& d, const Prepared<QPackedExperts<mxfp4_format>>& p,
-                       const ExpertMlp& mlp, MatrixRef out) {
-  const QPackedExperts<mxfp4_format>& pk = p.packed;
-  Workspace& ws = p.workspace;
-  const ExpertShape& s = pk.shape;
-  const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate;
-  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I);
-  // Row strides of the split rows (elements): 2 · K32 rounded to an odd number of lines.
-  [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(4 * H32) / 2, ldi = amx_row_stride_bytes(4 * I32) / 2;
-  const index_t min_rows = amx_min_rows(amx_min_rows_e2m1);
-#if defined(POLYMOE_TILED_AMX_CODE)
-  const bool amx = pk.use_amx;
-#else
-  constexpr bool amx = false;
-#endif
-  PhaseClock clock;
-  begin_forward(d, s, out, ws, amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
-  const ExpertRows& sr = ws.sorted;
-  const index_t N = sr.rows();
-  constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
-  const auto tiles = [&](const RowBlock& b) { return amx && b.rows >= min_rows; };
-  const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
-  // Which paths some block takes: the buffers of the other stay unsized (prefill with every
-  // block on the tiles writes no fp32 rows; decode no split rows).
-  const bool some_tiles = std::any_of(sr.blocks.begin(), sr.blocks.end(), tiles);
-  const bool some_fma = !std::all_of(sr.blocks.begin(), sr.blocks.end(), tiles);
-  clock.lap(PhaseTimes::sort);
-
-  // Inputs: split rows in sorted order for the blocks on tiles; for the others the fp32 rows
-  // (the caller's, or weighted copies when the routing weight scales the input).
-  if (some_tiles) ws.a16.resize(at((N + spare) * ldh));
-  ws.a_rows.resize(at(N));
-  if (some_fma && mlp.weight_on_input) ws.x.resize(at(N * H));
-  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
-      const RowBlock& b = sr.blocks[bi];
-      for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
-        const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
-        const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
-#if defined(POLYMOE_TILED_AMX_CODE)
-        if (tiles(b)) {
-          split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
-          continue;
-        }
-#endif
-        if (mlp.weight_on_input) {
-          float* dst = ws.x.data() + n * H;
-          for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
-          src = dst;
-        }
-        ws.a_rows[at(n)] = src;
-      }
-    }
-  });
-  clock.lap(PhaseTimes::inputs);
-
-  // GEMM 1 + activation into GEMM 2's rows: split rows for blocks on tiles (columns [I, I32)
-  // zero), fp32 rows for the others. Then GEMM 2, bias and routing weight, as one pipeline.
-  if (some_tiles) ws.h16.resize(at((N + spare) * ldi));
-  if (some_fma) ws.act.resize(at(N * I));
-  ws.y.resize(at(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
-  make_tasks(sr, pk.panels13, ws.tasks13);
-  make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task, const Task*) {
-    alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.block(task);
-    const index_t cb = task.panel;
-#if defined(POLYMOE_TILED_AMX_CODE)
-    if (tiles(b)) {
-      detail::mxfp4_block_times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, H, pk.panel13(b.expert, cb), c);
-      const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-      detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
-      return;
-    }
-#endif
-    detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
-                              pk.panel13(b.expert, cb), c);
-    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
-  };
-  const auto gemm2 = [&](const Task& task, const Task*) {
-    alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.block(task);
-#if defined(POLYMOE_TILED_AMX_CODE)
-    if (tiles(b))
-      detail::mxfp4_block_times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, I, pk.panel2(b.expert, task.panel), c);
-    else
-#endif
-      detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
-                                pk.panel2(b.expert, task.panel), c);
-    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
-  };
-  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
-                    gemm2);
-
-  sum_slots(sr, ws.y, k, out);
-  clock.lap(PhaseTimes::sum);
-}
 
 }  // namespace polymoe::kernels::tiled

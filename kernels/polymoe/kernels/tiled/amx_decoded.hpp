@@ -1,0 +1,179 @@
+#pragma once
+// kernel::tiled_amx's forward pass for weights kept in their codes and decoded onto the bf16 tiles
+// as the tasks need them: MXFP4 (amx_e2m1.hpp) and E4M3 (amx_e4m3.hpp; W8A8 or weight-only).
+// forward_standard's steps (sort, GEMM 1 + activation, GEMM 2 + routing weight, slot-order sum;
+// forward.hpp), with the GEMM inputs as tile rows in sorted order for the blocks on the tiles
+// (split rows, or E4M3 values with their group scales) and fp32 rows for the others, which run
+// kernel::tiled's path for the format (qpanel.hpp). The GEMMs run as one pipeline of (row block,
+// panel) tasks (detail::pipelined_tasks); for W8A8 a block's GEMM 2 inputs are quantized when its
+// GEMM 1 is done (the amax of a group of 128 activations spans four GEMM 1 panels).
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include <polymoe/kernels/tiled/amx_e2m1.hpp>
+#include <polymoe/kernels/tiled/amx_e4m3.hpp>
+#include <polymoe/kernels/tiled/forward.hpp>
+
+namespace polymoe::kernels::tiled {
+
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format or
+/// fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment (quantized_inputs<Q>
+/// for fp8 W8A8, keep_inputs for MXFP4 and weight-only), ActGroup the W8A8 activation group (128;
+/// 0: one group per row). Blocks of the format's threshold rows or more on the tiles when the layer
+/// was prepared with them, the others on kernel::tiled's path for F; the GEMMs as one pipeline
+/// either way.
+template <class F, class Act, index_t ActGroup>
+void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepared<QPackedExperts<F>>& p,
+                         const ExpertMlp& mlp, MatrixRef out) {
+  constexpr bool w8a8 = Act::per_row;
+  static_assert(!w8a8 || std::is_same_v<F, fp8_format>, "activations quantized on the tiles: E4M3 only");
+  const QPackedExperts<F>& pk = p.packed;
+  Workspace& ws = p.workspace;
+  const ExpertShape& s = pk.shape;
+  const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate;
+  [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I);
+  [[maybe_unused]] const index_t gH = F::groups(H), gI = F::groups(I);  // W8A8 activation scales
+  // Row strides of the tile inputs (elements): E4M3 values (W8A8) or split rows (weight-only),
+  // rounded to an odd number of lines.
+  constexpr index_t bytes_per_k = w8a8 ? 2 : 4;
+  [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
+  [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
+  const index_t min_rows =
+      amx_min_rows(std::is_same_v<F, mxfp4_format> ? amx_min_rows_e2m1 : amx_min_rows_e4m3);
+#if defined(POLYMOE_TILED_AMX_CODE)
+  const bool amx = pk.use_amx;
+  using Ops = std::conditional_t<w8a8, amx::bf16_ops, amx::bf16x2_ops>;
+  // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel
+  const auto times_panel = [](index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds,
+                              index_t K, const QPanel<F>& panel, float* c) {
+    if constexpr (std::is_same_v<F, mxfp4_format>)
+      detail::mxfp4_block_times_panel(m, a, lda, K, panel, c);
+    else
+      detail::fp8_times_panel<Ops>(m, a, lda, sa, lds, K, panel, c);
+  };
+#else
+  constexpr bool amx = false;
+#endif
+  PhaseClock clock;
+  begin_forward(d, s, out, ws, amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
+  const ExpertRows& sr = ws.sorted;
+  const index_t N = sr.rows();
+  constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
+  const auto tiles = [&](const RowBlock& b) { return amx && b.rows >= min_rows; };
+  const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
+  const bool some_tiles = std::any_of(sr.blocks.begin(), sr.blocks.end(), tiles);
+  const bool some_fma = !std::all_of(sr.blocks.begin(), sr.blocks.end(), tiles);
+  clock.lap(PhaseTimes::sort);
+
+  // Inputs in sorted order: tile rows (and scales) for the blocks on tiles; for the others fp32
+  // rows, the caller's or copies (weighted, and quantized as the scheme does).
+  if (some_tiles) {
+    ws.a16.resize(at((N + spare) * ldh));
+    if (w8a8) ws.a_scales.resize(at(N * gH));
+  }
+  ws.a_rows.resize(at(N));
+  if (some_fma && (w8a8 || mlp.weight_on_input)) ws.x.resize(at(N * H));
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
+      const RowBlock& b = sr.blocks[bi];
+      for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
+        const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
+        const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
+#if defined(POLYMOE_TILED_AMX_CODE)
+        if (tiles(b)) {
+          if constexpr (w8a8)
+            quantize_e4m3_row(src, wt, H, H32, ActGroup > 0 ? ActGroup : H, ws.a16.data() + n * ldh,
+                              ws.a_scales.data() + n * gH);
+          else
+            split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
+          continue;
+        }
+#endif
+        if (w8a8 || mlp.weight_on_input) {
+          float* dst = ws.x.data() + n * H;
+          for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
+          Act::row(std::span<float>(dst, at(H)));
+          src = dst;
+        }
+        ws.a_rows[at(n)] = src;
+      }
+    }
+  });
+  clock.lap(PhaseTimes::inputs);
+
+  // GEMM 1 + activation: fp32 rows (W8A8, quantized per block when its GEMM 1 is done; FMA
+  // blocks), or split rows straight from the epilogue (weight-only blocks on tiles; columns
+  // [I, I32) zero). Then GEMM 2, bias and routing weight, as one pipeline.
+  if (some_tiles) {
+    ws.h16.resize(at((N + spare) * ldi));
+    if (w8a8) ws.hs.resize(at(N * gI));
+  }
+  if (w8a8 || some_fma) ws.act.resize(at(N * I));
+  ws.y.resize(at(N * H));
+  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
+  make_tasks(sr, pk.panels13, ws.tasks13);
+  make_tasks(sr, pk.panels2, ws.tasks2);
+  const auto gemm1 = [&](const Task& task, const Task*) {
+    alignas(64) float c[amx_block_rows * panel_cols];
+    const RowBlock& b = sr.block(task);
+    const index_t cb = task.panel;
+#if defined(POLYMOE_TILED_AMX_CODE)
+    if (tiles(b)) {
+      times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, w8a8 ? ws.a_scales.data() + b.begin * gH : nullptr,
+                  gH, H, pk.panel13(b.expert, cb), c);
+      const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+      if constexpr (w8a8)
+        detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+      else
+        detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
+      return;
+    }
+#endif
+    detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
+                              pk.panel13(b.expert, cb), c);
+    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+  };
+  // W8A8: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
+  // place as the scheme does).
+  const auto quantize_block = [&](index_t bi) {
+    const RowBlock& b = sr.blocks[at(bi)];
+    for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
+      float* row = ws.act.data() + n * I;
+#if defined(POLYMOE_TILED_AMX_CODE)
+      if (tiles(b)) {
+        quantize_e4m3_row(row, 1.0f, I, I32, ActGroup > 0 ? ActGroup : I, ws.h16.data() + n * ldi,
+                          ws.hs.data() + n * gI);
+        continue;
+      }
+#endif
+      Act::row(std::span<float>(row, at(I)));
+    }
+  };
+  const auto gemm2 = [&](const Task& task, const Task*) {
+    alignas(64) float c[amx_block_rows * panel_cols];
+    const RowBlock& b = sr.block(task);
+#if defined(POLYMOE_TILED_AMX_CODE)
+    if (tiles(b))
+      times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, w8a8 ? ws.hs.data() + b.begin * gI : nullptr, gI, I,
+                  pk.panel2(b.expert, task.panel), c);
+    else
+#endif
+      detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
+                                pk.panel2(b.expert, task.panel), c);
+    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
+  };
+  if constexpr (w8a8)
+    detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
+                      quantize_block, gemm2);
+  else
+    detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
+                      gemm2);
+
+  sum_slots(sr, ws.y, k, out);
+  clock.lap(PhaseTimes::sum);
+}
+
+}  // namespace polymoe::kernels::tiled
