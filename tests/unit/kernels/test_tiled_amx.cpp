@@ -684,6 +684,23 @@ TEST(TiledAmx, E4m3SlabDecodesEveryWeightExactly) {
 
 #if defined(POLYMOE_TILED_AMX_CODE)
 
+/// The largest error of c[m][64] against the sum in double of x[i][k] · weight(k, p), relative to
+/// the sum of the products' magnitudes.
+template <class Weight>
+double worst_against_double(index_t m, index_t K, const std::vector<float>& x, Weight&& weight, const float* c) {
+  double worst = 0.0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t p = 0; p < kt::panel_cols; ++p) {
+      double exact = 0.0, mag = 0.0;
+      for (index_t k = 0; k < K; ++k) {
+        const double t = double(x[static_cast<std::size_t>(i * K + k)]) * weight(k, p);
+        exact += t, mag += std::abs(t);
+      }
+      worst = std::max(worst, std::abs(double(c[i * kt::panel_cols + p]) - exact) / mag);
+    }
+  return worst;
+}
+
 TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
   if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
   // fp8_times_panel against the sum in double of the scheme's fp32 values, K = 300 (three scale
@@ -726,16 +743,7 @@ TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
         kt::detail::fp8_times_panel<kt::amx::bf16_ops>(m, a.data(), lda, sa.data(), groups, K, panel, c);
       else
         kt::detail::fp8_times_panel<kt::amx::bf16x2_ops>(m, a.data(), lda, nullptr, groups, K, panel, c);
-      double worst = 0.0;
-      for (index_t i = 0; i < m; ++i)
-        for (index_t p = 0; p < kt::panel_cols; ++p) {
-          double exact = 0.0, mag = 0.0;
-          for (index_t k = 0; k < K; ++k) {
-            const double t = double(x[static_cast<std::size_t>(i * K + k)]) * weight(k, p);
-            exact += t, mag += std::abs(t);
-          }
-          worst = std::max(worst, std::abs(double(c[i * kt::panel_cols + p]) - exact) / mag);
-        }
+      const double worst = worst_against_double(m, K, x, weight, c);
       // fp32 rounding of the values and scales (a few 2^-24 each), of the running sums (K · 2^-24),
       // and for the split rows 2^-17
       EXPECT_LE(worst, (w8a8 ? 0.0 : std::ldexp(1.0, -17)) + 2 * K * std::ldexp(1.0, -24))
@@ -769,16 +777,7 @@ TEST(TiledAmx, Mxfp4TilesAgreeWithADoubleSum) {
     for (index_t i = 0; i < m; ++i) kt::split_bf16_row(x.data() + i * K, 1.0f, K, K32, a.data() + i * lda);
     alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
     kt::detail::mxfp4_block_times_panel(m, a.data(), lda, K, panel, c);
-    double worst = 0.0;
-    for (index_t i = 0; i < m; ++i)
-      for (index_t p = 0; p < kt::panel_cols; ++p) {
-        double exact = 0.0, mag = 0.0;
-        for (index_t k = 0; k < K; ++k) {
-          const double t = double(x[static_cast<std::size_t>(i * K + k)]) * weight(k, p);
-          exact += t, mag += std::abs(t);
-        }
-        worst = std::max(worst, std::abs(double(c[i * kt::panel_cols + p]) - exact) / mag);
-      }
+    const double worst = worst_against_double(m, K, x, weight, c);
     // 2^-17 for the split, and fp32 rounding of the running sums (2K terms: 2K · 2^-24)
     EXPECT_LE(worst, std::ldexp(1.0, -17) + 2 * K * std::ldexp(1.0, -24)) << "m=" << m;
   }
