@@ -1,8 +1,8 @@
-// ko: kernel::tiled_amx runs bf16, fp8, fp8_block(_weight_only), int8_w8a8 and mxfp4 on its tiles; quant::nvfp4 is not in its row of
+// ko: kernel::tiled_amx runs bf16, fp8, fp8_block(_weight_only), int8_w8a8, mxfp4 and nvfp4 on its tiles; quant::nvfp4_w4a4 is not in its row of
 // the pairing table (the ok twin uses int8_w8a8, which it runs).
 #include <polymoe/polymoe.hpp>
 #ifdef POLYMOE_KO
-using Quant = polymoe::quant::nvfp4;
+using Quant = polymoe::quant::nvfp4_w4a4;
 #else
 using Quant = polymoe::quant::int8_w8a8;
 #endif

@@ -18,8 +18,8 @@ template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
                 "polymoe: kernel::tiled_amx implements quant::bf16, quant::int8_w8a8, quant::fp8, quant::fp8_block, "
-                "quant::fp8_block_weight_only and quant::mxfp4 only (AMX has bf16 and int8 tiles); use kernel::tiled "
-                "for other schemes");
+                "quant::fp8_block_weight_only, quant::mxfp4 and quant::nvfp4 only (AMX has bf16 and int8 tiles); use "
+                "kernel::tiled or kernel::reference for other schemes");
 };
 
 template <>
@@ -50,6 +50,18 @@ struct scheme<quant::mxfp4> {
     packed p = tiled_detail::scheme<quant::mxfp4>::pack(w);
     p.use_amx = kernels::tiled::amx_enabled() && kernels::tiled::mxfp4_exact_in_bf16(w.w13_blocks, w.w13_scales) &&
                 kernels::tiled::mxfp4_exact_in_bf16(w.w2_blocks, w.w2_scales);
+    p.pipelined = true;
+    return p;
+  }
+};
+
+template <>
+struct scheme<quant::nvfp4> {
+  using packed = kernels::tiled::QPackedExperts<kernels::tiled::nvfp4_format>;
+  static packed pack(const quant::nvfp4::weights& w) {
+    packed p = tiled_detail::scheme<quant::nvfp4>::pack(w);
+    p.use_amx = kernels::tiled::amx_enabled() && kernels::tiled::nvfp4_scales_unsigned(w.w13_scale) &&
+                kernels::tiled::nvfp4_scales_unsigned(w.w2_scale);
     p.pipelined = true;
     return p;
   }
@@ -86,8 +98,8 @@ inline constexpr bool is_e4m3 = std::is_same_v<typename scheme<Q>::packed,
 
 /// kernel::tiled with AMX tile micro-kernels: quant::bf16 (tdpbf16ps; weights prepacked into the
 /// tile layout), quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout),
-/// quant::mxfp4 (tdpbf16ps on weights decoded from kernel::tiled's MXFP4 panels a slab at a time,
-/// the fp32 activations as two bf16 terms; kernels/tiled/amx_e2m1.hpp) and quant::fp8, fp8_block
+/// quant::mxfp4 and quant::nvfp4 (tdpbf16ps on weights decoded from kernel::tiled's MXFP4 and NVFP4
+/// panels a slab at a time, the fp32 activations as two bf16 terms; kernels/tiled/amx_e2m1.hpp) and quant::fp8, fp8_block
 /// and fp8_block_weight_only (tdpbf16ps on E4M3 values decoded from kernel::tiled's fp8 panels a
 /// scale group at a time, each group's sum scaled after the tiles; W8A8 activations as E4M3
 /// values, weight-only ones as two bf16 terms; kernels/tiled/amx_e4m3.hpp). Blocks of few rows per expert
@@ -114,8 +126,9 @@ struct tiled_amx {
            CombineInput<format::standard> c) const {
     if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
       kernels::tiled::forward_int8(d, p, mlp, c.out);
-    else if constexpr (std::is_same_v<Q, quant::mxfp4>)
-      kernels::tiled::forward_amx_decoded<kernels::tiled::mxfp4_format, kernels::tiled::keep_inputs, 0>(d, p, mlp, c.out);
+    else if constexpr (std::is_same_v<Q, quant::mxfp4> || std::is_same_v<Q, quant::nvfp4>)
+      kernels::tiled::forward_amx_decoded<typename decltype(p.packed)::format, kernels::tiled::keep_inputs, 0>(
+          d, p, mlp, c.out);
     else if constexpr (tiled_amx_detail::is_e4m3<Q>)
       kernels::tiled::forward_amx_decoded<kernels::tiled::fp8_format, typename tiled_amx_detail::scheme<Q>::inputs,
                                           tiled_amx_detail::scheme<Q>::group>(d, p, mlp, c.out);

@@ -103,6 +103,7 @@ TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
                                              "local/mxfp4/reference", "local/mxfp4/tbb_grouped", "local/mxfp4/tiled",
                                              "local/mxfp4/tiled_amx",
                                              "local/nvfp4/reference", "local/nvfp4/tbb_grouped", "local/nvfp4/tiled",
+                                             "local/nvfp4/tiled_amx",
                                              "local/nvfp4_w4a4/reference", "local/nvfp4_w4a4/tbb_grouped"};
   EXPECT_EQ(got, expected);
 }

@@ -58,6 +58,7 @@ TEST(Threads, TiledAmx) {
   threads_agree<quant::int8_w8a8, kernel::tiled_amx>();
   threads_agree<quant::mxfp4, kernel::tiled_amx>();
   threads_agree<quant::fp8_block, kernel::tiled_amx>();
+  threads_agree<quant::nvfp4, kernel::tiled_amx>();
 }
 
 TEST(Threads, TbbGrouped) {

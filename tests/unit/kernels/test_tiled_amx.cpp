@@ -46,6 +46,7 @@ void for_each_scheme(F&& f) {
   f.template operator()<quant::bf16>();
   f.template operator()<quant::int8_w8a8>();
   f.template operator()<quant::mxfp4>();
+  f.template operator()<quant::nvfp4>();
   f.template operator()<quant::fp8>();
   f.template operator()<quant::fp8_block>();
   f.template operator()<quant::fp8_block_weight_only>();
@@ -504,6 +505,30 @@ TEST(TiledAmx, Mxfp4LayerWithTinyScalesAgreesWithTheReference) {
             test::kernel_tolerance<quant::mxfp4>);
 }
 
+// NVFP4 on the tiles: every e2m1 · e4m3 is a normal bf16 value or zero, but the decode takes the
+// block scales as unsigned: a layer with a negative one (or -0) runs kernel::tiled's path.
+TEST(TiledAmx, Nvfp4LayerWithANegativeScaleAgreesWithTheReference) {
+  const MoeConfig cfg = test::moe_config(64, 32, 2, 1);
+  std::mt19937 rng(22);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  BasicMoeWeights<quant::nvfp4::weights> q;
+  q.experts = quant::nvfp4::quantize(w.experts);
+  q.router_weight = w.router_weight;
+  EXPECT_TRUE(kt::nvfp4_scales_unsigned(q.experts.w13_scale));
+  EXPECT_TRUE(kt::nvfp4_scales_unsigned(q.experts.w2_scale));
+  EXPECT_EQ(kernel::tiled_amx::prepare<quant::nvfp4>(q.experts).packed.use_amx, kt::amx_enabled());
+  for (const std::size_t i : {std::size_t{5}, std::size_t{70}}) q.experts.w2_scale[i] |= 0x80;  // blocks negated
+  EXPECT_FALSE(kt::nvfp4_scales_unsigned(q.experts.w2_scale));
+  EXPECT_FALSE(kernel::tiled_amx::prepare<quant::nvfp4>(q.experts).packed.use_amx);
+  const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
+  const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
+  MoeLayer<a2a::local, quant::nvfp4, kernel::reference> ref(cfg, q);
+  MoeLayer<a2a::local, quant::nvfp4, kernel::tiled_amx> layer(cfg, q);
+  EXPECT_LE(test::kernel_agreement_error<quant::nvfp4>(layer.forward_routed(hidden, r.ids, r.weights),
+                                                       ref.forward_routed(hidden, r.ids, r.weights)),
+            test::kernel_tolerance<quant::nvfp4>);
+}
+
 #if defined(POLYMOE_TILED_AVX512)
 
 TEST(TiledAmx, SplitRowsCarryTheFp32Values) {
@@ -580,6 +605,32 @@ TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
       [&](index_t k, index_t c) {
         return codecs::float_to_bf16(codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
                                      codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]));
+      });
+}
+
+TEST(TiledAmx, Nvfp4SlabDecodesEveryWeightExactly) {
+  // A hand-made NVFP4 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (13 scale groups of
+  // 16, the last k-block partial): every decoded weight is bf16(e2m1 · e4m3) at its tile-layout
+  // slot, exact, rows past K zero, for every code (both signs of zero) and every unsigned scale
+  // code but the NaN (zero and the subnormals included). scale_2 is not the decode's.
+  constexpr index_t K = 200, groups = 13;
+  std::mt19937 rng(6);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 32), 0), scales(static_cast<std::size_t>(groups * 64));
+  std::vector<std::uint8_t> code_of(static_cast<std::size_t>(K * 64));
+  for (index_t k = 0; k < K; ++k)
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const auto code = static_cast<std::uint8_t>(rng() % 16);
+      code_of[static_cast<std::size_t>(k * 64 + c)] = code;
+      const auto [byte, shift] = kt::code_position<kt::nvfp4_format>(c);
+      codes[static_cast<std::size_t>(k * 32 + byte)] |= static_cast<std::uint8_t>(code << shift);
+    }
+  for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<std::uint8_t>((i * 5) % 127);  // 0 .. 0x7E
+  const kt::QPanel<kt::nvfp4_format> panel{codes.data(), scales.data(), 0.37f};
+  expect_decoded_slab(
+      K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_nvfp4_slab(panel, K, kb0, kb1, out); },
+      [&](index_t k, index_t c) {
+        return codecs::float_to_bf16(codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
+                                     codecs::e4m3_to_float(scales[static_cast<std::size_t>((k / 16) * 64 + c)]));
       });
 }
 
@@ -751,22 +802,28 @@ TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
     }
 }
 
-TEST(TiledAmx, Mxfp4TilesAgreeWithADoubleSum) {
-  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
-  // Split rows of fp32 values times a decoded MXFP4 panel, K = 300 (two slabs, the last k-block
-  // partial), against the sum in double of the fp32 values times the weights: the split carries x
-  // within 2^-17 |x|, the tiles sum exact products in fp32.
-  constexpr index_t K = 300, K32 = kt::padded_k32(K), groups = K32 / 32;
+/// Split rows of fp32 values times a decoded E2M1 panel (format F), K = 300 (two slabs, the last
+/// k-block partial), against the sum in double of the fp32 values times the weights: the split
+/// carries x within 2^-17 |x|, the tiles sum exact products in fp32 (and NVFP4's scale_2 multiplies
+/// the sums once).
+template <class F>
+void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_span, float global) {
+  constexpr index_t K = 300, K32 = kt::padded_k32(K);
+  const index_t groups = F::groups(K);
   std::mt19937 rng(4);
   std::normal_distribution<float> nd;
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 32)), scales(static_cast<std::size_t>(groups * 64));
   for (auto& b : codes) b = static_cast<std::uint8_t>(rng());
-  for (auto& s : scales) s = static_cast<std::uint8_t>(120 + rng() % 10);
-  const kt::QPanel<kt::mxfp4_format> panel{codes.data(), scales.data(), 1.0f};
+  for (auto& s : scales) s = static_cast<std::uint8_t>(scale0 + rng() % static_cast<unsigned>(scale_span));
+  const kt::QPanel<F> panel{codes.data(), scales.data(), global};
   const auto weight = [&](index_t k, index_t c) {
-    const auto [byte, shift] = kt::code_position<kt::mxfp4_format>(c);
-    return double(codecs::e2m1_to_float(static_cast<std::uint8_t>(codes[static_cast<std::size_t>(k * 32 + byte)] >> shift))) *
-           codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]);
+    const auto [byte, shift] = kt::code_position<F>(c);
+    const std::uint8_t code = static_cast<std::uint8_t>(codes[static_cast<std::size_t>(k * 32 + byte)] >> shift);
+    const std::uint8_t sc = scales[static_cast<std::size_t>((k / F::group) * 64 + c)];
+    if constexpr (F::scale == kt::qscale::e8m0)
+      return double(codecs::e2m1_to_float(code)) * codecs::e8m0_to_float(sc);
+    else
+      return double(codecs::e2m1_to_float(code)) * codecs::e4m3_to_float(sc) * global;
   };
   for (const index_t m : {index_t{8}, index_t{16}, index_t{17}, index_t{48}}) {
     const index_t lda = 2 * K32 + 32;
@@ -776,11 +833,19 @@ TEST(TiledAmx, Mxfp4TilesAgreeWithADoubleSum) {
     std::fill_n(a.data(), a.size(), std::uint16_t{0});
     for (index_t i = 0; i < m; ++i) kt::split_bf16_row(x.data() + i * K, 1.0f, K, K32, a.data() + i * lda);
     alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
-    kt::detail::mxfp4_block_times_panel(m, a.data(), lda, K, panel, c);
+    kt::detail::e2m1_block_times_panel(m, a.data(), lda, K, panel, c);
     const double worst = worst_against_double(m, K, x, weight, c);
-    // 2^-17 for the split, and fp32 rounding of the running sums (2K terms: 2K · 2^-24)
-    EXPECT_LE(worst, std::ldexp(1.0, -17) + 2 * K * std::ldexp(1.0, -24)) << "m=" << m;
+    // 2^-17 for the split, fp32 rounding of the running sums (2K terms: 2K · 2^-24) and of scale_2's
+    // product
+    EXPECT_LE(worst, std::ldexp(1.0, -17) + (2 * K + 2) * std::ldexp(1.0, -24)) << "m=" << m;
   }
+}
+
+TEST(TiledAmx, E2m1TilesAgreeWithADoubleSum) {
+  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
+  expect_e2m1_tiles_agree_with_a_double_sum<kt::mxfp4_format>(120, 10, 1.0f);
+  // E4M3 scales from subnormal (code 1) to 448 (0x7E), and zero
+  expect_e2m1_tiles_agree_with_a_double_sum<kt::nvfp4_format>(0, 127, 3.1e-3f);
 }
 
 #endif

@@ -1,6 +1,7 @@
 #pragma once
 // kernel::tiled_amx's forward pass for weights kept in their codes and decoded onto the bf16 tiles
-// as the tasks need them: MXFP4 (amx_e2m1.hpp) and E4M3 (amx_e4m3.hpp; W8A8 or weight-only).
+// as the tasks need them: MXFP4 and NVFP4 (amx_e2m1.hpp) and E4M3 (amx_e4m3.hpp; W8A8 or
+// weight-only).
 // forward_standard's steps (sort, GEMM 1 + activation, GEMM 2 + routing weight, slot-order sum;
 // forward.hpp), with the GEMM inputs as tile rows in sorted order for the blocks on the tiles
 // (split rows, or E4M3 values with their group scales) and fp32 rows for the others, which run
@@ -18,9 +19,9 @@
 
 namespace polymoe::kernels::tiled {
 
-/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format or
-/// fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment (quantized_inputs<Q>
-/// for fp8 W8A8, keep_inputs for MXFP4 and weight-only), ActGroup the W8A8 activation group (128;
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format,
+/// nvfp4_format or fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment
+/// (quantized_inputs<Q> for fp8 W8A8, keep_inputs for the E2M1 formats and weight-only), ActGroup the W8A8 activation group (128;
 /// 0: one group per row). Blocks of the format's threshold rows or more on the tiles when the layer
 /// was prepared with them, the others on kernel::tiled's path for F; the GEMMs as one pipeline
 /// either way.
@@ -40,16 +41,16 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   constexpr index_t bytes_per_k = w8a8 ? 2 : 4;
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
   [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
-  const index_t min_rows =
-      amx_min_rows(std::is_same_v<F, mxfp4_format> ? amx_min_rows_e2m1 : amx_min_rows_e4m3);
+  constexpr bool e2m1 = F::code == qcode::e2m1;
+  const index_t min_rows = amx_min_rows(e2m1 ? amx_min_rows_e2m1 : amx_min_rows_e4m3);
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;
   using Ops = std::conditional_t<w8a8, amx::bf16_ops, amx::bf16x2_ops>;
   // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel
   const auto times_panel = [](index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds,
                               index_t K, const QPanel<F>& panel, float* c) {
-    if constexpr (std::is_same_v<F, mxfp4_format>)
-      detail::mxfp4_block_times_panel(m, a, lda, K, panel, c);
+    if constexpr (e2m1)
+      detail::e2m1_block_times_panel(m, a, lda, K, panel, c);
     else
       detail::fp8_times_panel<Ops>(m, a, lda, sa, lds, K, panel, c);
   };

@@ -1,17 +1,23 @@
 #pragma once
-// kernel::tiled_amx's forward pass for MXFP4 weights (quant::mxfp4: E2M1 codes, an E8M0 scale per
-// 32 k; activations fp32) on the bf16 tiles.
+// kernel::tiled_amx's forward pass for E2M1 weights on the bf16 tiles: MXFP4 (quant::mxfp4: an
+// E8M0 scale per 32 k) and NVFP4 (quant::nvfp4: an E4M3 scale per 16 k and an fp32 scale_2 per
+// expert and projection); activations fp32 in both.
 //
 // Weights. An MXFP4 weight e2m1 · 2^(e - 127) has at most two significant bits, so it is a bf16
 // value exactly whenever it is a normal number or zero: for a block whose codes are not all zero,
 // scale codes 2 to 252 (mxfp4_exact_in_bf16, checked at prepare; a layer with any other scale runs
-// kernel::tiled's path instead). The panels keep kernel::tiled's MXFP4 layout (qpanel.hpp: the
-// checkpoint's nibbles, 4.25 bits a weight); a task decodes one 32 KiB slab (8 k-blocks) at a time
-// into amx.hpp's bf16 tile layout in an L1 buffer (decode_mxfp4_slab: a 32-entry vpermw table of
-// the E2M1 values and an integer add of the scale to the exponent field), and the block's tiles
-// run over it before the next slab is decoded.
+// kernel::tiled's path instead). An NVFP4 weight's e2m1 · e4m3 has at most six significant bits
+// and lies in [2^-10, 2688]: always a normal bf16 value or zero. Its scale_2 multiplies the
+// panel's sums after the tiles (the reference rounds (e2m1 · e4m3) · scale_2 once per weight
+// instead: 2^-24 relative apart). The panels keep kernel::tiled's layout (qpanel.hpp: the
+// checkpoint's nibbles, 4.25 or 4.5 bits a weight); a task decodes one 32 KiB slab (8 k-blocks)
+// at a time into amx.hpp's bf16 tile layout in an L1 buffer (decode_mxfp4_slab: a 32-entry vpermw
+// table of the E2M1 values and an integer add of the scale to the exponent field;
+// decode_nvfp4_slab: a 64-entry table of E2M1 magnitude times scale mantissa, then the scale's
+// exponent added and the code's sign set), and the block's tiles run over it before the next slab
+// is decoded.
 //
-// Activations. quant::mxfp4 keeps its activations in fp32 (W4A32), and tdpbf16ps multiplies bf16.
+// Activations. Both schemes keep their activations in fp32 (W4A32), and tdpbf16ps multiplies bf16.
 // Each input row enters the tiles as two bf16 terms, x = hi + lo with hi = bf16(x) and lo =
 // bf16(x - hi) (split_bf16_row), which leaves |x - hi - lo| <= 2^-17 |x| (less than the fp32
 // reference's own rounding over a few dozen terms of its sums); both terms multiply the same
@@ -19,9 +25,9 @@
 // bf16 values are exact in fp32; the tiles sum them in fp32, in their own order, and treat
 // subnormal inputs (below 2^-126) as zero.
 //
-// Blocks of fewer than amx_min_rows_e2m1 rows (decode) run kernel::tiled's MXFP4 path on the fp32
-// rows (qpanel.hpp), as does every block without AMX. The forward pass is amx_decoded.hpp's, shared
-// with the E4M3 formats.
+// Blocks of fewer than amx_min_rows_e2m1 rows (decode) run kernel::tiled's path for the format on
+// the fp32 rows (qpanel.hpp), as does every block without AMX. The forward pass is amx_decoded.hpp's,
+// shared with the E4M3 formats.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -55,6 +61,13 @@ inline constexpr index_t amx_min_rows_e2m1 = 4;
       if ((blocks[16 * i + j] & 0x77u) != 0) return false;  // a magnitude bit in either nibble
   }
   return true;
+}
+
+/// Whether decode_nvfp4_slab can decode NVFP4 block scales `scales` (E4M3 codes): none has its
+/// sign bit set. ModelOpt's scales are amax / 6 / scale_2, never negative; a layer with a negative
+/// one (or -0) runs kernel::tiled's path instead.
+[[nodiscard]] inline bool nvfp4_scales_unsigned(const std::vector<std::uint8_t>& scales) noexcept {
+  return std::none_of(scales.begin(), scales.end(), [](std::uint8_t s) { return (s & 0x80u) != 0; });
 }
 
 #if defined(POLYMOE_TILED_AVX512)
@@ -122,21 +135,97 @@ inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t 
   }
 }
 
+/// k-blocks [kb0, kb1) of an NVFP4 panel of K rows in the bf16 tile layout of amx.hpp, as
+/// decode_mxfp4_slab: each weight e2m1 · e4m3 (the block scale; scale_2 is left to the caller) as
+/// bf16 bits, exact, rows k >= K zero; block scales without the sign bit (nvfp4_scales_unsigned).
+/// Per scale group of 16 k and column, the scale as fp32 2^E · (1 + m/8) gives a table index m
+/// << 3 and an exponent offset (E - 127) << 7 (zero scales none: their weights are ±0); per
+/// weight, a 64-entry table (vpermt2w) of the bf16 bits of e2m1 magnitude · (1 + m/8), the offset
+/// added to the exponent field of the nonzero ones, and the code's sign set.
+inline void decode_nvfp4_slab(const QPanel<nvfp4_format>& p, index_t K, index_t kb0, index_t kb1,
+                              std::uint16_t* slab) noexcept {
+  static constexpr auto table = [] {
+    std::array<std::uint16_t, 64> t{};
+    for (int m = 0; m < 8; ++m)
+      for (int c = 0; c < 8; ++c)
+        t[static_cast<std::size_t>(8 * m + c)] =
+            codecs::float_to_bf16(codecs::e2m1_values[c] * (1.0f + static_cast<float>(m) / 8.0f));
+    return t;
+  }();
+  static_assert(nvfp4_format::group * 2 == amx_kb, "two scale groups per k-block");
+  const __m512i t0 = _mm512_loadu_si512(table.data()), t1 = _mm512_loadu_si512(table.data() + 32);
+  const __m512i seven = _mm512_set1_epi16(7), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
+  const auto both_words = [](__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 16)); };
+  constexpr index_t row_bytes = nvfp4_format::row_bytes;  // 32: 64 nibbles
+  const index_t groups = nvfp4_format::groups(K);
+  // per column tile, both words of each column's k-pair: table index bits 3-5 (mant), exponent
+  // offset (expo), 7 where the scale is nonzero (live)
+  __m512i mant[4], expo[4], live[4];
+  for (index_t kb = kb0; kb < kb1; ++kb) {
+    std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
+    for (index_t j = 0; j < amx_kb / 2; ++j) {
+      const index_t k = kb * amx_kb + 2 * j;
+      if (k % nvfp4_format::group == 0) {
+        const index_t g = k / nvfp4_format::group;
+        for (int v = 0; v < 4; ++v) {
+          if (g >= groups) {  // rows past K: codes zero
+            mant[v] = expo[v] = live[v] = _mm512_setzero_si512();
+            continue;
+          }
+          const __m512i s =
+              _mm512_castps_si512(simd::e4m3_to_ps(simd::widen16(p.scales + g * panel_cols + 16 * v)));
+          const __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(s, 23), _mm512_set1_epi32(127));
+          mant[v] = both_words(_mm512_and_si512(_mm512_srli_epi32(s, 17), _mm512_set1_epi32(0x38)));
+          expo[v] = both_words(_mm512_and_si512(_mm512_slli_epi32(e, 7), _mm512_set1_epi32(0xFFFF)));
+          live[v] = both_words(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(s, s), _mm512_set1_epi32(7)));
+        }
+      }
+      const std::uint8_t* row = p.codes + k * row_bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
+      const __m256i r0 = k < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)) : _mm256_setzero_si256();
+      const __m256i r1 = k + 1 < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + row_bytes))
+                                   : _mm256_setzero_si256();
+      const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
+      const __m512i half[2] = {_mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                               _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31))};
+      for (int v = 0; v < 4; ++v) {
+        // the nibble in bits 0-3 (bits 4-7 of the low nibble's word: the other nibble, unused)
+        const __m512i code = v % 2 == 0 ? half[v / 2] : _mm512_srli_epi16(half[v / 2], 4);
+        const __m512i idx = _mm512_ternarylogic_epi32(code, seven, mant[v], 0xEA);  // (code & 7) | mant
+        const __mmask32 nonzero = _mm512_test_epi16_mask(code, live[v]);
+        __m512i w = _mm512_maskz_add_epi16(nonzero, _mm512_permutex2var_epi16(t0, idx, t1), expo[v]);
+        w = _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(code, 12), sign, 0xF8);  // w | (code << 12 & sign)
+        _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, w);
+      }
+    }
+  }
+}
+
 #endif
 
 namespace detail {
 
 #if defined(POLYMOE_TILED_AMX_CODE)
 /// c[m][64] = split rows [0, m) of A (lda elements apart, readable up to roundup(m, 16) rows)
-/// times an MXFP4 panel of K rows, a decoded slab at a time.
-inline void mxfp4_block_times_panel(index_t m, const std::uint16_t* a, index_t lda, index_t K,
-                                    const QPanel<mxfp4_format>& panel, float* c) noexcept {
+/// times an E2M1 panel (MXFP4 or NVFP4) of K rows, a decoded slab at a time; NVFP4's scale_2
+/// multiplies the sums.
+template <class F>
+inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t lda, index_t K, const QPanel<F>& panel,
+                                   float* c) noexcept {
+  static_assert(F::code == qcode::e2m1);
   alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];  // 32 KiB
   const index_t nkb = padded_k32(K) / amx_kb;
   for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb) {
     const index_t s1 = std::min(nkb, s0 + amx::slab_kb);
-    decode_mxfp4_slab(panel, K, s0, s1, slab);
+    if constexpr (F::scale == qscale::e8m0)
+      decode_mxfp4_slab(panel, K, s0, s1, slab);
+    else
+      decode_nvfp4_slab(panel, K, s0, s1, slab);
     amx::bf16x2_slab(a + s0 * amx::bf16x2_ops::a_k, lda, m, s1 - s0, slab, c, s0 > 0);
+  }
+  if constexpr (F::scale == qscale::e4m3) {
+    const __m512 g = _mm512_set1_ps(panel.global);
+    for (index_t i = 0; i < m * panel_cols; i += 16) _mm512_store_ps(c + i, _mm512_mul_ps(_mm512_load_ps(c + i), g));
   }
 }
 #endif
