@@ -22,7 +22,16 @@
 // With --formats it times the library's loop on bf16 and int8 operands of the same bytes (see
 // formats()), in rounds (--rounds).
 //
+// With --threshold FORMAT (mxfp4, nvfp4 or fp8: weight-only, fp32 activations) it times, for row
+// blocks of 2 to 16 rows, the two ways kernel::tiled_amx can multiply a block by a quantized
+// panel: kernel::tiled's AVX-512 path (detail::block_times_panel on fp32 rows) and the tiles on
+// decoded slabs (split rows), each thread streaming its share of 1 GiB of panels, in rounds of
+// A B B A, and prints the median and quartiles of the time of the AVX-512 path over the tiles'
+// (above 1: the tiles are faster). The layer's threshold (amx_min_rows_*) is the smallest m where
+// the tiles win.
+//
 //   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]] [--formats]
+//             [--threshold mxfp4|nvfp4|fp8 [--k 2048]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +43,8 @@
 #include <vector>
 
 #include <polymoe/kernels/tiled/amx.hpp>
+#include <polymoe/kernels/tiled/amx_e2m1.hpp>
+#include <polymoe/kernels/tiled/amx_e4m3.hpp>
 
 #include "limits.hpp"
 
@@ -259,6 +270,116 @@ void formats(const std::vector<long>& threads, int rounds) {
   }
 }
 
+/// --threshold: kernel::tiled's path against the tiles for blocks of few rows, on panels of format
+/// F with K rows (see the top of this file).
+template <class F>
+void threshold(const char* name, const std::vector<long>& threads, index_t K, int rounds) {
+  using scale_t = typename F::scale_type;
+  const index_t groups = F::groups(K), K32 = padded_k32(K), lda = amx_row_stride_bytes(4 * K32) / 2;
+  const std::size_t code_bytes = static_cast<std::size_t>(K * F::row_bytes);
+  const std::size_t scale_count = static_cast<std::size_t>(groups * panel_cols);
+  const std::size_t panel_bytes = code_bytes + scale_count * sizeof(scale_t);
+  const std::size_t stream_bytes = std::size_t{1} << 30;
+  for (const long t : threads) {
+    const int nt = static_cast<int>(t);
+    const std::size_t per = std::max<std::size_t>(2, stream_bytes / static_cast<std::size_t>(nt) / panel_bytes);
+    // per thread: its panels' codes, then their scales (values as a checkpoint's: E8M0 near 2^0,
+    // unsigned E4M3 from 0.25 to 4, fp32 near 1e-2), fp32 rows and their split copies, a result
+    std::vector<AlignedBuffer<std::uint8_t>> codes(static_cast<std::size_t>(nt));
+    std::vector<AlignedBuffer<scale_t>> scales(static_cast<std::size_t>(nt));
+    std::vector<AlignedBuffer<float>> x(static_cast<std::size_t>(nt)), c(static_cast<std::size_t>(nt));
+    std::vector<AlignedBuffer<std::uint16_t>> a(static_cast<std::size_t>(nt));
+    bench::run_together(nt, [&](int id) {
+      const auto i = static_cast<std::size_t>(id);
+      std::uint32_t r = 2463534242u + static_cast<std::uint32_t>(id);
+      const auto next = [&] { return r ^= r << 13, r ^= r >> 17, r ^= r << 5; };
+      codes[i] = AlignedBuffer<std::uint8_t>(per * code_bytes);
+      for (std::size_t j = 0; j < per * code_bytes; ++j) {
+        auto b = static_cast<std::uint8_t>(next());
+        if constexpr (F::code == qcode::e4m3)
+          if ((b & 0x7F) == 0x7F || (b & 0x78) == 0) b = 0x38;  // no NaN codes, no subnormals (a checkpoint's
+                                                                 // are rare; kernel::tiled's fp32 widening
+                                                                 // takes a microcode assist on each)
+        codes[i].data()[j] = b;
+      }
+      scales[i] = AlignedBuffer<scale_t>(per * scale_count);
+      for (std::size_t j = 0; j < per * scale_count; ++j) {
+        if constexpr (F::scale == qscale::f32)
+          scales[i].data()[j] = 1e-2f * static_cast<float>(1 + next() % 8);
+        else if constexpr (F::scale == qscale::e8m0)
+          scales[i].data()[j] = static_cast<scale_t>(124 + next() % 6);
+        else
+          scales[i].data()[j] = static_cast<scale_t>(0x28 + next() % 32);
+      }
+      x[i] = AlignedBuffer<float>(static_cast<std::size_t>(16 * K));
+      a[i] = AlignedBuffer<std::uint16_t>(static_cast<std::size_t>(32 * lda));
+      std::fill_n(a[i].data(), a[i].size(), std::uint16_t{0});
+      for (index_t row = 0; row < 16; ++row) {
+        float* xr = x[i].data() + row * K;
+        for (index_t k = 0; k < K; ++k) xr[k] = static_cast<float>(static_cast<int>(next() % 2001) - 1000) * 1e-3f;
+        split_bf16_row(xr, 1.0f, K, K32, a[i].data() + row * lda);
+      }
+      c[i] = AlignedBuffer<float>(static_cast<std::size_t>(amx_block_rows * panel_cols));
+    });
+    for (const index_t m : {index_t{2}, index_t{3}, index_t{4}, index_t{6}, index_t{8}, index_t{12}, index_t{16}}) {
+      // side 0: kernel::tiled's path; side 1: the tiles; side 2: the tiles' decode alone (E2M1),
+      // side 3 the same on two panels (in cache); one pass over the thread's panels
+      const auto time_side = [&](int side) {
+        return bench::run_together(nt, [&](int id) {
+          const auto i = static_cast<std::size_t>(id);
+          const float* xs = x[i].data();
+          alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];
+          for (std::size_t j = 0; j < per; ++j) {
+            const std::size_t jj = side == 3 ? j % 2 : j;  // side 3: the decode on two panels in cache
+            const QPanel<F> panel{codes[i].data() + jj * code_bytes, scales[i].data() + jj * scale_count, 0.5f};
+            if constexpr (F::code == qcode::e2m1)
+              if (side >= 2) {
+                for (index_t s0 = 0; s0 < K32 / amx_kb; s0 += amx::slab_kb) {
+                  const index_t s1 = std::min(K32 / amx_kb, s0 + amx::slab_kb);
+                  if constexpr (F::scale == qscale::e8m0)
+                    decode_mxfp4_slab(panel, K, s0, s1, slab);
+                  else
+                    decode_nvfp4_slab(panel, K, s0, s1, slab);
+                }
+                c[i].data()[0] += slab[j % 64];  // keeps the decode
+                continue;
+              }
+            if (side == 0)
+              kernels::tiled::detail::block_times_panel(m, [&](index_t row) { return xs + row * K; }, K, panel, c[i].data());
+            else if constexpr (F::code == qcode::e2m1)
+              kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, K, panel, c[i].data());
+            else
+              kernels::tiled::detail::fp8_times_panel<amx::bf16x2_ops>(m, a[i].data(), lda, nullptr, groups, K, panel, c[i].data());
+          }
+        });
+      };
+      time_side(0), time_side(1);  // warm-up
+      std::vector<double> ratio;
+      double fma_s = 0, tiles_s = 0;
+      for (int r = 0; r < rounds; ++r) {
+        const double f1 = time_side(0), t1 = time_side(1), t2 = time_side(1), f2 = time_side(0);
+        ratio.push_back((f1 + f2) / (t1 + t2));
+        fma_s += f1 + f2, tiles_s += t1 + t2;
+      }
+      double decode_s = 0, hot_s = 0;
+      if constexpr (F::code == qcode::e2m1)
+        if (m == 2)
+          for (int r = 0; r < rounds; ++r) decode_s += 2 * time_side(2), hot_s += 2 * time_side(3);
+      const auto q = [&](double f) { return bench::quantile(ratio, f); };
+      const double bytes = static_cast<double>(per * panel_bytes) * nt * 2.0 * rounds;
+      if (decode_s > 0)
+        std::printf("threshold %-5s thr=%2d K=%ld the tiles' decode alone: weights at %.1f GB/s streamed, %.1f GB/s "
+                    "in cache\n",
+                    name, nt, static_cast<long>(K), bytes / decode_s / 1e9, bytes / hot_s / 1e9);
+      std::printf("threshold %-5s thr=%2d K=%ld m=%2ld time avx512/tiles median %.3f, quartiles %.3f-%.3f, range "
+                  "%.3f-%.3f (%d rounds; weights at %.1f GB/s avx512, %.1f GB/s tiles)\n",
+                  name, nt, static_cast<long>(K), static_cast<long>(m), q(0.5), q(0.25), q(0.75), q(0.0), q(1.0),
+                  rounds, bytes / fma_s / 1e9, bytes / tiles_s / 1e9);
+      std::fflush(stdout);
+    }
+  }
+}
+
 template <bool Int8>
 void run(const std::vector<long>& threads, double seconds, std::vector<bench::Limits>& limits,
          const std::pair<std::string, std::string>& pair, int pair_rounds) {
@@ -415,6 +536,8 @@ int main(int argc, char** argv) {
   std::vector<long> threads = {1, 16};
   double seconds = 0.1;
   bool peaks_only = false, formats_only = false;
+  std::string threshold_format;
+  index_t threshold_k = 2048;
   std::pair<std::string, std::string> pair;
   int rounds = 15;
   for (int i = 1; i < argc; ++i) {
@@ -435,6 +558,10 @@ int main(int argc, char** argv) {
       threads = bench::comma_list(argv[++i]);
     else if (a == "--seconds")
       seconds = std::atof(argv[++i]);
+    else if (a == "--threshold")
+      threshold_format = argv[++i];
+    else if (a == "--k")
+      threshold_k = std::max(1L, std::atol(argv[++i]));
     else if (a == "--rounds")
       rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--pair") {
@@ -469,6 +596,17 @@ int main(int argc, char** argv) {
     formats(threads, rounds);
     return 0;
   }
+  if (threshold_format == "mxfp4")
+    threshold<mxfp4_format>("mxfp4", threads, threshold_k, rounds);
+  else if (threshold_format == "nvfp4")
+    threshold<nvfp4_format>("nvfp4", threads, threshold_k, rounds);
+  else if (threshold_format == "fp8")
+    threshold<fp8_format>("fp8", threads, threshold_k, rounds);
+  else if (!threshold_format.empty()) {
+    std::fprintf(stderr, "bench_amx: --threshold wants mxfp4, nvfp4 or fp8\n");
+    return 2;
+  }
+  if (!threshold_format.empty()) return 0;
   std::vector<bench::Limits> limits;
   for (const long t : threads) {
     bench::Limits l;

@@ -486,6 +486,20 @@ TEST(TiledAmx, Mxfp4ExactInBf16OnlyForNormalScales) {
   EXPECT_FALSE(kt::mxfp4_exact_in_bf16(blocks, scales));
 }
 
+/// Layers of scheme Q on the reference kernel and on tiled_amx, built from weights w (fp32 or the
+/// scheme's own), agree on 40 random tokens.
+template <class Q, class W>
+void expect_layers_agree(const MoeConfig& cfg, const W& w, std::mt19937& rng) {
+  const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
+  const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
+  MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
+  MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+  EXPECT_LE(test::kernel_agreement_error<Q>(layer.forward_routed(hidden, r.ids, r.weights),
+                                            ref.forward_routed(hidden, r.ids, r.weights)),
+            test::kernel_tolerance<Q>)
+      << Q::name;
+}
+
 TEST(TiledAmx, Mxfp4LayerWithTinyScalesAgreesWithTheReference) {
   // Weights of about 1e-39 (scale code 0 where the block is not all zero) would be subnormal in
   // bf16, which the tiles read as zero: such a layer runs kernel::tiled's path, and still agrees.
@@ -496,13 +510,7 @@ TEST(TiledAmx, Mxfp4LayerWithTinyScalesAgreesWithTheReference) {
   const quant::mxfp4::weights q = quant::mxfp4::quantize(w.experts);
   EXPECT_FALSE(kt::mxfp4_exact_in_bf16(q.w13_blocks, q.w13_scales));
   EXPECT_FALSE(kernel::tiled_amx::prepare<quant::mxfp4>(q).packed.use_amx);
-  const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
-  const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
-  MoeLayer<a2a::local, quant::mxfp4, kernel::reference> ref(cfg, w);
-  MoeLayer<a2a::local, quant::mxfp4, kernel::tiled_amx> layer(cfg, w);
-  EXPECT_LE(test::kernel_agreement_error<quant::mxfp4>(layer.forward_routed(hidden, r.ids, r.weights),
-                                                       ref.forward_routed(hidden, r.ids, r.weights)),
-            test::kernel_tolerance<quant::mxfp4>);
+  expect_layers_agree<quant::mxfp4>(cfg, w, rng);
 }
 
 // NVFP4 on the tiles: every e2m1 · e4m3 is a normal bf16 value or zero, but the decode takes the
@@ -520,13 +528,7 @@ TEST(TiledAmx, Nvfp4LayerWithANegativeScaleAgreesWithTheReference) {
   for (const std::size_t i : {std::size_t{5}, std::size_t{70}}) q.experts.w2_scale[i] |= 0x80;  // blocks negated
   EXPECT_FALSE(kt::nvfp4_scales_unsigned(q.experts.w2_scale));
   EXPECT_FALSE(kernel::tiled_amx::prepare<quant::nvfp4>(q.experts).packed.use_amx);
-  const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
-  const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
-  MoeLayer<a2a::local, quant::nvfp4, kernel::reference> ref(cfg, q);
-  MoeLayer<a2a::local, quant::nvfp4, kernel::tiled_amx> layer(cfg, q);
-  EXPECT_LE(test::kernel_agreement_error<quant::nvfp4>(layer.forward_routed(hidden, r.ids, r.weights),
-                                                       ref.forward_routed(hidden, r.ids, r.weights)),
-            test::kernel_tolerance<quant::nvfp4>);
+  expect_layers_agree<quant::nvfp4>(cfg, q, rng);
 }
 
 #if defined(POLYMOE_TILED_AVX512)
@@ -581,14 +583,11 @@ void expect_decoded_slab(index_t K, Decode&& decode, Want&& want) {
     }
 }
 
-TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
-  // A hand-made MXFP4 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (the last k-block
-  // partial): every decoded weight is bf16(e2m1 · 2^(e - 127)) at its tile-layout slot, exact,
-  // rows past K zero, for every code (both signs of zero) and scale codes 2 to 252.
-  constexpr index_t K = 200, K32 = kt::padded_k32(K), groups = K32 / 32;
-  std::mt19937 rng(3);
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 32), 0), scales(static_cast<std::size_t>(groups * 64));
-  std::vector<std::uint8_t> code_of(static_cast<std::size_t>(K * 64));
+/// A random E2M1 panel of K rows in kernel::tiled's layout (qpanel.hpp; the same for MXFP4 and
+/// NVFP4): its codes, and code_of[k * 64 + c], the code of row k, column c.
+std::vector<std::uint8_t> random_e2m1_panel(index_t K, std::mt19937& rng, std::vector<std::uint8_t>& code_of) {
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 32), 0);
+  code_of.assign(static_cast<std::size_t>(K * 64), 0);
   for (index_t k = 0; k < K; ++k)
     for (index_t c = 0; c < kt::panel_cols; ++c) {
       const auto code = static_cast<std::uint8_t>(rng() % 16);
@@ -596,6 +595,17 @@ TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
       const auto [byte, shift] = kt::code_position<kt::mxfp4_format>(c);
       codes[static_cast<std::size_t>(k * 32 + byte)] |= static_cast<std::uint8_t>(code << shift);
     }
+  return codes;
+}
+
+TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
+  // A hand-made MXFP4 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (the last k-block
+  // partial): every decoded weight is bf16(e2m1 · 2^(e - 127)) at its tile-layout slot, exact,
+  // rows past K zero, for every code (both signs of zero) and scale codes 2 to 252.
+  constexpr index_t K = 200, K32 = kt::padded_k32(K), groups = K32 / 32;
+  std::mt19937 rng(3);
+  std::vector<std::uint8_t> scales(static_cast<std::size_t>(groups * 64)), code_of;
+  const std::vector<std::uint8_t> codes = random_e2m1_panel(K, rng, code_of);
   for (auto& s : scales) s = static_cast<std::uint8_t>(2 + rng() % 251);
   scales[0] = 2, scales[1] = 252;
   const kt::QPanel<kt::mxfp4_format> panel{codes.data(), scales.data(), 1.0f};
@@ -615,15 +625,8 @@ TEST(TiledAmx, Nvfp4SlabDecodesEveryWeightExactly) {
   // code but the NaN (zero and the subnormals included). scale_2 is not the decode's.
   constexpr index_t K = 200, groups = 13;
   std::mt19937 rng(6);
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * 32), 0), scales(static_cast<std::size_t>(groups * 64));
-  std::vector<std::uint8_t> code_of(static_cast<std::size_t>(K * 64));
-  for (index_t k = 0; k < K; ++k)
-    for (index_t c = 0; c < kt::panel_cols; ++c) {
-      const auto code = static_cast<std::uint8_t>(rng() % 16);
-      code_of[static_cast<std::size_t>(k * 64 + c)] = code;
-      const auto [byte, shift] = kt::code_position<kt::nvfp4_format>(c);
-      codes[static_cast<std::size_t>(k * 32 + byte)] |= static_cast<std::uint8_t>(code << shift);
-    }
+  std::vector<std::uint8_t> scales(static_cast<std::size_t>(groups * 64)), code_of;
+  const std::vector<std::uint8_t> codes = random_e2m1_panel(K, rng, code_of);
   for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<std::uint8_t>((i * 5) % 127);  // 0 .. 0x7E
   const kt::QPanel<kt::nvfp4_format> panel{codes.data(), scales.data(), 0.37f};
   expect_decoded_slab(

@@ -42,7 +42,9 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
   [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
   constexpr bool e2m1 = F::code == qcode::e2m1;
-  const index_t min_rows = amx_min_rows(e2m1 ? amx_min_rows_e2m1 : amx_min_rows_e4m3);
+  const index_t min_rows = amx_min_rows(std::is_same_v<F, nvfp4_format> ? amx_min_rows_nvfp4
+                                        : e2m1                            ? amx_min_rows_e2m1
+                                                                          : amx_min_rows_e4m3);
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;
   using Ops = std::conditional_t<w8a8, amx::bf16_ops, amx::bf16x2_ops>;

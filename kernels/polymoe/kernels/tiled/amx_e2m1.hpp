@@ -25,9 +25,9 @@
 // bf16 values are exact in fp32; the tiles sum them in fp32, in their own order, and treat
 // subnormal inputs (below 2^-126) as zero.
 //
-// Blocks of fewer than amx_min_rows_e2m1 rows (decode) run kernel::tiled's path for the format on
-// the fp32 rows (qpanel.hpp), as does every block without AMX. The forward pass is amx_decoded.hpp's,
-// shared with the E4M3 formats.
+// Blocks of fewer than amx_min_rows_e2m1 (MXFP4) or amx_min_rows_nvfp4 rows (decode) run
+// kernel::tiled's path for the format on the fp32 rows (qpanel.hpp), as does every block without
+// AMX. The forward pass is amx_decoded.hpp's, shared with the E4M3 formats.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -48,6 +48,13 @@ namespace polymoe::kernels::tiled {
 /// T=128), 8 rows 1.03-1.21 and the FMA path 1.25-1.59; about 16, the FMA path 1.57-1.67.
 /// POLYMOE_AMX_MIN_ROWS overrides it, as it does bf16's and int8's.
 inline constexpr index_t amx_min_rows_e2m1 = 4;
+
+/// The same for NVFP4, whose decode costs more per weight (a 64-entry table, and the scale's
+/// mantissa in each index). Measured with bench_amx --threshold (16 threads, K = 2048 and 768,
+/// paired rounds; docs/benchmarks.md, issue 10, runs 124-125): time of kernel::tiled's path over
+/// the tiles' at 4 rows 0.80-1.04, at 6 rows 0.98-1.21, at 8 rows 1.08-1.46 (MXFP4 in the same runs:
+/// 1.09-1.16 at 4 rows, as above).
+inline constexpr index_t amx_min_rows_nvfp4 = 6;
 
 /// Whether every MXFP4 weight of `blocks` (16 bytes of E2M1 codes per block of 32) and `scales`
 /// (one E8M0 code per block) is exact in bf16 and not subnormal: a block with a nonzero code has
@@ -89,6 +96,25 @@ inline void split_bf16_row(const float* src, float wt, index_t n, index_t n32, s
   }
 }
 
+namespace detail {
+
+/// The E2M1 codes of k-rows k and k + 1 of a panel (rows from K on read as zero), interleaved for
+/// the tile layout: half[h] holds bytes 16h .. 16h + 15 of both rows, (row k, row k + 1) per
+/// column byte, one byte per word. Prefetches the codes 2 KiB ahead.
+inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
+  constexpr index_t row_bytes = panel_cols / 2;  // 64 nibbles
+  const std::uint8_t* row = codes + k * row_bytes;
+  _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
+  const __m256i r0 = k < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)) : _mm256_setzero_si256();
+  const __m256i r1 =
+      k + 1 < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + row_bytes)) : _mm256_setzero_si256();
+  const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
+  half[0] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20));
+  half[1] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+}  // namespace detail
+
 /// k-blocks [kb0, kb1) of an MXFP4 panel of K rows in the bf16 tile layout of amx.hpp:
 /// slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2], each weight e2m1 · 2^(e - 127) as
 /// bf16 bits (exact where mxfp4_exact_in_bf16 holds), rows k >= K zero. Per k-pair and column
@@ -106,7 +132,6 @@ inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t 
   const __m512i lut = _mm512_loadu_si512(table.data());
   const __m512i nibble = _mm512_set1_epi16(0xF), magnitude = _mm512_set1_epi16(0x7FFF);
   const __m512i bias = _mm512_set1_epi16(127);
-  constexpr index_t row_bytes = mxfp4_format::row_bytes;  // 32: 64 nibbles
   for (index_t kb = kb0; kb < kb1; ++kb) {
     __m512i shift[4];  // per column tile: (e - 127) << 7 in both words of each column's pair
     for (int v = 0; v < 4; ++v) {
@@ -116,15 +141,8 @@ inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t 
     std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
     for (index_t j = 0; j < amx_kb / 2; ++j) {
       const index_t k = kb * amx_kb + 2 * j;
-      const std::uint8_t* row = p.codes + k * row_bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
-      const __m256i r0 = k < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)) : _mm256_setzero_si256();
-      const __m256i r1 = k + 1 < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + row_bytes))
-                                   : _mm256_setzero_si256();
-      const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
-      // half h: bytes 16h .. 16h + 15 of both rows, interleaved (row k, row k + 1), one per word
-      const __m512i half[2] = {_mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20)),
-                               _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31))};
+      __m512i half[2];
+      detail::load_kpair(p.codes, k, K, half);
       for (int v = 0; v < 4; ++v) {
         const __m512i code = v % 2 == 0 ? _mm512_and_si512(half[v / 2], nibble) : _mm512_srli_epi16(half[v / 2], 4);
         __m512i w = _mm512_permutexvar_epi16(code, lut);
@@ -156,7 +174,6 @@ inline void decode_nvfp4_slab(const QPanel<nvfp4_format>& p, index_t K, index_t 
   const __m512i t0 = _mm512_loadu_si512(table.data()), t1 = _mm512_loadu_si512(table.data() + 32);
   const __m512i seven = _mm512_set1_epi16(7), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
   const auto both_words = [](__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 16)); };
-  constexpr index_t row_bytes = nvfp4_format::row_bytes;  // 32: 64 nibbles
   const index_t groups = nvfp4_format::groups(K);
   // per column tile, both words of each column's k-pair: table index bits 3-5 (mant), exponent
   // offset (expo), 7 where the scale is nonzero (live)
@@ -180,14 +197,8 @@ inline void decode_nvfp4_slab(const QPanel<nvfp4_format>& p, index_t K, index_t 
           live[v] = both_words(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(s, s), _mm512_set1_epi32(7)));
         }
       }
-      const std::uint8_t* row = p.codes + k * row_bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
-      const __m256i r0 = k < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)) : _mm256_setzero_si256();
-      const __m256i r1 = k + 1 < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + row_bytes))
-                                   : _mm256_setzero_si256();
-      const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
-      const __m512i half[2] = {_mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20)),
-                               _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31))};
+      __m512i half[2];
+      detail::load_kpair(p.codes, k, K, half);
       for (int v = 0; v < 4; ++v) {
         // the nibble in bits 0-3 (bits 4-7 of the low nibble's word: the other nibble, unused)
         const __m512i code = v % 2 == 0 ? half[v / 2] : _mm512_srli_epi16(half[v / 2], 4);
