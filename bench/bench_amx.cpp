@@ -347,7 +347,7 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
             if (side == 0)
               kernels::tiled::detail::block_times_panel(m, [&](index_t row) { return xs + row * K; }, K, panel, c[i].data());
             else if constexpr (F::code == qcode::e2m1)
-              kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, K, panel, c[i].data());
+              kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
             else
               kernels::tiled::detail::fp8_times_panel<amx::bf16x2_ops>(m, a[i].data(), lda, nullptr, groups, K, panel, c[i].data());
           }

@@ -12,6 +12,8 @@ target_compile_definitions(test_tiled_tall PRIVATE POLYMOE_TILED_TALL=1 POLYMOE_
 polymoe_add_test(test_tiled_amx ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled_amx.cpp)
 polymoe_add_test(test_tiled_amx_dispatch NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled_amx.cpp)
 target_compile_options(test_tiled_amx_dispatch PRIVATE -mno-amx-tile -mno-amx-bf16 -mno-amx-int8)
+# The vectorized activation quantizers of both tiled kernels against the scalar ones (no layers).
+polymoe_add_test(test_act_quant NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_act_quant.cpp)
 # The ThreadSanitizer set: every parallel loop of the kernels with 4 threads, built only in the
 # std::threads configuration of scripts/sanitize.sh (-DPOLYMOE_STD_THREADS=ON -fsanitize=thread).
 if(POLYMOE_STD_THREADS)

@@ -54,9 +54,9 @@ tool_expect_error(cli.unknown_quant "unknown --quant 'nope'.*fp32" ${tool} run -
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --quant nope)
 tool_expect_error(cli.unknown_kernel "unknown --kernel 'fast'.*reference" ${tool} run --checkpoint ${hf}/mixtral
                   --layer 0 --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --kernel fast)
-tool_expect_error(cli.invalid_triple "not a valid triple.*valid --kernel for the other two: reference, tbb_grouped"
+tool_expect_error(cli.invalid_triple "not a valid triple.*valid --kernel for the other two: reference, tbb_grouped, tiled"
                   ${tool} run --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
-                  --output ${work}/never.safetensors --quant nvfp4_w4a4 --kernel tiled)
+                  --output ${work}/never.safetensors --quant fp32 --kernel tiled_amx)
 tool_expect_error(cli.missing_option "missing the option --layer" ${tool} run --checkpoint ${hf}/mixtral
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors)
 tool_expect_error(cli.layer_out_of_range "layer 5 is out of range" ${tool} run --checkpoint ${hf}/mixtral --layer 5

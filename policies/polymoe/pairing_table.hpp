@@ -75,10 +75,10 @@ struct pairing_table {
       pairing::kernel_row<kernel::tiled,       pairing::natives<F_standard>,
                           pairing::schemes<quant::fp32, quant::bf16, quant::fp8, quant::fp8_block,
                                            quant::fp8_block_weight_only, quant::int8_w8a8, quant::mxfp4,
-                                           quant::nvfp4>>,
+                                           quant::nvfp4, quant::nvfp4_w4a4>>,
       pairing::kernel_row<kernel::tiled_amx,   pairing::natives<F_standard>,
                           pairing::schemes<quant::bf16, quant::fp8, quant::fp8_block, quant::fp8_block_weight_only,
-                                           quant::int8_w8a8, quant::mxfp4, quant::nvfp4>>>;
+                                           quant::int8_w8a8, quant::mxfp4, quant::nvfp4, quant::nvfp4_w4a4>>>;
 
   using adapters = list<
       pairing::adapter_row<F_ragged, F_standard>,   // a ragged batch is a standard one with counts

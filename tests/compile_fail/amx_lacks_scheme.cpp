@@ -1,8 +1,8 @@
-// ko: kernel::tiled_amx runs bf16, fp8, fp8_block(_weight_only), int8_w8a8, mxfp4 and nvfp4 on its tiles; quant::nvfp4_w4a4 is not in its row of
-// the pairing table (the ok twin uses int8_w8a8, which it runs).
+// ko: kernel::tiled_amx runs bf16, fp8, fp8_block(_weight_only), int8_w8a8, mxfp4, nvfp4 and nvfp4_w4a4 on its
+// tiles; quant::fp32 is not in its row of the pairing table (the ok twin uses int8_w8a8, which it runs).
 #include <polymoe/polymoe.hpp>
 #ifdef POLYMOE_KO
-using Quant = polymoe::quant::nvfp4_w4a4;
+using Quant = polymoe::quant::fp32;
 #else
 using Quant = polymoe::quant::int8_w8a8;
 #endif

@@ -1,7 +1,8 @@
 # Compile-fail cases of the quant schemes (issue 3).
-# A kernel that does not implement a scheme: the message, and the list of what it does implement.
+# A kernel that does not implement a scheme (kernel::tiled_amx and fp32, which kernel::tiled runs):
+# the message, and the list of what the kernel does implement.
 polymoe_compile_fail(kernel_lacks_scheme
-  "schemes_this_kernel_implements<polymoe::quant::fp32, polymoe::quant::bf16, polymoe::quant::fp8, [^>]*polymoe::quant::nvfp4>.*polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis does not implement the Quant scheme")
-# The AMX kernel (issue 10): bf16, the fp8 schemes, int8_w8a8, mxfp4 and nvfp4 only.
+  "schemes_this_kernel_implements<polymoe::quant::bf16, [^>]*polymoe::quant::nvfp4_w4a4>.*polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis does not implement the Quant scheme")
+# The AMX kernel (issue 10): bf16, the fp8 schemes, int8_w8a8, mxfp4, nvfp4 and nvfp4_w4a4 only.
 polymoe_compile_fail(amx_lacks_scheme
-  "schemes_this_kernel_implements<polymoe::quant::bf16, polymoe::quant::fp8, polymoe::quant::fp8_block, polymoe::quant::fp8_block_weight_only, polymoe::quant::int8_w8a8, polymoe::quant::mxfp4, polymoe::quant::nvfp4>.*polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis does not implement the Quant scheme")
+  "schemes_this_kernel_implements<polymoe::quant::bf16, polymoe::quant::fp8, polymoe::quant::fp8_block, polymoe::quant::fp8_block_weight_only, polymoe::quant::int8_w8a8, polymoe::quant::mxfp4, polymoe::quant::nvfp4, polymoe::quant::nvfp4_w4a4>.*polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis does not implement the Quant scheme")

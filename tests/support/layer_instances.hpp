@@ -18,9 +18,10 @@
   X(local, nvfp4_w4a4, tbb_grouped)                                                                \
   X(local, fp32, tiled) X(local, bf16, tiled) X(local, fp8, tiled) X(local, fp8_block, tiled)        \
   X(local, fp8_block_weight_only, tiled) X(local, int8_w8a8, tiled) X(local, mxfp4, tiled)          \
-  X(local, nvfp4, tiled) X(local, bf16, tiled_amx) X(local, int8_w8a8, tiled_amx)            \
-  X(local, mxfp4, tiled_amx) X(local, fp8, tiled_amx) X(local, fp8_block, tiled_amx)                           \
-  X(local, fp8_block_weight_only, tiled_amx) X(local, nvfp4, tiled_amx)
+  X(local, nvfp4, tiled) X(local, nvfp4_w4a4, tiled) X(local, bf16, tiled_amx)                      \
+  X(local, int8_w8a8, tiled_amx) X(local, mxfp4, tiled_amx) X(local, fp8, tiled_amx)                 \
+  X(local, fp8_block, tiled_amx) X(local, fp8_block_weight_only, tiled_amx) X(local, nvfp4, tiled_amx) \
+  X(local, nvfp4_w4a4, tiled_amx)
 
 #define POLYMOE_LAYER_IMPL(A, Q, K)                                                                  \
   polymoe::detail::moe_layer_impl<polymoe::a2a::A, polymoe::quant::Q, polymoe::kernel::K,          \

@@ -6,6 +6,7 @@
 
 #include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
+#include <polymoe/kernels/tiled/act_quant.hpp>
 #include <polymoe/kernels/tiled/amx_forward.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 #include <polymoe/kernels/tiled/int8.hpp>
@@ -27,7 +28,7 @@ template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
                 "polymoe: kernel::tiled does not implement this quant scheme (it runs fp32, bf16, fp8, fp8_block, "
-                "fp8_block_weight_only, int8_w8a8, mxfp4 and nvfp4); use kernel::reference or "
+                "fp8_block_weight_only, int8_w8a8, mxfp4, nvfp4 and nvfp4_w4a4); use kernel::reference or "
                 "kernel::tbb_grouped for it");
 };
 
@@ -168,6 +169,13 @@ struct scheme<quant::nvfp4> {
   }
 };
 
+/// NVFP4 W4A4: nvfp4's panels; each GEMM input row quantized to NVFP4 values as the scheme does
+/// (vectorized, bit for bit quantize_activation) before the fp32 micro-kernels.
+template <>
+struct scheme<quant::nvfp4_w4a4> : scheme<quant::nvfp4> {
+  using inputs = kt::nvfp4_w4a4_inputs;
+};
+
 template <>
 struct scheme<quant::int8_w8a8> {
   using packed = kt::Int8PackedExperts;
@@ -195,8 +203,8 @@ struct scheme<quant::int8_w8a8> {
 /// format: fp32 and bf16 (bf16 widened in registers, or vdpbf16ps on bf16 pairs where the target
 /// runs it at the FMA's rate: POLYMOE_TILED_DPBF16); fp8, fp8_block(_weight_only), mxfp4 and
 /// nvfp4 with their codes kept in the panels and widened in registers or per L1 slab
-/// (kernels/tiled/qpanel.hpp); int8_w8a8 with integer VNNI GEMMs (kernels/tiled/int8.hpp).
-/// nvfp4_w4a4 is not implemented (its fp4 x fp4 product needs a micro-kernel of its own).
+/// (kernels/tiled/qpanel.hpp); nvfp4_w4a4 as nvfp4, its GEMM inputs quantized per row first;
+/// int8_w8a8 with integer VNNI GEMMs (kernels/tiled/int8.hpp).
 ///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled> layer(cfg, weights);
 struct tiled {

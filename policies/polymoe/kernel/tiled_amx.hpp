@@ -18,8 +18,8 @@ template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
                 "polymoe: kernel::tiled_amx implements quant::bf16, quant::int8_w8a8, quant::fp8, quant::fp8_block, "
-                "quant::fp8_block_weight_only, quant::mxfp4 and quant::nvfp4 only (AMX has bf16 and int8 tiles); use "
-                "kernel::tiled or kernel::reference for other schemes");
+                "quant::fp8_block_weight_only, quant::mxfp4, quant::nvfp4 and quant::nvfp4_w4a4 only (AMX has bf16 "
+                "and int8 tiles); use kernel::tiled or kernel::reference for other schemes");
 };
 
 template <>
@@ -43,70 +43,64 @@ struct scheme<quant::int8_w8a8> {
   }
 };
 
-template <>
-struct scheme<quant::mxfp4> {
-  using packed = kernels::tiled::QPackedExperts<kernels::tiled::mxfp4_format>;
-  static packed pack(const quant::mxfp4::weights& w) {
-    packed p = tiled_detail::scheme<quant::mxfp4>::pack(w);
-    p.use_amx = kernels::tiled::amx_enabled() && kernels::tiled::mxfp4_exact_in_bf16(w.w13_blocks, w.w13_scales) &&
-                kernels::tiled::mxfp4_exact_in_bf16(w.w2_blocks, w.w2_scales);
-    p.pipelined = true;
-    return p;
-  }
-};
+/// Whether the tiles can decode a scheme's weights exactly into bf16: MXFP4 needs normal values
+/// (mxfp4_exact_in_bf16), NVFP4 unsigned block scales (nvfp4_scales_unsigned); every E4M3 value is
+/// a bf16 number.
+[[nodiscard]] inline bool tiles_decode(const quant::mxfp4::weights& w) {
+  return kernels::tiled::mxfp4_exact_in_bf16(w.w13_blocks, w.w13_scales) &&
+         kernels::tiled::mxfp4_exact_in_bf16(w.w2_blocks, w.w2_scales);
+}
+[[nodiscard]] inline bool tiles_decode(const quant::nvfp4::weights& w) {
+  return kernels::tiled::nvfp4_scales_unsigned(w.w13_scale) && kernels::tiled::nvfp4_scales_unsigned(w.w2_scale);
+}
+template <class W>
+[[nodiscard]] bool tiles_decode(const W&) {
+  return true;
+}
 
-template <>
-struct scheme<quant::nvfp4> {
-  using packed = kernels::tiled::QPackedExperts<kernels::tiled::nvfp4_format>;
-  static packed pack(const quant::nvfp4::weights& w) {
-    packed p = tiled_detail::scheme<quant::nvfp4>::pack(w);
-    p.use_amx = kernels::tiled::amx_enabled() && kernels::tiled::nvfp4_scales_unsigned(w.w13_scale) &&
-                kernels::tiled::nvfp4_scales_unsigned(w.w2_scale);
-    p.pipelined = true;
-    return p;
-  }
-};
-
-/// E4M3 weights: kernel::tiled's fp8 panels, decoded onto the bf16 tiles group by group (every
-/// E4M3 value is a bf16 number; kernels/tiled/amx_e4m3.hpp). `group`: the activation scale group
-/// (0: one per row).
-template <class Q, index_t Group>
-struct e4m3_scheme {
-  using packed = kernels::tiled::QPackedExperts<kernels::tiled::fp8_format>;
+/// Weights kept in their codes: kernel::tiled's panels and input treatment, decoded onto the bf16
+/// tiles (kernels/tiled/amx_decoded.hpp) on a machine with AMX when tiles_decode holds, else
+/// kernel::tiled's path. `group`: the W8A8 activation scale group (0: one per row).
+template <class Q, index_t Group = 0>
+struct decoded_scheme {
+  using packed = typename tiled_detail::scheme<Q>::packed;
   using inputs = typename tiled_detail::scheme<Q>::inputs;
   static constexpr index_t group = Group;
   static packed pack(const typename Q::weights& w) {
     packed p = tiled_detail::scheme<Q>::pack(w);
-    p.use_amx = kernels::tiled::amx_enabled();
+    p.use_amx = kernels::tiled::amx_enabled() && tiles_decode(w);
     p.pipelined = true;
     return p;
   }
 };
 
 template <>
-struct scheme<quant::fp8> : e4m3_scheme<quant::fp8, 0> {};  // per-token activations
+struct scheme<quant::mxfp4> : decoded_scheme<quant::mxfp4> {};
 template <>
-struct scheme<quant::fp8_block> : e4m3_scheme<quant::fp8_block, quant::fp8_block::block> {};
+struct scheme<quant::nvfp4> : decoded_scheme<quant::nvfp4> {};
 template <>
-struct scheme<quant::fp8_block_weight_only> : e4m3_scheme<quant::fp8_block_weight_only, quant::fp8_block::block> {};
-
-template <class Q>
-inline constexpr bool is_e4m3 = std::is_same_v<typename scheme<Q>::packed,
-                                               kernels::tiled::QPackedExperts<kernels::tiled::fp8_format>>;
+struct scheme<quant::nvfp4_w4a4> : decoded_scheme<quant::nvfp4_w4a4> {};  // per-row scale_2
+template <>
+struct scheme<quant::fp8> : decoded_scheme<quant::fp8> {};  // per-token activations
+template <>
+struct scheme<quant::fp8_block> : decoded_scheme<quant::fp8_block, quant::fp8_block::block> {};
+template <>
+struct scheme<quant::fp8_block_weight_only> : decoded_scheme<quant::fp8_block_weight_only, quant::fp8_block::block> {};
 
 }  // namespace tiled_amx_detail
 
 /// kernel::tiled with AMX tile micro-kernels: quant::bf16 (tdpbf16ps; weights prepacked into the
-/// tile layout), quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout),
-/// quant::mxfp4 and quant::nvfp4 (tdpbf16ps on weights decoded from kernel::tiled's MXFP4 and NVFP4
-/// panels a slab at a time, the fp32 activations as two bf16 terms; kernels/tiled/amx_e2m1.hpp) and quant::fp8, fp8_block
-/// and fp8_block_weight_only (tdpbf16ps on E4M3 values decoded from kernel::tiled's fp8 panels a
-/// scale group at a time, each group's sum scaled after the tiles; W8A8 activations as E4M3
-/// values, weight-only ones as two bf16 terms; kernels/tiled/amx_e4m3.hpp). Blocks of few rows per expert
-/// (decode) run AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON)
-/// runs the tiles without any run-time test; other builds detect AMX when a layer is prepared and
-/// fall back to AVX-512 without it (kernels/tiled/amx.hpp). Unlike kernel::tiled, the two GEMMs
-/// run as one stream of tasks, a row block's GEMM 2 as soon as its GEMM 1 is done.
+/// tile layout), quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout), and
+/// tdpbf16ps on weights kept in kernel::tiled's panels and decoded to bf16 as the tasks need them:
+/// quant::mxfp4, nvfp4 and nvfp4_w4a4 a slab at a time (kernels/tiled/amx_e2m1.hpp; fp32
+/// activations as two bf16 terms, W4A4's as their e2m1 · e4m3 values with the row's scale_2
+/// after the tiles), quant::fp8, fp8_block and fp8_block_weight_only a scale group at a time, each
+/// group's sum scaled after the tiles (kernels/tiled/amx_e4m3.hpp; W8A8 activations as E4M3
+/// values, weight-only ones as two bf16 terms). Blocks of few rows per expert (decode) run
+/// AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON) runs the tiles
+/// without any run-time test; other builds detect AMX when a layer is prepared and fall back to
+/// AVX-512 without it (kernels/tiled/amx.hpp). Unlike kernel::tiled, the two GEMMs run as one
+/// stream of tasks, a row block's GEMM 2 as soon as its GEMM 1 is done.
 ///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled_amx> layer(cfg, weights);
 struct tiled_amx {
@@ -124,16 +118,14 @@ struct tiled_amx {
   template <class Q>
   void run(const DispatchOutput<format::standard>& d, const prepared<Q>& p, const ExpertMlp& mlp,
            CombineInput<format::standard> c) const {
+    using scheme = tiled_amx_detail::scheme<Q>;
     if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
       kernels::tiled::forward_int8(d, p, mlp, c.out);
-    else if constexpr (std::is_same_v<Q, quant::mxfp4> || std::is_same_v<Q, quant::nvfp4>)
-      kernels::tiled::forward_amx_decoded<typename decltype(p.packed)::format, kernels::tiled::keep_inputs, 0>(
-          d, p, mlp, c.out);
-    else if constexpr (tiled_amx_detail::is_e4m3<Q>)
-      kernels::tiled::forward_amx_decoded<kernels::tiled::fp8_format, typename tiled_amx_detail::scheme<Q>::inputs,
-                                          tiled_amx_detail::scheme<Q>::group>(d, p, mlp, c.out);
-    else
+    else if constexpr (std::is_same_v<Q, quant::bf16>)
       kernels::tiled::forward_amx_bf16(d, p, mlp, c.out);
+    else
+      kernels::tiled::forward_amx_decoded<typename decltype(p.packed)::format, typename scheme::inputs, scheme::group>(
+          d, p, mlp, c.out);
   }
 };
 

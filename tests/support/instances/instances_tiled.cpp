@@ -1,5 +1,5 @@
-// Explicit instantiations of the local layers whose kernel is tiled, float, bf16 and fp8 schemes, and
-// tiled_amx's fp8 schemes
+// Explicit instantiations of the local layers whose kernel is tiled, float, bf16, fp8 and NVFP4 W4A4
+// schemes, and tiled_amx's fp8 schemes
 // (see layer_instances.hpp; the tiled layers are split over two files to share the compile time).
 #define POLYMOE_DEFINE_LAYER_INSTANCES
 #include "layer_instances.hpp"
@@ -26,5 +26,5 @@
 #define POLYMOE_TILED_int8_w8a8(A)
 #define POLYMOE_TILED_mxfp4(A)
 #define POLYMOE_TILED_nvfp4(A)
-#define POLYMOE_TILED_nvfp4_w4a4(A)
+#define POLYMOE_TILED_nvfp4_w4a4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4_w4a4, tiled);
 POLYMOE_LOCAL_TRIPLES(POLYMOE_INSTANTIATE_IF_tiled)

@@ -17,7 +17,7 @@
 #define POLYMOE_AMX_int8_w8a8(A) template class POLYMOE_LAYER_IMPL(A, int8_w8a8, tiled_amx);
 #define POLYMOE_AMX_mxfp4(A) template class POLYMOE_LAYER_IMPL(A, mxfp4, tiled_amx);
 #define POLYMOE_AMX_nvfp4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4, tiled_amx);
-#define POLYMOE_AMX_nvfp4_w4a4(A)
+#define POLYMOE_AMX_nvfp4_w4a4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4_w4a4, tiled_amx);
 #define POLYMOE_TILED_fp32(A)
 #define POLYMOE_TILED_bf16(A)
 #define POLYMOE_TILED_fp8(A)

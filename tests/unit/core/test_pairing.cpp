@@ -77,8 +77,9 @@ static_assert(is_diag<diag<a2a::local, quant::fp32, archetypes::NotAPolicy>, dia
 static_assert(is_diag<diag<a2a::local, quant::fp32, archetypes::UnlistedKernel>, diagnostic::kernel_not_in_pairing_table>);
 static_assert(quant_scheme<quant::mxfp4> && quant_scheme<quant::nvfp4_w4a4> && quant_scheme<quant::fp8_block_weight_only>);
 static_assert(can_make_layer<a2a::local, quant::mxfp4, kernel::tiled>);
-static_assert(!can_make_layer<a2a::local, quant::nvfp4_w4a4, kernel::tiled>);
-static_assert(is_diag<diag<a2a::local, quant::nvfp4_w4a4, kernel::tiled>, diagnostic::kernel_does_not_implement_quant_scheme>);
+static_assert(can_make_layer<a2a::local, quant::nvfp4_w4a4, kernel::tiled_amx>);
+static_assert(!can_make_layer<a2a::local, quant::fp32, kernel::tiled_amx>);
+static_assert(is_diag<diag<a2a::local, quant::fp32, kernel::tiled_amx>, diagnostic::kernel_does_not_implement_quant_scheme>);
 
 TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
   // The specification of the table, written out by hand: adding a policy updates this list on
@@ -104,7 +105,8 @@ TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
                                              "local/mxfp4/tiled_amx",
                                              "local/nvfp4/reference", "local/nvfp4/tbb_grouped", "local/nvfp4/tiled",
                                              "local/nvfp4/tiled_amx",
-                                             "local/nvfp4_w4a4/reference", "local/nvfp4_w4a4/tbb_grouped"};
+                                             "local/nvfp4_w4a4/reference", "local/nvfp4_w4a4/tbb_grouped",
+                                             "local/nvfp4_w4a4/tiled", "local/nvfp4_w4a4/tiled_amx"};
   EXPECT_EQ(got, expected);
 }
 

@@ -72,8 +72,8 @@ void expect_agrees(const MoeConfig& cfg, const Matrix& hidden, const Routing& r,
 }
 
 /// Every scheme kernel::tiled implements; the portable build takes one scheme per code path
-/// (fp8 and fp8_block widen E4M3 alike, fp8_block_weight_only differs only in its inputs) to keep
-/// its compile time, which the explicit instances do not share.
+/// (fp8 and fp8_block widen E4M3 alike, fp8_block_weight_only and nvfp4_w4a4 differ from a scheme
+/// it runs only in their inputs) to keep its compile time, which the explicit instances do not share.
 template <class F>
 void for_every_scheme(F&& f) {
   f.template operator()<quant::fp32>();
@@ -85,6 +85,7 @@ void for_every_scheme(F&& f) {
 #if !defined(POLYMOE_TILED_PORTABLE)
   f.template operator()<quant::fp8>();
   f.template operator()<quant::fp8_block_weight_only>();
+  f.template operator()<quant::nvfp4_w4a4>();  // nvfp4's panels; its quantizer is the scheme's there
 #endif
 }
 

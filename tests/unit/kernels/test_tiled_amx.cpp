@@ -47,6 +47,7 @@ void for_each_scheme(F&& f) {
   f.template operator()<quant::int8_w8a8>();
   f.template operator()<quant::mxfp4>();
   f.template operator()<quant::nvfp4>();
+  f.template operator()<quant::nvfp4_w4a4>();
   f.template operator()<quant::fp8>();
   f.template operator()<quant::fp8_block>();
   f.template operator()<quant::fp8_block_weight_only>();
@@ -513,8 +514,9 @@ TEST(TiledAmx, Mxfp4LayerWithTinyScalesAgreesWithTheReference) {
   expect_layers_agree<quant::mxfp4>(cfg, w, rng);
 }
 
-// NVFP4 on the tiles: every e2m1 · e4m3 is a normal bf16 value or zero, but the decode takes the
-// block scales as unsigned: a layer with a negative one (or -0) runs kernel::tiled's path.
+// NVFP4 on the tiles (weight-only and W4A4): every e2m1 · e4m3 is a normal bf16 value or zero, but
+// the decode takes the block scales as unsigned: a layer with a negative one (or -0) runs
+// kernel::tiled's path.
 TEST(TiledAmx, Nvfp4LayerWithANegativeScaleAgreesWithTheReference) {
   const MoeConfig cfg = test::moe_config(64, 32, 2, 1);
   std::mt19937 rng(22);
@@ -528,7 +530,9 @@ TEST(TiledAmx, Nvfp4LayerWithANegativeScaleAgreesWithTheReference) {
   for (const std::size_t i : {std::size_t{5}, std::size_t{70}}) q.experts.w2_scale[i] |= 0x80;  // blocks negated
   EXPECT_FALSE(kt::nvfp4_scales_unsigned(q.experts.w2_scale));
   EXPECT_FALSE(kernel::tiled_amx::prepare<quant::nvfp4>(q.experts).packed.use_amx);
+  EXPECT_FALSE(kernel::tiled_amx::prepare<quant::nvfp4_w4a4>(q.experts).packed.use_amx);
   expect_layers_agree<quant::nvfp4>(cfg, q, rng);
+  expect_layers_agree<quant::nvfp4_w4a4>(cfg, q, rng);
 }
 
 #if defined(POLYMOE_TILED_AVX512)
@@ -836,7 +840,7 @@ void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_sp
     std::fill_n(a.data(), a.size(), std::uint16_t{0});
     for (index_t i = 0; i < m; ++i) kt::split_bf16_row(x.data() + i * K, 1.0f, K, K32, a.data() + i * lda);
     alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
-    kt::detail::e2m1_block_times_panel(m, a.data(), lda, K, panel, c);
+    kt::detail::e2m1_block_times_panel(m, a.data(), lda, nullptr, K, panel, c);
     const double worst = worst_against_double(m, K, x, weight, c);
     // 2^-17 for the split, fp32 rounding of the running sums (2K terms: 2K · 2^-24) and of scale_2's
     // product

@@ -492,12 +492,14 @@ POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, in
   run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc, side);
 }
 
-/// One slab of a panel for bf16x2_ops: c (+)= A · slab over nkb <= slab_kb k-blocks, A the split
-/// rows from this slab's first k-block (lda elements apart), c zeroed first unless `accumulate`.
-POLYMOE_AMX_TARGET inline void bf16x2_slab(const std::uint16_t* a, index_t lda, index_t m, index_t nkb,
-                                           const std::uint16_t* slab, float* c, bool accumulate) noexcept {
+/// One slab of a decoded panel: c (+)= A · slab over nkb <= slab_kb k-blocks, A the rows in Ops'
+/// layout (bf16_ops: bf16 rows; bf16x2_ops: split rows) from this slab's first k-block (lda
+/// elements apart), c zeroed first unless `accumulate`.
+template <class Ops>
+POLYMOE_AMX_TARGET inline void decoded_slab(const std::uint16_t* a, index_t lda, index_t m, index_t nkb,
+                                            const std::uint16_t* slab, float* c, bool accumulate) noexcept {
   no_side none;
-  block22_side<bf16x2_ops, false, Pf::t0>(a, lda, m, nkb, slab, nullptr, c, none, accumulate);
+  block22_side<Ops, false, Pf::t0>(a, lda, m, nkb, slab, nullptr, c, none, accumulate);
 }
 
 /// One step of a scaled-group loop (amx_e4m3.hpp): part[32][32] (rows [0, 16) only without Two;

@@ -1,19 +1,21 @@
 #pragma once
 // kernel::tiled_amx's forward pass for weights kept in their codes and decoded onto the bf16 tiles
-// as the tasks need them: MXFP4 and NVFP4 (amx_e2m1.hpp) and E4M3 (amx_e4m3.hpp; W8A8 or
-// weight-only).
+// as the tasks need them: MXFP4 and NVFP4 (amx_e2m1.hpp; NVFP4 weight-only or W4A4) and E4M3
+// (amx_e4m3.hpp; W8A8 or weight-only).
 // forward_standard's steps (sort, GEMM 1 + activation, GEMM 2 + routing weight, slot-order sum;
 // forward.hpp), with the GEMM inputs as tile rows in sorted order for the blocks on the tiles
 // (split rows, or E4M3 values with their group scales) and fp32 rows for the others, which run
 // kernel::tiled's path for the format (qpanel.hpp). The GEMMs run as one pipeline of (row block,
-// panel) tasks (detail::pipelined_tasks); for W8A8 a block's GEMM 2 inputs are quantized when its
-// GEMM 1 is done (the amax of a group of 128 activations spans four GEMM 1 panels).
+// panel) tasks (detail::pipelined_tasks); for W8A8 and W4A4 a block's GEMM 2 inputs are quantized
+// when its GEMM 1 is done (the amax of a group of 128 activations, or of a row, spans several GEMM 1
+// panels).
 #include <algorithm>
 #include <cstdint>
 #include <span>
 #include <type_traits>
 
 #include <polymoe/kernels/tiled/amx_e2m1.hpp>
+#include <polymoe/kernels/tiled/act_quant.hpp>
 #include <polymoe/kernels/tiled/amx_e4m3.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 
@@ -21,40 +23,50 @@ namespace polymoe::kernels::tiled {
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format,
 /// nvfp4_format or fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment
-/// (quantized_inputs<Q> for fp8 W8A8, keep_inputs for the E2M1 formats and weight-only), ActGroup the W8A8 activation group (128;
-/// 0: one group per row). Blocks of the format's threshold rows or more on the tiles when the layer
-/// was prepared with them, the others on kernel::tiled's path for F; the GEMMs as one pipeline
-/// either way.
+/// (quantized_inputs<Q> for fp8 W8A8, nvfp4_w4a4_inputs for NVFP4 W4A4, keep_inputs for weight-only
+/// schemes), ActGroup the W8A8 activation group (128; 0: one group per row). Blocks of the
+/// format's threshold rows or more on the tiles when the layer was prepared with them, the others
+/// on kernel::tiled's path for F; the GEMMs as one pipeline either way.
 template <class F, class Act, index_t ActGroup>
 void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepared<QPackedExperts<F>>& p,
                          const ExpertMlp& mlp, MatrixRef out) {
-  constexpr bool w8a8 = Act::per_row;
-  static_assert(!w8a8 || std::is_same_v<F, fp8_format>, "activations quantized on the tiles: E4M3 only");
+  constexpr bool e2m1 = F::code == qcode::e2m1;
+  constexpr bool qact = Act::per_row;  // quantized activations: E4M3 (W8A8) or NVFP4 (W4A4) values on the tiles
+  static_assert(!qact || std::is_same_v<F, fp8_format> || std::is_same_v<F, nvfp4_format>,
+                "activations quantized on the tiles: fp8 W8A8 and NVFP4 W4A4 only");
   const QPackedExperts<F>& pk = p.packed;
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate;
   [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I);
-  [[maybe_unused]] const index_t gH = F::groups(H), gI = F::groups(I);  // W8A8 activation scales
-  // Row strides of the tile inputs (elements): E4M3 values (W8A8) or split rows (weight-only),
+  // activation scales per row: W8A8's per group of 128 (F::groups), W4A4's scale_2
+  [[maybe_unused]] const index_t gH = e2m1 ? 1 : F::groups(H), gI = e2m1 ? 1 : F::groups(I);
+  // Row strides of the tile inputs (elements): quantized values (W8A8, W4A4) or split rows (weight-only),
   // rounded to an odd number of lines.
-  constexpr index_t bytes_per_k = w8a8 ? 2 : 4;
+  constexpr index_t bytes_per_k = qact ? 2 : 4;
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
   [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
-  constexpr bool e2m1 = F::code == qcode::e2m1;
   const index_t min_rows = amx_min_rows(std::is_same_v<F, nvfp4_format> ? amx_min_rows_nvfp4
                                         : e2m1                            ? amx_min_rows_e2m1
                                                                           : amx_min_rows_e4m3);
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;
-  using Ops = std::conditional_t<w8a8, amx::bf16_ops, amx::bf16x2_ops>;
+  using Ops = std::conditional_t<qact, amx::bf16_ops, amx::bf16x2_ops>;
   // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel
   const auto times_panel = [](index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds,
                               index_t K, const QPanel<F>& panel, float* c) {
     if constexpr (e2m1)
-      detail::e2m1_block_times_panel(m, a, lda, K, panel, c);
+      detail::e2m1_block_times_panel<F, Ops>(m, a, lda, sa, K, panel, c);
     else
       detail::fp8_times_panel<Ops>(m, a, lda, sa, lds, K, panel, c);
+  };
+  // a row of src[0..n) · wt for the tiles (W8A8, W4A4): its values at dst, its scales at sa
+  [[maybe_unused]] const auto quantize_row = [](const float* src, float wt, index_t n, index_t n32,
+                                                std::uint16_t* dst, float* sa) {
+    if constexpr (e2m1)
+      *sa = quantize_nvfp4_tile_row(src, wt, n, n32, dst);
+    else
+      quantize_e4m3_row(src, wt, n, n32, ActGroup > 0 ? ActGroup : n, dst, sa);
   };
 #else
   constexpr bool amx = false;
@@ -74,10 +86,10 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   // rows, the caller's or copies (weighted, and quantized as the scheme does).
   if (some_tiles) {
     ws.a16.resize(at((N + spare) * ldh));
-    if (w8a8) ws.a_scales.resize(at(N * gH));
+    if (qact) ws.a_scales.resize(at(N * gH));
   }
   ws.a_rows.resize(at(N));
-  if (some_fma && (w8a8 || mlp.weight_on_input)) ws.x.resize(at(N * H));
+  if (some_fma && (qact || mlp.weight_on_input)) ws.x.resize(at(N * H));
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
       const RowBlock& b = sr.blocks[bi];
@@ -86,15 +98,14 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
         const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
 #if defined(POLYMOE_TILED_AMX_CODE)
         if (tiles(b)) {
-          if constexpr (w8a8)
-            quantize_e4m3_row(src, wt, H, H32, ActGroup > 0 ? ActGroup : H, ws.a16.data() + n * ldh,
-                              ws.a_scales.data() + n * gH);
+          if constexpr (qact)
+            quantize_row(src, wt, H, H32, ws.a16.data() + n * ldh, ws.a_scales.data() + n * gH);
           else
             split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
           continue;
         }
 #endif
-        if (w8a8 || mlp.weight_on_input) {
+        if (qact || mlp.weight_on_input) {
           float* dst = ws.x.data() + n * H;
           for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
           Act::row(std::span<float>(dst, at(H)));
@@ -106,14 +117,14 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   });
   clock.lap(PhaseTimes::inputs);
 
-  // GEMM 1 + activation: fp32 rows (W8A8, quantized per block when its GEMM 1 is done; FMA
+  // GEMM 1 + activation: fp32 rows (W8A8 and W4A4, quantized per block when its GEMM 1 is done; FMA
   // blocks), or split rows straight from the epilogue (weight-only blocks on tiles; columns
   // [I, I32) zero). Then GEMM 2, bias and routing weight, as one pipeline.
   if (some_tiles) {
     ws.h16.resize(at((N + spare) * ldi));
-    if (w8a8) ws.hs.resize(at(N * gI));
+    if (qact) ws.hs.resize(at(N * gI));
   }
-  if (w8a8 || some_fma) ws.act.resize(at(N * I));
+  if (qact || some_fma) ws.act.resize(at(N * I));
   ws.y.resize(at(N * H));
   const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
   make_tasks(sr, pk.panels13, ws.tasks13);
@@ -124,10 +135,10 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
     const index_t cb = task.panel;
 #if defined(POLYMOE_TILED_AMX_CODE)
     if (tiles(b)) {
-      times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, w8a8 ? ws.a_scales.data() + b.begin * gH : nullptr,
+      times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, qact ? ws.a_scales.data() + b.begin * gH : nullptr,
                   gH, H, pk.panel13(b.expert, cb), c);
       const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-      if constexpr (w8a8)
+      if constexpr (qact)
         detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
       else
         detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
@@ -139,7 +150,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
     const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
     detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
-  // W8A8: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
+  // W8A8, W4A4: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
   // place as the scheme does).
   const auto quantize_block = [&](index_t bi) {
     const RowBlock& b = sr.blocks[at(bi)];
@@ -147,8 +158,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       float* row = ws.act.data() + n * I;
 #if defined(POLYMOE_TILED_AMX_CODE)
       if (tiles(b)) {
-        quantize_e4m3_row(row, 1.0f, I, I32, ActGroup > 0 ? ActGroup : I, ws.h16.data() + n * ldi,
-                          ws.hs.data() + n * gI);
+        quantize_row(row, 1.0f, I, I32, ws.h16.data() + n * ldi, ws.hs.data() + n * gI);
         continue;
       }
 #endif
@@ -160,7 +170,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
     const RowBlock& b = sr.block(task);
 #if defined(POLYMOE_TILED_AMX_CODE)
     if (tiles(b))
-      times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, w8a8 ? ws.hs.data() + b.begin * gI : nullptr, gI, I,
+      times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, qact ? ws.hs.data() + b.begin * gI : nullptr, gI, I,
                   pk.panel2(b.expert, task.panel), c);
     else
 #endif
@@ -168,7 +178,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
                                 pk.panel2(b.expert, task.panel), c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
   };
-  if constexpr (w8a8)
+  if constexpr (qact)
     detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
                       quantize_block, gemm2);
   else

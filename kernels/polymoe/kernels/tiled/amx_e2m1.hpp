@@ -217,12 +217,13 @@ inline void decode_nvfp4_slab(const QPanel<nvfp4_format>& p, index_t K, index_t 
 namespace detail {
 
 #if defined(POLYMOE_TILED_AMX_CODE)
-/// c[m][64] = split rows [0, m) of A (lda elements apart, readable up to roundup(m, 16) rows)
-/// times an E2M1 panel (MXFP4 or NVFP4) of K rows, a decoded slab at a time; NVFP4's scale_2
-/// multiplies the sums.
-template <class F>
-inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t lda, index_t K, const QPanel<F>& panel,
-                                   float* c) noexcept {
+/// c[m][64] = rows [0, m) of A in Ops' layout (bf16x2_ops: split rows; bf16_ops: NVFP4 W4A4's
+/// e2m1 · e4m3 values), lda elements apart and readable up to roundup(m, 16) rows, times an E2M1
+/// panel (MXFP4 or NVFP4) of K rows, a decoded slab at a time; NVFP4's scale_2 and the rows'
+/// scales sa (row r's at sa[r]; nullptr: 1) multiply the sums.
+template <class F, class Ops = amx::bf16x2_ops>
+inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t K,
+                                   const QPanel<F>& panel, float* c) noexcept {
   static_assert(F::code == qcode::e2m1);
   alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];  // 32 KiB
   const index_t nkb = padded_k32(K) / amx_kb;
@@ -232,12 +233,14 @@ inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t ld
       decode_mxfp4_slab(panel, K, s0, s1, slab);
     else
       decode_nvfp4_slab(panel, K, s0, s1, slab);
-    amx::bf16x2_slab(a + s0 * amx::bf16x2_ops::a_k, lda, m, s1 - s0, slab, c, s0 > 0);
+    amx::decoded_slab<Ops>(a + s0 * Ops::a_k, lda, m, s1 - s0, slab, c, s0 > 0);
   }
-  if constexpr (F::scale == qscale::e4m3) {
-    const __m512 g = _mm512_set1_ps(panel.global);
-    for (index_t i = 0; i < m * panel_cols; i += 16) _mm512_store_ps(c + i, _mm512_mul_ps(_mm512_load_ps(c + i), g));
-  }
+  if (F::scale == qscale::e4m3 || sa != nullptr)
+    for (index_t r = 0; r < m; ++r) {
+      const __m512 g = _mm512_set1_ps(panel.global * (sa != nullptr ? sa[r] : 1.0f));
+      for (index_t i = r * panel_cols; i < (r + 1) * panel_cols; i += 16)
+        _mm512_store_ps(c + i, _mm512_mul_ps(_mm512_load_ps(c + i), g));
+    }
 }
 #endif
 

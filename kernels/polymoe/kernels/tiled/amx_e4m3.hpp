@@ -37,6 +37,7 @@
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/amx_e2m1.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
+#include <polymoe/kernels/tiled/act_quant.hpp>
 #include <polymoe/kernels/tiled/qpanel.hpp>
 
 namespace polymoe::kernels::tiled {
@@ -55,19 +56,6 @@ inline constexpr index_t e4m3_group_kb = fp8_format::group / amx_kb;
 #if defined(POLYMOE_TILED_AVX512)
 
 namespace simd {
-
-/// v rounded to the nearest E4M3 value (ties to even; the subnormal step 2^-9 below 2^-6),
-/// magnitudes from 448 up saturated to 448, as codecs::float_to_e4m3_sat then e4m3_to_float for
-/// finite v: the step 2^(floor(log2 |v|) - 3), at least 2^-9, scaled to 1, rounded, scaled back.
-inline __m512 round_e4m3(__m512 v) noexcept {
-  const __m512 sign = _mm512_set1_ps(-0.0f), three = _mm512_set1_ps(3.0f);
-  const __m512 a = _mm512_andnot_ps(sign, v);
-  const __m512 e = _mm512_max_ps(_mm512_getexp_ps(a), _mm512_set1_ps(-6.0f));  // getexp(0) = -inf
-  const __m512 r = _mm512_roundscale_ps(_mm512_scalef_ps(a, _mm512_sub_ps(three, e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 q = _mm512_min_ps(_mm512_scalef_ps(r, _mm512_sub_ps(e, three)), _mm512_set1_ps(codecs::e4m3_max));
-  return _mm512_or_ps(q, _mm512_and_ps(sign, v));
-}
 
 /// E4M3 codes (sign-extended to words, no NaN codes) to the bf16 bits of their values: sign,
 /// exponent and mantissa moved into place (one shift and one mask) and the exponent re-biased

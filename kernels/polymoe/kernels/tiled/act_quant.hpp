@@ -1,0 +1,135 @@
+#pragma once
+// Activation quantizers of the tiled kernels, sixteen values to a register: E4M3 rounding (the W8A8
+// fp8 schemes) and NVFP4 W4A4 rows (quant::nvfp4_w4a4: a per-row scale_2 = amax / (6 · 448), then
+// blocks of 16 E2M1 values under an E4M3 block scale, kernels/quantize/nvfp4.hpp's arithmetic
+// operation for operation).
+//
+// An NVFP4 activation is e2m1 · e4m3 · scale_2, multiplied left to right. Its first product has at
+// most six significant bits and is a normal bf16 number or zero, so the tiles take the row as those
+// products (quantize_nvfp4_tile_row) with scale_2 beside them; kernel::tiled takes the fp32 values
+// (fake_quantize_nvfp4_row), bit for bit the scheme's quantize_activation, which stays the oracle.
+#include <algorithm>
+#include <cstdint>
+#include <span>
+
+#include <polymoe/kernels/codecs/e2m1.hpp>
+#include <polymoe/kernels/codecs/e4m3.hpp>
+#include <polymoe/kernels/quantize/nvfp4.hpp>
+#include <polymoe/kernels/tiled/epilogue.hpp>
+
+namespace polymoe::kernels::tiled {
+
+#if defined(POLYMOE_TILED_AVX512)
+
+namespace simd {
+
+/// v rounded to the nearest E4M3 value (ties to even; the subnormal step 2^-9 below 2^-6),
+/// magnitudes from 448 up saturated to 448, as codecs::float_to_e4m3_sat then e4m3_to_float for
+/// finite v: the step 2^(floor(log2 |v|) - 3), at least 2^-9, scaled to 1, rounded, scaled back.
+inline __m512 round_e4m3(__m512 v) noexcept {
+  const __m512 sign = _mm512_set1_ps(-0.0f), three = _mm512_set1_ps(3.0f);
+  const __m512 a = _mm512_andnot_ps(sign, v);
+  const __m512 e = _mm512_max_ps(_mm512_getexp_ps(a), _mm512_set1_ps(-6.0f));  // getexp(0) = -inf
+  const __m512 r = _mm512_roundscale_ps(_mm512_scalef_ps(a, _mm512_sub_ps(three, e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 q = _mm512_min_ps(_mm512_scalef_ps(r, _mm512_sub_ps(e, three)), _mm512_set1_ps(codecs::e4m3_max));
+  return _mm512_or_ps(q, _mm512_and_ps(sign, v));
+}
+
+/// v rounded to the nearest E2M1 value (ties to the even code; the step 0.5 below 2), magnitudes
+/// from 6 up saturated to 6, zero as +0, as codecs::float_to_e2m1 then e2m1_to_float for finite v:
+/// the step 2^(floor(log2 |v|) - 1), at least 0.5, scaled to 1, rounded, scaled back.
+inline __m512 round_e2m1(__m512 v) noexcept {
+  const __m512 sign = _mm512_set1_ps(-0.0f), one = _mm512_set1_ps(1.0f);
+  const __m512 a = _mm512_min_ps(_mm512_andnot_ps(sign, v), _mm512_set1_ps(codecs::e2m1_max));
+  const __m512 e = _mm512_max_ps(_mm512_getexp_ps(a), _mm512_setzero_ps());  // getexp(0) = -inf
+  const __m512 r = _mm512_roundscale_ps(_mm512_scalef_ps(a, _mm512_sub_ps(one, e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 q = _mm512_scalef_ps(r, _mm512_sub_ps(e, one));
+  const __mmask16 nonzero = _mm512_cmp_ps_mask(q, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+  return _mm512_mask_or_ps(q, nonzero, q, _mm512_and_ps(sign, v));
+}
+
+/// One NVFP4 block of a row whose scale_2 is s2 (> 0; d6 = 6 · s2 in fp32), zero beyond its end:
+/// each value's e2m1 · e4m3, exact in fp32 and in bf16 (the block scale e4m3 = e4m3_sat(amax /
+/// d6), 1 for an all-zero block; e2m1 = e2m1(x / (e4m3 · s2)), zero when that divisor is zero).
+inline __m512 nvfp4_block(__m512 x, float s2, float d6) noexcept {
+  const float block_amax = _mm512_reduce_max_ps(_mm512_abs_ps(x));
+  if (block_amax == 0.0f) return _mm512_setzero_ps();
+  const float scale = _mm_cvtss_f32(_mm512_castps512_ps128(round_e4m3(_mm512_set1_ps(block_amax / d6))));
+  const float denom = scale * s2;
+  if (denom == 0.0f) return _mm512_setzero_ps();
+  return _mm512_mul_ps(round_e2m1(_mm512_div_ps(x, _mm512_set1_ps(denom))), _mm512_set1_ps(scale));
+}
+
+}  // namespace simd
+
+/// The row's NVFP4 scale_2 for src[0..n) · wt, or 0 when the scheme leaves the row as it is (a
+/// non-finite value) or it is all zero; rows read 16 at a time with `load`.
+template <class Load>
+inline float nvfp4_row_scale(Load load, index_t n, bool& finite) noexcept {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 odd = 0;  // lanes that held an infinity or a NaN
+  for (index_t i = 0; i < n; i += 16) {
+    const __m512 x = load(i);
+    odd |= _mm512_fpclass_ps_mask(x, 0x99);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
+  }
+  finite = odd == 0;
+  const float a = _mm512_reduce_max_ps(amax);
+  return finite && a > 0.0f ? quantize::nvfp4_scale_2(a) : 0.0f;
+}
+
+/// quant::nvfp4_w4a4's activation quantization of a row in place (quantize::fake_quantize_nvfp4,
+/// bit for bit): rows with a non-finite value, and zero rows, left as they are.
+inline void fake_quantize_nvfp4_row(std::span<float> row) noexcept {
+  float* x = row.data();
+  const auto n = static_cast<index_t>(row.size());
+  const auto mask = [n](index_t i) { return i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1); };
+  const auto load = [&](index_t i) { return _mm512_maskz_loadu_ps(mask(i), x + i); };
+  bool finite = true;
+  const float s2 = nvfp4_row_scale(load, n, finite);
+  if (s2 == 0.0f) return;
+  const float d6 = codecs::e2m1_max * s2;
+  const __m512 g = _mm512_set1_ps(s2);
+  for (index_t i = 0; i < n; i += 16)
+    _mm512_mask_storeu_ps(x + i, mask(i), _mm512_mul_ps(simd::nvfp4_block(load(i), s2, d6), g));
+}
+
+/// src[0..n) · wt quantized as quant::nvfp4_w4a4 quantizes a row, for the bf16 tiles: dst[i] = the
+/// bf16 bits of e2m1 · e4m3 (exact) and zeros from n to n32; returns scale_2, the factor of the
+/// row's sums. A zero row is written as zeros (scale 1); a row holding an infinity or a NaN, which
+/// the scheme leaves as it is, as bf16(x) with scale 1, so the row's outputs are not finite either way.
+inline float quantize_nvfp4_tile_row(const float* src, float wt, index_t n, index_t n32, std::uint16_t* dst) noexcept {
+  const __m512 w = _mm512_set1_ps(wt);
+  const auto mask = [n](index_t i) { return i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1); };
+  const auto load = [&](index_t i) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(mask(i), src + i), w); };
+  const auto store = [&](index_t i, __m512 bf16_exact) {
+    _mm256_mask_storeu_epi16(dst + i, mask(i), simd::bf16_bits(bf16_exact));
+  };
+  bool finite = true;
+  const float s2 = nvfp4_row_scale(load, n, finite);
+  const float d6 = codecs::e2m1_max * s2;
+  for (index_t i = 0; i < n; i += 16)
+    store(i, s2 != 0.0f ? simd::nvfp4_block(load(i), s2, d6)
+             : finite   ? _mm512_setzero_ps()
+                        : simd::round_bf16(load(i)));
+  std::fill(dst + n, dst + n32, std::uint16_t{0});
+  return s2 == 0.0f ? 1.0f : s2;
+}
+
+#else
+
+/// Without AVX-512: the scheme's own quantizer.
+inline void fake_quantize_nvfp4_row(std::span<float> row) noexcept { quantize::fake_quantize_nvfp4(row); }
+
+#endif
+
+/// quant::nvfp4_w4a4's inputs in the tiled kernels: each GEMM input row quantized as the scheme's
+/// quantize_activation does (forward.hpp's quantized_inputs, vectorized).
+struct nvfp4_w4a4_inputs {
+  static constexpr bool round_bf16 = false, per_row = true;
+  static void row(std::span<float> r) noexcept { fake_quantize_nvfp4_row(r); }
+};
+
+}  // namespace polymoe::kernels::tiled

@@ -1,0 +1,145 @@
+// The tiled kernels' vectorized activation quantizers (kernels/tiled/act_quant.hpp) against the
+// scalar codecs and quantizers of kernels/quantize, bit for bit: E2M1 rounding, and NVFP4 W4A4 rows
+// as fp32 values (kernel::tiled) and as e2m1 · e4m3 values with the row's scale_2 (the AMX tiles).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/kernels/codecs/e2m1.hpp>
+#include <polymoe/kernels/quantize/nvfp4.hpp>
+#include <polymoe/kernels/tiled/act_quant.hpp>
+
+using namespace polymoe;
+
+namespace {
+
+namespace kt = kernels::tiled;
+
+std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
+
+/// Rows that reach every branch of the NVFP4 quantizer: lengths with and without a partial last
+/// block; Gaussian rows; rows whose blocks span 2^-40 .. 2^8 (E4M3 block scales subnormal or
+/// rounded to zero); a row with scale_2 = 1 and blocks of amax 6 (block scale 1), so the values
+/// land on E2M1's ties and saturation exactly; a row of subnormal floats; a zero row; rows with an
+/// infinity or a NaN.
+std::vector<std::vector<float>> nvfp4_rows() {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  std::vector<std::vector<float>> rows;
+  for (const int n : {1, 7, 16, 17, 33, 300}) {
+    std::vector<float> r(static_cast<std::size_t>(n));
+    for (auto& v : r) v = nd(rng);
+    rows.push_back(r);
+    for (std::size_t i = 0; i < r.size(); ++i)
+      r[i] = nd(rng) * std::exp2(static_cast<float>(static_cast<int>((i / 16 * 7 + rng() % 5) % 49) - 40));
+    rows.push_back(r);
+  }
+  std::vector<float> ties = {2688.0f, 6.0f,  0.25f, 0.75f, 1.25f, 1.75f, 2.5f,  3.5f,   5.0f,  -5.0f, -0.25f,
+                             -0.1f,   6.5f, 0.74f, 5.01f, 4.99f, -2.5f, 0.0f,  -1.75f, 3.49f, 0.26f, 1.24f};
+  ties.resize(48, 0.0f);
+  ties[32] = 6.0f;  // the third block: amax 6 again, the ties once more, negated
+  for (std::size_t i = 2; i < 16; ++i) ties[32 + i] = -ties[i];
+  rows.push_back(ties);
+  rows.push_back(std::vector<float>(40, 3e-39f));
+  rows.push_back(std::vector<float>(40, 0.0f));
+  std::vector<float> odd(40, 1.5f);
+  odd[21] = std::numeric_limits<float>::infinity();
+  rows.push_back(odd);
+  odd[21] = std::numeric_limits<float>::quiet_NaN();
+  rows.push_back(odd);
+  return rows;
+}
+
+TEST(ActQuant, Nvfp4RowsAreTheSchemesBitForBit) {
+  // fake_quantize_nvfp4_row (what kernel::tiled runs for quant::nvfp4_w4a4) against
+  // quantize::fake_quantize_nvfp4 (quant::nvfp4_w4a4::quantize_activation).
+  for (const std::vector<float>& row : nvfp4_rows()) {
+    std::vector<float> want = row, got = row;
+    kernels::quantize::fake_quantize_nvfp4(want);
+    kt::fake_quantize_nvfp4_row(got);
+    for (std::size_t i = 0; i < row.size(); ++i)
+      ASSERT_EQ(bits(got[i]), bits(want[i])) << "n=" << row.size() << " i=" << i << " x=" << row[i] << " got "
+                                             << got[i] << " want " << want[i];
+  }
+}
+
+#if defined(POLYMOE_TILED_AVX512)
+
+TEST(ActQuant, E2m1RoundingIsTheCodecs) {
+  // simd::round_e2m1 against codecs::float_to_e2m1 then e2m1_to_float, bit for bit (zero as +0):
+  // every float from 2^-4 to 2^4 in steps of 97 ulps, both signs, each E2M1 value and midpoint with
+  // its two float neighbours, and the extremes.
+  std::vector<float> v;
+  for (std::uint32_t b = 0x3D800000u; b <= 0x41800000u; b += 97) v.push_back(std::bit_cast<float>(b));
+  for (int c = 0; c < 7; ++c) {
+    const float lo = codecs::e2m1_values[c], hi = codecs::e2m1_values[c + 1];
+    for (const float x : {lo, hi, 0.5f * (lo + hi)})
+      for (const float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, 1e9f)}) v.push_back(y);
+  }
+  for (const float x : {0.0f, 6.0f, 7.0f, 1e30f, 1e-30f, 1e-40f, 0.25f, 0.2499f}) v.push_back(x);
+  const std::size_t n = v.size();
+  for (std::size_t i = 0; i < n; ++i) v.push_back(-v[i]);
+  while (v.size() % 16) v.push_back(0.0f);
+  for (std::size_t i = 0; i < v.size(); i += 16) {
+    alignas(64) float got[16];
+    _mm512_store_ps(got, kt::simd::round_e2m1(_mm512_loadu_ps(v.data() + i)));
+    for (std::size_t j = 0; j < 16; ++j) {
+      const float want = codecs::e2m1_to_float(codecs::float_to_e2m1(v[i + j]));
+      ASSERT_EQ(bits(got[j]), bits(want)) << "x=" << v[i + j] << " got " << got[j] << " want " << want;
+    }
+  }
+}
+
+TEST(ActQuant, Nvfp4TileRowsAreTheSchemesValues) {
+  // quantize_nvfp4_tile_row (what the AMX tiles take for quant::nvfp4_w4a4) against
+  // quantize::fake_quantize_nvfp4 of x · wt: each element's bf16 value is an exact e2m1 · e4m3
+  // product and, times the returned scale, the scheme's fp32 value bit for bit; a zero row is zeros
+  // with scale 1, a row with an infinity or a NaN bf16(x · wt) with scale 1; zeros from n to n32.
+  for (const std::vector<float>& row : nvfp4_rows()) {
+    for (const float wt : {1.0f, 0.37f}) {
+      const auto n = static_cast<index_t>(row.size()), n32 = (n + 31) / 32 * 32;
+      std::vector<float> want(row.size());
+      for (std::size_t i = 0; i < row.size(); ++i) want[i] = row[i] * wt;
+      const bool finite = std::all_of(want.begin(), want.end(), [](float x) { return std::isfinite(x); });
+      kernels::quantize::fake_quantize_nvfp4(want);
+      std::vector<std::uint16_t> dst(static_cast<std::size_t>(n32), 0xFFFF);
+      const float s = kt::quantize_nvfp4_tile_row(row.data(), wt, n, n32, dst.data());
+      if (!finite || std::all_of(row.begin(), row.end(), [](float x) { return x == 0.0f; })) {
+        EXPECT_EQ(s, 1.0f);
+      }
+      for (index_t i = 0; i < n32; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        if (i >= n) {
+          ASSERT_EQ(dst[u], 0) << i;
+          continue;
+        }
+        const float q = codecs::bf16_to_float(dst[u]);
+        if (!finite) {
+          ASSERT_EQ(dst[u], codecs::float_to_bf16(row[u] * wt)) << i;
+          continue;
+        }
+        ASSERT_EQ(bits(q * s), bits(want[u]))
+            << "n=" << n << " wt=" << wt << " i=" << i << " x=" << row[u] << " q=" << q << " s=" << s;
+      }
+    }
+  }
+}
+
+#else
+
+TEST(ActQuant, VectorQuantizersOfThisBuild) {
+  GTEST_SKIP() << "the compiler does not target AVX-512F here: kernel::tiled runs the scheme's scalar quantizer, "
+                  "and the vector quantizers are not compiled";
+}
+
+#endif
+
+}  // namespace
