@@ -22,16 +22,16 @@
 // With --formats it times the library's loop on bf16 and int8 operands of the same bytes (see
 // formats()), in rounds (--rounds).
 //
-// With --threshold FORMAT (mxfp4, nvfp4 or fp8: weight-only, fp32 activations) it times, for row
-// blocks of 2 to 16 rows, the two ways kernel::tiled_amx can multiply a block by a quantized
-// panel: kernel::tiled's AVX-512 path (detail::block_times_panel on fp32 rows) and the tiles on
-// decoded slabs (split rows), each thread streaming its share of 1 GiB of panels, in rounds of
-// A B B A, and prints the median and quartiles of the time of the AVX-512 path over the tiles'
-// (above 1: the tiles are faster). The layer's threshold (amx_min_rows_*) is the smallest m where
+// With --threshold FORMAT (mxfp4, nvfp4 or fp8: weight-only, fp32 activations; nvfp4_w4a4: NVFP4
+// activations) it times, for row blocks of 2 to 16 rows, the two ways kernel::tiled_amx can
+// multiply a block by a quantized panel: kernel::tiled's AVX-512 path (detail::block_times_panel on
+// fp32 rows) and the tiles on decoded slabs (split rows, or W4A4's e2m1 · e4m3 rows), each thread
+// streaming its share of 1 GiB of panels, in rounds of A B B A, and prints the median and quartiles
+// of the time of the AVX-512 path over the tiles' (above 1: the tiles are faster). The layer's threshold (amx_min_rows_*) is the smallest m where
 // the tiles win.
 //
 //   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]] [--formats]
-//             [--threshold mxfp4|nvfp4|fp8 [--k 2048]]
+//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8 [--k 2048]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +40,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <polymoe/kernels/tiled/amx.hpp>
@@ -273,7 +274,7 @@ void formats(const std::vector<long>& threads, int rounds) {
 /// --threshold: kernel::tiled's path against the tiles for blocks of few rows, on panels of format
 /// F with K rows (see the top of this file).
 template <class F>
-void threshold(const char* name, const std::vector<long>& threads, index_t K, int rounds) {
+void threshold(const char* name, const std::vector<long>& threads, index_t K, int rounds, bool w4a4 = false) {
   using scale_t = typename F::scale_type;
   const index_t groups = F::groups(K), K32 = padded_k32(K), lda = amx_row_stride_bytes(4 * K32) / 2;
   const std::size_t code_bytes = static_cast<std::size_t>(K * F::row_bytes);
@@ -289,6 +290,7 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
     std::vector<AlignedBuffer<scale_t>> scales(static_cast<std::size_t>(nt));
     std::vector<AlignedBuffer<float>> x(static_cast<std::size_t>(nt)), c(static_cast<std::size_t>(nt));
     std::vector<AlignedBuffer<std::uint16_t>> a(static_cast<std::size_t>(nt));
+    std::vector<std::vector<float>> sa(static_cast<std::size_t>(nt), std::vector<float>(16, 1.0f));
     bench::run_together(nt, [&](int id) {
       const auto i = static_cast<std::size_t>(id);
       std::uint32_t r = 2463534242u + static_cast<std::uint32_t>(id);
@@ -317,7 +319,10 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
       for (index_t row = 0; row < 16; ++row) {
         float* xr = x[i].data() + row * K;
         for (index_t k = 0; k < K; ++k) xr[k] = static_cast<float>(static_cast<int>(next() % 2001) - 1000) * 1e-3f;
-        split_bf16_row(xr, 1.0f, K, K32, a[i].data() + row * lda);
+        if (w4a4)  // NVFP4 W4A4: the row's e2m1 · e4m3 values and its scale_2
+          sa[i][static_cast<std::size_t>(row)] = quantize_nvfp4_tile_row(xr, 1.0f, K, K32, a[i].data() + row * lda);
+        else
+          split_bf16_row(xr, 1.0f, K, K32, a[i].data() + row * lda);
       }
       c[i] = AlignedBuffer<float>(static_cast<std::size_t>(amx_block_rows * panel_cols));
     });
@@ -346,10 +351,18 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
               }
             if (side == 0)
               kernels::tiled::detail::block_times_panel(m, [&](index_t row) { return xs + row * K; }, K, panel, c[i].data());
-            else if constexpr (F::code == qcode::e2m1)
+            else if constexpr (std::is_same_v<F, nvfp4_format>) {
+              if (w4a4)
+                kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16_ops>(m, a[i].data(), lda, sa[i].data(), K,
+                                                                                 panel, c[i].data());
+              else
+                kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
+            } else if constexpr (F::code == qcode::e2m1) {
               kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
-            else
-              kernels::tiled::detail::fp8_times_panel<amx::bf16x2_ops>(m, a[i].data(), lda, nullptr, groups, K, panel, c[i].data());
+            } else {
+              kernels::tiled::detail::fp8_times_panel<amx::bf16x2_ops>(m, a[i].data(), lda, nullptr, groups, K, panel,
+                                                                       c[i].data());
+            }
           }
         });
       };
@@ -600,10 +613,12 @@ int main(int argc, char** argv) {
     threshold<mxfp4_format>("mxfp4", threads, threshold_k, rounds);
   else if (threshold_format == "nvfp4")
     threshold<nvfp4_format>("nvfp4", threads, threshold_k, rounds);
+  else if (threshold_format == "nvfp4_w4a4")
+    threshold<nvfp4_format>("w4a4", threads, threshold_k, rounds, true);
   else if (threshold_format == "fp8")
     threshold<fp8_format>("fp8", threads, threshold_k, rounds);
   else if (!threshold_format.empty()) {
-    std::fprintf(stderr, "bench_amx: --threshold wants mxfp4, nvfp4 or fp8\n");
+    std::fprintf(stderr, "bench_amx: --threshold wants mxfp4, nvfp4, nvfp4_w4a4 or fp8\n");
     return 2;
   }
   if (!threshold_format.empty()) return 0;

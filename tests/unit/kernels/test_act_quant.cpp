@@ -1,10 +1,12 @@
 // The tiled kernels' vectorized activation quantizers (kernels/tiled/act_quant.hpp) against the
-// scalar codecs and quantizers of kernels/quantize, bit for bit: E2M1 rounding, and NVFP4 W4A4 rows
+// scalar codecs and quantizers of kernels/quantize, bit for bit: E2M1 and E4M3 rounding, and NVFP4 W4A4 rows
 // as fp32 values (kernel::tiled) and as e2m1 · e4m3 values with the row's scale_2 (the AMX tiles).
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <span>
@@ -14,6 +16,7 @@
 
 #include <polymoe/kernels/codecs/bf16.hpp>
 #include <polymoe/kernels/codecs/e2m1.hpp>
+#include <polymoe/kernels/codecs/e4m3.hpp>
 #include <polymoe/kernels/quantize/nvfp4.hpp>
 #include <polymoe/kernels/tiled/act_quant.hpp>
 
@@ -73,29 +76,56 @@ TEST(ActQuant, Nvfp4RowsAreTheSchemesBitForBit) {
 
 #if defined(POLYMOE_TILED_AVX512)
 
-TEST(ActQuant, E2m1RoundingIsTheCodecs) {
-  // simd::round_e2m1 against codecs::float_to_e2m1 then e2m1_to_float, bit for bit (zero as +0):
-  // every float from 2^-4 to 2^4 in steps of 97 ulps, both signs, each E2M1 value and midpoint with
-  // its two float neighbours, and the extremes.
-  std::vector<float> v;
-  for (std::uint32_t b = 0x3D800000u; b <= 0x41800000u; b += 97) v.push_back(std::bit_cast<float>(b));
-  for (int c = 0; c < 7; ++c) {
-    const float lo = codecs::e2m1_values[c], hi = codecs::e2m1_values[c + 1];
-    for (const float x : {lo, hi, 0.5f * (lo + hi)})
-      for (const float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, 1e9f)}) v.push_back(y);
-  }
-  for (const float x : {0.0f, 6.0f, 7.0f, 1e30f, 1e-30f, 1e-40f, 0.25f, 0.2499f}) v.push_back(x);
+/// The values v and their negations through a vector rounding (sixteen at a time) and through the
+/// scalar codec's encode then decode, bit for bit (the sign of zero included).
+template <class Vec, class Ref>
+void expect_rounding_is_the_codecs(std::vector<float> v, Vec vec, Ref ref) {
   const std::size_t n = v.size();
   for (std::size_t i = 0; i < n; ++i) v.push_back(-v[i]);
   while (v.size() % 16) v.push_back(0.0f);
   for (std::size_t i = 0; i < v.size(); i += 16) {
     alignas(64) float got[16];
-    _mm512_store_ps(got, kt::simd::round_e2m1(_mm512_loadu_ps(v.data() + i)));
+    _mm512_store_ps(got, vec(_mm512_loadu_ps(v.data() + i)));
     for (std::size_t j = 0; j < 16; ++j) {
-      const float want = codecs::e2m1_to_float(codecs::float_to_e2m1(v[i + j]));
+      const float want = ref(v[i + j]);
       ASSERT_EQ(bits(got[j]), bits(want)) << "x=" << v[i + j] << " got " << got[j] << " want " << want;
     }
   }
+}
+
+/// Every float from `from` to `to` (positive) in steps of `ulps`; each value of `values` (ascending) and
+/// each midpoint between neighbours, with their two float neighbours; then `extra`.
+std::vector<float> rounding_cases(float from, float to, std::uint32_t ulps, const std::vector<float>& values,
+                                  std::initializer_list<float> extra) {
+  std::vector<float> v;
+  for (std::uint32_t b = bits(from); b <= bits(to); b += ulps) v.push_back(std::bit_cast<float>(b));
+  for (std::size_t c = 0; c + 1 < values.size(); ++c)
+    for (const float x : {values[c], 0.5f * (values[c] + values[c + 1])})
+      for (const float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, 1e9f)}) v.push_back(y);
+  v.insert(v.end(), extra);
+  return v;
+}
+
+TEST(ActQuant, E2m1RoundingIsTheCodecs) {
+  // simd::round_e2m1 against codecs::float_to_e2m1 then e2m1_to_float (zero as +0): floats from 2^-4
+  // to 2^4 in steps of 97 ulps, the E2M1 values and midpoints, the extremes.
+  const std::vector<float> values(std::begin(codecs::e2m1_values), std::end(codecs::e2m1_values));
+  expect_rounding_is_the_codecs(
+      rounding_cases(0x1p-4f, 0x1p4f, 97, values, {6.0f, 7.0f, 1e30f, 1e-30f, 1e-40f, 0.25f, 0.2499f}),
+      [](__m512 x) { return kt::simd::round_e2m1(x); },
+      [](float x) { return codecs::e2m1_to_float(codecs::float_to_e2m1(x)); });
+}
+
+TEST(ActQuant, E4m3RoundingIsTheCodecs) {
+  // simd::round_e4m3 against codecs::float_to_e4m3_sat then e4m3_to_float: floats from 2^-12 to
+  // 2^10 in steps of 61 ulps, the E4M3 values and midpoints, saturation and the subnormal edge.
+  std::vector<float> values;
+  for (int c = 0; c <= 0x7E; ++c) values.push_back(codecs::e4m3_to_float(static_cast<std::uint8_t>(c)));
+  expect_rounding_is_the_codecs(
+      rounding_cases(0x1p-12f, 0x1p10f, 61, values,
+                     {0.0f, 448.0f, 464.0f, 479.9f, 480.0f, 1e30f, 1e-30f, 1e-40f, 0x1p-10f, 0x1p-11f}),
+      [](__m512 x) { return kt::simd::round_e4m3(x); },
+      [](float x) { return codecs::e4m3_to_float(codecs::float_to_e4m3_sat(x)); });
 }
 
 TEST(ActQuant, Nvfp4TileRowsAreTheSchemesValues) {

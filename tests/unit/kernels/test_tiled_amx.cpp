@@ -641,38 +641,6 @@ TEST(TiledAmx, Nvfp4SlabDecodesEveryWeightExactly) {
       });
 }
 
-TEST(TiledAmx, E4m3RoundingIsTheCodecs) {
-  // simd::round_e4m3 against codecs::float_to_e4m3_sat then e4m3_to_float, bit for bit (sign of
-  // zero included): every float from 2^-12 to 2^10 in steps of 61 ulps, both signs, and each
-  // E4M3 value and each midpoint between neighbours with its two float neighbours.
-  std::vector<float> v;
-  for (std::uint32_t b = 0x39800000u; b <= 0x44800000u; b += 61) {
-    float f;
-    std::memcpy(&f, &b, sizeof f);
-    v.push_back(f);
-  }
-  for (int c = 0; c < 0x7E; ++c) {
-    const float lo = codecs::e4m3_to_float(static_cast<std::uint8_t>(c)),
-                hi = codecs::e4m3_to_float(static_cast<std::uint8_t>(c + 1));
-    for (const float x : {lo, 0.5f * (lo + hi)})
-      for (const float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, 1e9f)}) v.push_back(y);
-  }
-  for (const float x : {0.0f, 448.0f, 464.0f, 479.9f, 480.0f, 1e30f, 1e-30f, 1e-40f, 0x1p-10f, 0x1p-11f})
-    v.push_back(x);
-  const std::size_t n = v.size();
-  for (std::size_t i = 0; i < n; ++i) v.push_back(-v[i]);
-  while (v.size() % 16) v.push_back(0.0f);
-  for (std::size_t i = 0; i < v.size(); i += 16) {
-    alignas(64) float got[16];
-    _mm512_store_ps(got, kt::simd::round_e4m3(_mm512_loadu_ps(v.data() + i)));
-    for (std::size_t j = 0; j < 16; ++j) {
-      const float want = codecs::e4m3_to_float(codecs::float_to_e4m3_sat(v[i + j]));
-      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[j]), std::bit_cast<std::uint32_t>(want))
-          << "x=" << v[i + j] << " got " << got[j] << " want " << want;
-    }
-  }
-}
-
 TEST(TiledAmx, QuantizedRowsAreTheSchemesValues) {
   // quantize_e4m3_row against kernels::quantize::fake_quantize_e4m3 (what quant::fp8 and fp8_block
   // compute): for every element, value · its group's scale is the scheme's fp32 value exactly;
@@ -812,9 +780,11 @@ TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
 /// Split rows of fp32 values times a decoded E2M1 panel (format F), K = 300 (two slabs, the last
 /// k-block partial), against the sum in double of the fp32 values times the weights: the split
 /// carries x within 2^-17 |x|, the tiles sum exact products in fp32 (and NVFP4's scale_2 multiplies
-/// the sums once).
+/// the sums once). `w4a4` (NVFP4): the rows quantized as quant::nvfp4_w4a4 does instead, entering
+/// the tiles as their e2m1 · e4m3 values (exact) with scale_2 per row, against the double sum of the
+/// scheme's fp32 values.
 template <class F>
-void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_span, float global) {
+void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_span, float global, bool w4a4 = false) {
   constexpr index_t K = 300, K32 = kt::padded_k32(K);
   const index_t groups = F::groups(K);
   std::mt19937 rng(4);
@@ -833,18 +803,31 @@ void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_sp
       return double(codecs::e2m1_to_float(code)) * codecs::e4m3_to_float(sc) * global;
   };
   for (const index_t m : {index_t{8}, index_t{16}, index_t{17}, index_t{48}}) {
-    const index_t lda = 2 * K32 + 32;
+    const index_t lda = (w4a4 ? 1 : 2) * K32 + 32;
     std::vector<float> x(static_cast<std::size_t>(m * K));
-    for (auto& v : x) v = nd(rng);
+    for (auto& v : x) v = nd(rng) * std::exp2(static_cast<float>(static_cast<int>(rng() % 8) - 4));
     kt::AlignedBuffer<std::uint16_t> a(static_cast<std::size_t>((m + 16) * lda));
     std::fill_n(a.data(), a.size(), std::uint16_t{0});
-    for (index_t i = 0; i < m; ++i) kt::split_bf16_row(x.data() + i * K, 1.0f, K, K32, a.data() + i * lda);
+    std::vector<float> sa(static_cast<std::size_t>(m));
+    for (index_t i = 0; i < m; ++i) {
+      float* xi = x.data() + i * K;
+      if (!w4a4) {
+        kt::split_bf16_row(xi, 1.0f, K, K32, a.data() + i * lda);
+        continue;
+      }
+      sa[static_cast<std::size_t>(i)] = kt::quantize_nvfp4_tile_row(xi, 1.0f, K, K32, a.data() + i * lda);
+      kernels::quantize::fake_quantize_nvfp4(std::span<float>(xi, static_cast<std::size_t>(K)));  // the scheme's
+    }
     alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
-    kt::detail::e2m1_block_times_panel(m, a.data(), lda, nullptr, K, panel, c);
+    if (w4a4)
+      kt::detail::e2m1_block_times_panel<F, kt::amx::bf16_ops>(m, a.data(), lda, sa.data(), K, panel, c);
+    else
+      kt::detail::e2m1_block_times_panel(m, a.data(), lda, nullptr, K, panel, c);
     const double worst = worst_against_double(m, K, x, weight, c);
-    // 2^-17 for the split, fp32 rounding of the running sums (2K terms: 2K · 2^-24) and of scale_2's
-    // product
-    EXPECT_LE(worst, std::ldexp(1.0, -17) + (2 * K + 2) * std::ldexp(1.0, -24)) << "m=" << m;
+    // 2^-17 for the split (W4A4: the scheme's rounding of each value, 2^-24), fp32 rounding of the
+    // running sums (2K terms: 2K · 2^-24) and of the scales' products
+    EXPECT_LE(worst, std::ldexp(1.0, w4a4 ? -24 : -17) + (2 * K + 3) * std::ldexp(1.0, -24))
+        << (w4a4 ? "W4A4" : "weight-only") << " m=" << m;
   }
 }
 
@@ -853,6 +836,7 @@ TEST(TiledAmx, E2m1TilesAgreeWithADoubleSum) {
   expect_e2m1_tiles_agree_with_a_double_sum<kt::mxfp4_format>(120, 10, 1.0f);
   // E4M3 scales from subnormal (code 1) to 448 (0x7E), and zero
   expect_e2m1_tiles_agree_with_a_double_sum<kt::nvfp4_format>(0, 127, 3.1e-3f);
+  expect_e2m1_tiles_agree_with_a_double_sum<kt::nvfp4_format>(0, 127, 3.1e-3f, true);
 }
 
 #endif

@@ -46,9 +46,11 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   constexpr index_t bytes_per_k = qact ? 2 : 4;
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
   [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
-  const index_t min_rows = amx_min_rows(std::is_same_v<F, nvfp4_format> ? amx_min_rows_nvfp4
-                                        : e2m1                            ? amx_min_rows_e2m1
-                                                                          : amx_min_rows_e4m3);
+  constexpr index_t nvfp4_rows = qact ? amx_min_rows_nvfp4_w4a4 : amx_min_rows_nvfp4;
+  constexpr index_t default_min_rows = std::is_same_v<F, nvfp4_format> ? nvfp4_rows
+                                       : e2m1                           ? amx_min_rows_e2m1
+                                                                        : amx_min_rows_e4m3;
+  const index_t min_rows = amx_min_rows(default_min_rows);
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;
   using Ops = std::conditional_t<qact, amx::bf16_ops, amx::bf16x2_ops>;
@@ -83,11 +85,25 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   clock.lap(PhaseTimes::sort);
 
   // Inputs in sorted order: tile rows (and scales) for the blocks on tiles; for the others fp32
-  // rows, the caller's or copies (weighted, and quantized as the scheme does).
+  // rows, the caller's or copies (weighted, and quantized as the scheme does). Quantized tile rows
+  // without a routing weight on the input are quantized once per token and copied to each of the
+  // token's sorted rows (the quantizer costs several times the copy: run 128).
   if (some_tiles) {
     ws.a16.resize(at((N + spare) * ldh));
     if (qact) ws.a_scales.resize(at(N * gH));
   }
+  [[maybe_unused]] const bool per_token = qact && some_tiles && !mlp.weight_on_input;
+#if defined(POLYMOE_TILED_AMX_CODE)
+  if (per_token) {
+    const index_t T = d.hidden.rows();
+    ws.t16.resize(at(T * ldh));
+    ws.t_scales.resize(at(T * gH));
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 4), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t t = r.begin(); t != r.end(); ++t)
+        quantize_row(d.hidden.row(t).data(), 1.0f, H, H32, ws.t16.data() + t * ldh, ws.t_scales.data() + t * gH);
+    });
+  }
+#endif
   ws.a_rows.resize(at(N));
   if (some_fma && (qact || mlp.weight_on_input)) ws.x.resize(at(N * H));
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
@@ -98,10 +114,17 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
         const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
 #if defined(POLYMOE_TILED_AMX_CODE)
         if (tiles(b)) {
-          if constexpr (qact)
-            quantize_row(src, wt, H, H32, ws.a16.data() + n * ldh, ws.a_scales.data() + n * gH);
-          else
+          if constexpr (qact) {
+            if (per_token) {
+              const index_t t = sr.slot_of[at(n)] / k;
+              std::copy_n(ws.t16.data() + t * ldh, H32, ws.a16.data() + n * ldh);
+              std::copy_n(ws.t_scales.data() + t * gH, gH, ws.a_scales.data() + n * gH);
+            } else {
+              quantize_row(src, wt, H, H32, ws.a16.data() + n * ldh, ws.a_scales.data() + n * gH);
+            }
+          } else {
             split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
+          }
           continue;
         }
 #endif

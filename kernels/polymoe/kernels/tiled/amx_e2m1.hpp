@@ -56,6 +56,13 @@ inline constexpr index_t amx_min_rows_e2m1 = 4;
 /// 1.09-1.16 at 4 rows, as above).
 inline constexpr index_t amx_min_rows_nvfp4 = 6;
 
+/// The same for NVFP4 W4A4 (quant::nvfp4_w4a4), whose rows enter the tiles as one bf16 term, not
+/// two: half the tiles' work per weight beside the same decode. Measured with bench_amx --threshold
+/// nvfp4_w4a4 (16 threads, K = 2048 and 768, 7 paired rounds; docs/benchmarks.md, issue 10, run
+/// 128): time of kernel::tiled's path over the tiles' at 2 rows 0.42-0.44, at 3 rows 1.05-1.12, at
+/// 4 rows 1.07-1.16 (quartiles), at 6 rows 1.18-1.20.
+inline constexpr index_t amx_min_rows_nvfp4_w4a4 = 4;
+
 /// Whether every MXFP4 weight of `blocks` (16 bytes of E2M1 codes per block of 32) and `scales`
 /// (one E8M0 code per block) is exact in bf16 and not subnormal: a block with a nonzero code has
 /// its scale code in [2, 252] (0.5 · 2^(2 - 127) = 2^-126, the smallest normal; 6 · 2^(252 - 127)
