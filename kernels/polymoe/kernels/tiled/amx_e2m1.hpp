@@ -1,7 +1,7 @@
 #pragma once
 // kernel::tiled_amx's forward pass for E2M1 weights on the bf16 tiles: MXFP4 (quant::mxfp4: an
 // E8M0 scale per 32 k) and NVFP4 (quant::nvfp4: an E4M3 scale per 16 k and an fp32 scale_2 per
-// expert and projection); activations fp32 in both.
+// expert and projection); activations fp32 in both, or NVFP4 (quant::nvfp4_w4a4).
 //
 // Weights. An MXFP4 weight e2m1 · 2^(e - 127) has at most two significant bits, so it is a bf16
 // value exactly whenever it is a normal number or zero: for a block whose codes are not all zero,
@@ -17,15 +17,17 @@
 // exponent added and the code's sign set), and the block's tiles run over it before the next slab
 // is decoded.
 //
-// Activations. Both schemes keep their activations in fp32 (W4A32), and tdpbf16ps multiplies bf16.
-// Each input row enters the tiles as two bf16 terms, x = hi + lo with hi = bf16(x) and lo =
-// bf16(x - hi) (split_bf16_row), which leaves |x - hi - lo| <= 2^-17 |x| (less than the fp32
-// reference's own rounding over a few dozen terms of its sums); both terms multiply the same
-// decoded B tiles (amx::bf16x2_ops), so the tiles do twice bf16's work per weight. Products of
-// bf16 values are exact in fp32; the tiles sum them in fp32, in their own order, and treat
-// subnormal inputs (below 2^-126) as zero.
+// Activations. The weight-only schemes keep their activations in fp32 (W4A32), and tdpbf16ps
+// multiplies bf16. Each input row enters the tiles as two bf16 terms, x = hi + lo with hi =
+// bf16(x) and lo = bf16(x - hi) (split_bf16_row), which leaves |x - hi - lo| <= 2^-17 |x| (less
+// than the fp32 reference's own rounding over a few dozen terms of its sums); both terms multiply
+// the same decoded B tiles (amx::bf16x2_ops), so the tiles do twice bf16's work per weight.
+// Products of bf16 values are exact in fp32; the tiles sum them in fp32, in their own order, and
+// treat subnormal inputs (below 2^-126) as zero. NVFP4 W4A4 quantizes each row as the scheme does
+// (act_quant.hpp) and enters it as its e2m1 · e4m3 values, exact in bf16, in one term
+// (amx::bf16_ops: bf16's work per weight); the row's scale_2 multiplies its sums after the tiles.
 //
-// Blocks of fewer than amx_min_rows_e2m1 (MXFP4) or amx_min_rows_nvfp4 rows (decode) run
+// Blocks of fewer than amx_min_rows_e2m1 (MXFP4), amx_min_rows_nvfp4 or amx_min_rows_nvfp4_w4a4 rows (decode) run
 // kernel::tiled's path for the format on the fp32 rows (qpanel.hpp), as does every block without
 // AMX. The forward pass is amx_decoded.hpp's, shared with the E4M3 formats.
 #include <algorithm>
