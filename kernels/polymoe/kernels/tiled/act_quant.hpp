@@ -62,21 +62,28 @@ inline __m512 nvfp4_block(__m512 x, float s2, float d6) noexcept {
   return _mm512_mul_ps(round_e2m1(_mm512_div_ps(x, _mm512_set1_ps(denom))), _mm512_set1_ps(scale));
 }
 
-}  // namespace simd
-
-/// The row's NVFP4 scale_2 for src[0..n) · wt, or 0 when the scheme leaves the row as it is (a
-/// non-finite value) or it is all zero; rows read 16 at a time with `load`.
+/// The largest magnitude of the values [i0, i1) that `load` gives sixteen at a time (load(i): the
+/// values from i); `finite` says whether none of them is an infinity or a NaN.
 template <class Load>
-inline float nvfp4_row_scale(Load load, index_t n, bool& finite) noexcept {
+inline float amax_of(Load load, index_t i0, index_t i1, bool& finite) noexcept {
   __m512 amax = _mm512_setzero_ps();
   __mmask16 odd = 0;  // lanes that held an infinity or a NaN
-  for (index_t i = 0; i < n; i += 16) {
+  for (index_t i = i0; i < i1; i += 16) {
     const __m512 x = load(i);
     odd |= _mm512_fpclass_ps_mask(x, 0x99);
     amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
   }
   finite = odd == 0;
-  const float a = _mm512_reduce_max_ps(amax);
+  return _mm512_reduce_max_ps(amax);
+}
+
+}  // namespace simd
+
+/// The row's NVFP4 scale_2 for the n values `load` gives, or 0 when the scheme leaves the row as it
+/// is (a non-finite value) or it is all zero.
+template <class Load>
+inline float nvfp4_row_scale(Load load, index_t n, bool& finite) noexcept {
+  const float a = simd::amax_of(load, 0, n, finite);
   return finite && a > 0.0f ? quantize::nvfp4_scale_2(a) : 0.0f;
 }
 
@@ -85,15 +92,14 @@ inline float nvfp4_row_scale(Load load, index_t n, bool& finite) noexcept {
 inline void fake_quantize_nvfp4_row(std::span<float> row) noexcept {
   float* x = row.data();
   const auto n = static_cast<index_t>(row.size());
-  const auto mask = [n](index_t i) { return i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1); };
-  const auto load = [&](index_t i) { return _mm512_maskz_loadu_ps(mask(i), x + i); };
+  const auto load = [&](index_t i) { return _mm512_maskz_loadu_ps(simd::tail_mask(n - i), x + i); };
   bool finite = true;
   const float s2 = nvfp4_row_scale(load, n, finite);
   if (s2 == 0.0f) return;
   const float d6 = codecs::e2m1_max * s2;
   const __m512 g = _mm512_set1_ps(s2);
   for (index_t i = 0; i < n; i += 16)
-    _mm512_mask_storeu_ps(x + i, mask(i), _mm512_mul_ps(simd::nvfp4_block(load(i), s2, d6), g));
+    _mm512_mask_storeu_ps(x + i, simd::tail_mask(n - i), _mm512_mul_ps(simd::nvfp4_block(load(i), s2, d6), g));
 }
 
 /// src[0..n) · wt quantized as quant::nvfp4_w4a4 quantizes a row, for the bf16 tiles: dst[i] = the
@@ -102,10 +108,9 @@ inline void fake_quantize_nvfp4_row(std::span<float> row) noexcept {
 /// the scheme leaves as it is, as bf16(x) with scale 1, so the row's outputs are not finite either way.
 inline float quantize_nvfp4_tile_row(const float* src, float wt, index_t n, index_t n32, std::uint16_t* dst) noexcept {
   const __m512 w = _mm512_set1_ps(wt);
-  const auto mask = [n](index_t i) { return i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1); };
-  const auto load = [&](index_t i) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(mask(i), src + i), w); };
+  const auto load = [&](index_t i) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(simd::tail_mask(n - i), src + i), w); };
   const auto store = [&](index_t i, __m512 bf16_exact) {
-    _mm256_mask_storeu_epi16(dst + i, mask(i), simd::bf16_bits(bf16_exact));
+    _mm256_mask_storeu_epi16(dst + i, simd::tail_mask(n - i), simd::bf16_bits(bf16_exact));
   };
   bool finite = true;
   const float s2 = nvfp4_row_scale(load, n, finite);

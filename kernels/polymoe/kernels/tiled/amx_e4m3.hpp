@@ -78,30 +78,16 @@ inline __m512i e4m3_to_bf16(__m512i s, __m512i sub) noexcept {
 inline void quantize_e4m3_row(const float* src, float wt, index_t n, index_t n32, index_t group, std::uint16_t* dst,
                               float* sa) noexcept {
   const __m512 w = _mm512_set1_ps(wt);
-  const auto load = [&](index_t i) {
-    const __mmask16 m = i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
-    return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + i), w);
-  };
+  const auto load = [&](index_t i) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(simd::tail_mask(n - i), src + i), w); };
   const auto store = [&](index_t i, __m512 bf16_exact) {
-    const __m256i bits = simd::bf16_bits(bf16_exact);
-    if (i + 16 <= n) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bits);
-    } else {
-      _mm256_mask_storeu_epi16(dst + i, static_cast<__mmask16>((1u << (n - i)) - 1), bits);
-    }
+    _mm256_mask_storeu_epi16(dst + i, simd::tail_mask(n - i), simd::bf16_bits(bf16_exact));
   };
   for (index_t g0 = 0; g0 < n; g0 += group) {
     const index_t g1 = std::min(n, g0 + group);
-    __m512 amax = _mm512_setzero_ps();
-    __mmask16 odd = 0;  // lanes that held an infinity or a NaN
-    for (index_t i = g0; i < g1; i += 16) {
-      const __m512 x = load(i);
-      odd |= _mm512_fpclass_ps_mask(x, 0x99);
-      amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
-    }
-    const float a = _mm512_reduce_max_ps(amax);
+    bool finite = true;
+    const float a = simd::amax_of(load, g0, g1, finite);
     float scale = 1.0f;
-    if (odd != 0) {
+    if (!finite) {
       for (index_t i = g0; i < g1; i += 16) store(i, simd::round_bf16(load(i)));
     } else if (a == 0.0f) {
       for (index_t i = g0; i < g1; i += 16) store(i, _mm512_setzero_ps());
