@@ -23,15 +23,18 @@
 // formats()), in rounds (--rounds).
 //
 // With --threshold FORMAT (mxfp4, nvfp4 or fp8: weight-only, fp32 activations; nvfp4_w4a4: NVFP4
-// activations) it times, for row blocks of 2 to 16 rows, the two ways kernel::tiled_amx can
+// activations) it times, for row blocks of 1 to 16 rows, the two ways kernel::tiled_amx can
 // multiply a block by a quantized panel: kernel::tiled's AVX-512 path (detail::block_times_panel on
 // fp32 rows) and the tiles on decoded slabs (split rows, or W4A4's e2m1 · e4m3 rows), each thread
 // streaming its share of 1 GiB of panels, in rounds of A B B A, and prints the median and quartiles
 // of the time of the AVX-512 path over the tiles' (above 1: the tiles are faster). The layer's threshold (amx_min_rows_*) is the smallest m where
 // the tiles win.
 //
+// With --decomp FORMAT (mxfp4 or nvfp4) it splits the time of a row block of at most 16 rows on an
+// E2M1 panel into the decode and the tiles (see decomposition()).
+//
 //   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]] [--formats]
-//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8 [--k 2048]]
+//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8 [--k 2048]] [--decomp mxfp4|nvfp4 [--k 2048]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -271,6 +274,102 @@ void formats(const std::vector<long>& threads, int rounds) {
   }
 }
 
+/// `per` panels of format F: codes[per · code_bytes] (random; E4M3 without NaN or subnormal
+/// codes) and scales[per · scale_count] as a checkpoint's (E8M0 near 2^0, unsigned E4M3 from 0.25
+/// to 4, fp32 near 1e-2), from the generator next().
+template <class F, class Next>
+void random_panels(std::size_t per, std::size_t code_bytes, std::size_t scale_count, Next& next,
+                   AlignedBuffer<std::uint8_t>& codes, AlignedBuffer<typename F::scale_type>& scales) {
+  using scale_t = typename F::scale_type;
+  codes = AlignedBuffer<std::uint8_t>(per * code_bytes);
+  for (std::size_t j = 0; j < per * code_bytes; ++j) {
+    auto b = static_cast<std::uint8_t>(next());
+    if constexpr (F::code == qcode::e4m3)
+      if ((b & 0x7F) == 0x7F || (b & 0x78) == 0) b = 0x38;  // no NaN codes, no subnormals (a checkpoint's
+                                                             // are rare; kernel::tiled's fp32 widening
+                                                             // takes a microcode assist on each)
+    codes.data()[j] = b;
+  }
+  scales = AlignedBuffer<scale_t>(per * scale_count);
+  for (std::size_t j = 0; j < per * scale_count; ++j) {
+    if constexpr (F::scale == qscale::f32)
+      scales.data()[j] = 1e-2f * static_cast<float>(1 + next() % 8);
+    else if constexpr (F::scale == qscale::e8m0)
+      scales.data()[j] = static_cast<scale_t>(124 + next() % 6);
+    else
+      scales.data()[j] = static_cast<scale_t>(0x28 + next() % 32);
+  }
+}
+
+/// --decomp mxfp4|nvfp4: where an E2M1 row block of m <= 16 rows spends its time, per thread in ns
+/// per k-block (2048 weights): the decode alone (decode_e2m1_slab), the tiles alone
+/// (amx::decoded_row_group with nothing left to decode after its first two k-blocks), the two in
+/// the row-group loop, and the slab loop (decoded 32 KiB slabs, then their tiles); each thread
+/// streaming its share of 1 GiB of panels, and on two panels in cache. Medians of `rounds`.
+template <class F>
+void decomposition(const char* name, const std::vector<long>& threads, index_t K, int rounds) {
+  const index_t K32 = padded_k32(K), nkb = K32 / amx_kb, lda = amx_row_stride_bytes(4 * K32) / 2;
+  const std::size_t code_bytes = static_cast<std::size_t>(K * F::row_bytes);
+  const std::size_t scale_count = static_cast<std::size_t>(F::groups(K) * panel_cols);
+  const std::size_t panel_bytes = code_bytes + scale_count * sizeof(typename F::scale_type);
+  for (const long t : threads) {
+    const int nt = static_cast<int>(t);
+    const std::size_t per = std::max<std::size_t>(2, (std::size_t{1} << 30) / static_cast<std::size_t>(nt) / panel_bytes);
+    std::vector<AlignedBuffer<std::uint8_t>> codes(static_cast<std::size_t>(nt));
+    std::vector<AlignedBuffer<typename F::scale_type>> scales(static_cast<std::size_t>(nt));
+    std::vector<AlignedBuffer<std::uint16_t>> a(static_cast<std::size_t>(nt));
+    std::vector<AlignedBuffer<float>> c(static_cast<std::size_t>(nt));
+    bench::run_together(nt, [&](int id) {
+      const auto i = static_cast<std::size_t>(id);
+      std::uint32_t r = 88675123u + static_cast<std::uint32_t>(id);
+      const auto next = [&] { return r ^= r << 13, r ^= r >> 17, r ^= r << 5; };
+      random_panels<F>(per, code_bytes, scale_count, next, codes[i], scales[i]);
+      std::vector<float> x(static_cast<std::size_t>(K));
+      a[i] = AlignedBuffer<std::uint16_t>(static_cast<std::size_t>(32 * lda));
+      std::fill_n(a[i].data(), a[i].size(), std::uint16_t{0});
+      for (index_t row = 0; row < 16; ++row) {
+        for (auto& v : x) v = static_cast<float>(static_cast<int>(next() % 2001) - 1000) * 1e-3f;
+        split_bf16_row(x.data(), 1.0f, K, K32, a[i].data() + row * lda);
+      }
+      c[i] = AlignedBuffer<float>(static_cast<std::size_t>(amx_block_rows * panel_cols));
+    });
+    static constexpr const char* what[] = {"decode alone", "tiles alone", "row-group loop", "slab loop"};
+    for (const bool hot : {false, true})
+      for (const index_t m : {index_t{1}, index_t{8}, index_t{16}})
+        for (int v = 0; v < 4; ++v) {
+          if (v == 0 && m > 1) continue;  // the decode does not depend on m
+          std::vector<double> ns;
+          for (int round = 0; round <= rounds; ++round) {
+            const double s = bench::run_together(nt, [&](int id) {
+              const auto i = static_cast<std::size_t>(id);
+              alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];
+              for (std::size_t j = 0; j < per; ++j) {
+                const std::size_t jj = hot ? j % 2 : j;
+                const QPanel<F> panel{codes[i].data() + jj * code_bytes, scales[i].data() + jj * scale_count, 0.5f};
+                if (v == 0) {
+                  for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb)
+                    decode_e2m1_slab(panel, K, s0, std::min(nkb, s0 + amx::slab_kb), slab);
+                  c[i].data()[0] += slab[j % 64];  // keeps the decode
+                } else if (v == 1) {
+                  e2m1_decoder<F> decoder(panel, K);
+                  amx::decoded_row_group<amx::bf16x2_ops>(a[i].data(), lda, nkb, [&](index_t kb, int part, std::uint16_t* out) {
+                    if (kb < 2) decoder(kb, 4 * part, 4 * part + 4, out);
+                  }, c[i].data());
+                } else {
+                  kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data(), v == 2);
+                }
+              }
+            });
+            if (round > 0) ns.push_back(s * 1e9 / static_cast<double>(per * static_cast<std::size_t>(nkb)));  // round 0: warm-up
+          }
+          std::printf("decomp %-5s thr=%2d K=%ld %s m=%2ld %-14s %7.1f ns per k-block per thread (quartiles %.1f-%.1f)\n",
+                      name, nt, static_cast<long>(K), hot ? "in cache" : "streamed", static_cast<long>(m), what[v],
+                      bench::quantile(ns, 0.5), bench::quantile(ns, 0.25), bench::quantile(ns, 0.75));
+          std::fflush(stdout);
+        }
+  }
+}
+
 /// --threshold: kernel::tiled's path against the tiles for blocks of few rows, on panels of format
 /// F with K rows (see the top of this file).
 template <class F>
@@ -295,24 +394,7 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
       const auto i = static_cast<std::size_t>(id);
       std::uint32_t r = 2463534242u + static_cast<std::uint32_t>(id);
       const auto next = [&] { return r ^= r << 13, r ^= r >> 17, r ^= r << 5; };
-      codes[i] = AlignedBuffer<std::uint8_t>(per * code_bytes);
-      for (std::size_t j = 0; j < per * code_bytes; ++j) {
-        auto b = static_cast<std::uint8_t>(next());
-        if constexpr (F::code == qcode::e4m3)
-          if ((b & 0x7F) == 0x7F || (b & 0x78) == 0) b = 0x38;  // no NaN codes, no subnormals (a checkpoint's
-                                                                 // are rare; kernel::tiled's fp32 widening
-                                                                 // takes a microcode assist on each)
-        codes[i].data()[j] = b;
-      }
-      scales[i] = AlignedBuffer<scale_t>(per * scale_count);
-      for (std::size_t j = 0; j < per * scale_count; ++j) {
-        if constexpr (F::scale == qscale::f32)
-          scales[i].data()[j] = 1e-2f * static_cast<float>(1 + next() % 8);
-        else if constexpr (F::scale == qscale::e8m0)
-          scales[i].data()[j] = static_cast<scale_t>(124 + next() % 6);
-        else
-          scales[i].data()[j] = static_cast<scale_t>(0x28 + next() % 32);
-      }
+      random_panels<F>(per, code_bytes, scale_count, next, codes[i], scales[i]);
       x[i] = AlignedBuffer<float>(static_cast<std::size_t>(16 * K));
       a[i] = AlignedBuffer<std::uint16_t>(static_cast<std::size_t>(32 * lda));
       std::fill_n(a[i].data(), a[i].size(), std::uint16_t{0});
@@ -326,7 +408,7 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
       }
       c[i] = AlignedBuffer<float>(static_cast<std::size_t>(amx_block_rows * panel_cols));
     });
-    for (const index_t m : {index_t{2}, index_t{3}, index_t{4}, index_t{6}, index_t{8}, index_t{12}, index_t{16}}) {
+    for (const index_t m : {index_t{1}, index_t{2}, index_t{3}, index_t{4}, index_t{6}, index_t{8}, index_t{12}, index_t{16}}) {
       // side 0: kernel::tiled's path; side 1: the tiles; side 2: the tiles' decode alone (E2M1),
       // side 3 the same on two panels (in cache); one pass over the thread's panels
       const auto time_side = [&](int side) {
@@ -549,7 +631,7 @@ int main(int argc, char** argv) {
   std::vector<long> threads = {1, 16};
   double seconds = 0.1;
   bool peaks_only = false, formats_only = false;
-  std::string threshold_format;
+  std::string threshold_format, decomp_format;
   index_t threshold_k = 2048;
   std::pair<std::string, std::string> pair;
   int rounds = 15;
@@ -573,6 +655,8 @@ int main(int argc, char** argv) {
       seconds = std::atof(argv[++i]);
     else if (a == "--threshold")
       threshold_format = argv[++i];
+    else if (a == "--decomp")
+      decomp_format = argv[++i];
     else if (a == "--k")
       threshold_k = std::max(1L, std::atol(argv[++i]));
     else if (a == "--rounds")
@@ -609,6 +693,9 @@ int main(int argc, char** argv) {
     formats(threads, rounds);
     return 0;
   }
+  if (decomp_format == "mxfp4") decomposition<mxfp4_format>("mxfp4", threads, threshold_k, rounds);
+  if (decomp_format == "nvfp4") decomposition<nvfp4_format>("nvfp4", threads, threshold_k, rounds);
+  if (!decomp_format.empty()) return 0;
   if (threshold_format == "mxfp4")
     threshold<mxfp4_format>("mxfp4", threads, threshold_k, rounds);
   else if (threshold_format == "nvfp4")

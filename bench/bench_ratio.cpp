@@ -1,4 +1,4 @@
-// bench_ratio: int8 W8A8 (or, with --second fp8_block, DeepSeek-V3's fp8 blocks) against bf16 on
+// bench_ratio: int8 W8A8 (or, with --second, DeepSeek-V3's fp8 blocks, MXFP4 or NVFP4) against bf16 on
 // kernel::tiled_amx, the two layers' forwards interleaved (issue 10's target: int8 >= 2x our bf16).
 // Below, "int8" stands for the second format. polymoe_bench times every forward of one layer before
 // the next layer's; on a machine whose DRAM and tile rates move by 2x within seconds, the ratio of
@@ -15,14 +15,16 @@
 // rows, on the library's step, detail::sum_span) and gemm1-by-block (GEMM 1 one task per row block,
 // each panel's epilogue inside the next panel's tiles: detail::gemm1_by_block_knob; off 0, on 1)
 // and bf16-block-rows (bf16's AMX row-block cut: detail::bf16_block_rows_knob; off 128, on 256,
-// the library's; int8 always cuts at 256).
+// the library's; int8 always cuts at 256) and row-group (E2M1 row blocks of at most 16 rows in
+// amx::decoded_row_group: detail::row_group_knob; off 0, on 1, the library's; bf16 is the control).
 //
 // With --phases 1, each format's phase times over all of its timed forwards of the rounds (as
 // polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
 //
-//   bench_ratio [--preset qwen3-30b-a3b|deepseek-v3|tiny] [--experts N] [--second int8_w8a8|fp8_block]
+//   bench_ratio [--preset qwen3-30b-a3b|deepseek-v3|gpt-oss-20b|tiny] [--experts N]
+//               [--second int8_w8a8|fp8_block|mxfp4|nvfp4|nvfp4_w4a4]
 //               [--tokens 512,2048] [--threads 16] [--rounds 9] [--forwards 3]
-//               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows] [--phases 1]
+//               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows|row-group] [--phases 1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -96,12 +98,15 @@ int main(int argc, char** argv) try {
         p = {"tiny", 256, 128, 16, 4};
       else if (v == "deepseek-v3")
         p = {"deepseek-v3", 7168, 2048, 256, 8};
+      else if (v == "gpt-oss-20b")
+        p = {"gpt-oss-20b", 2880, 2880, 32, 4};
       else if (v != "qwen3-30b-a3b")
-        fail("--preset: qwen3-30b-a3b, deepseek-v3 or tiny, not '" + v + "'");
+        fail("--preset: qwen3-30b-a3b, deepseek-v3, gpt-oss-20b or tiny, not '" + v + "'");
     } else if (a == "--experts") {
       max_experts = std::atol(v.c_str());
     } else if (a == "--second") {
-      if (v != "int8_w8a8" && v != "fp8_block") fail("--second: int8_w8a8 or fp8_block, not '" + v + "'");
+      if (v != "int8_w8a8" && v != "fp8_block" && v != "mxfp4" && v != "nvfp4" && v != "nvfp4_w4a4")
+        fail("--second: int8_w8a8, fp8_block, mxfp4, nvfp4 or nvfp4_w4a4, not '" + v + "'");
       second = v;
     } else if (a == "--tokens") {
       tokens = comma_list(v.c_str());
@@ -125,8 +130,11 @@ int main(int argc, char** argv) try {
       } else if (v == "bf16-block-rows") {
         ab = &kernels::tiled::detail::bf16_block_rows_knob();
         ab_off = 128, ab_on = 256;
+      } else if (v == "row-group") {
+        ab = &kernels::tiled::detail::row_group_knob();
+
       } else {
-        fail("--ab: y-stream, sum-span, gemm1-by-block or bf16-block-rows, not '" + v + "'");
+        fail("--ab: y-stream, sum-span, gemm1-by-block, bf16-block-rows or row-group, not '" + v + "'");
       }
     } else {
       fail("unknown option " + a);
@@ -228,6 +236,12 @@ int main(int argc, char** argv) try {
   };
   if (second == "fp8_block")
     body.template operator()<quant::fp8_block>();
+  else if (second == "mxfp4")
+    body.template operator()<quant::mxfp4>();
+  else if (second == "nvfp4")
+    body.template operator()<quant::nvfp4>();
+  else if (second == "nvfp4_w4a4")
+    body.template operator()<quant::nvfp4_w4a4>();
   else
     body.template operator()<quant::int8_w8a8>();
   return 0;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <new>
@@ -592,6 +593,56 @@ TEST(Tiled, QuantizedPanelsWidenToTheCodecValues) {
   expect_widening<kt::nvfp4_format>(15, [](std::uint8_t q, std::uint8_t s, float g) {
     return codecs::e2m1_to_float(q) * codecs::e4m3_to_float(s) * g;
   });
+}
+
+/// Blocks of 3 and 4 rows on a quantized panel of format F (block_times_panel: qtile, the weights
+/// widened in registers) give the bits of the slab path (expand a slab into L1, tile<M> over it),
+/// over K = 300 and 1000 (partial scale groups and slabs), random codes and scales.
+template <class F>
+void expect_register_tiles_are_the_slab_paths_bits() {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  for (const index_t K : {index_t{300}, index_t{1000}}) {
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * F::row_bytes));
+    for (auto& b : codes) {
+      b = static_cast<std::uint8_t>(rng());
+      if (F::code == kt::qcode::e4m3 && (b & 0x7F) == 0x7F) b = 0x38;  // no NaN codes
+    }
+    kt::AlignedBuffer<typename F::scale_type> scales(static_cast<std::size_t>(F::groups(K) * kt::panel_cols));
+    for (std::size_t i = 0; i < scales.size(); ++i) {
+      if constexpr (F::scale == kt::qscale::f32)
+        scales.data()[i] = 1e-2f * static_cast<float>(1 + rng() % 8);
+      else if constexpr (F::scale == kt::qscale::e8m0)
+        scales.data()[i] = static_cast<std::uint8_t>(120 + rng() % 12);
+      else
+        scales.data()[i] = static_cast<std::uint8_t>(rng() % 127);
+    }
+    const kt::QPanel<F> panel{codes.data(), scales.data(), 0.37f};
+    std::vector<float> x(static_cast<std::size_t>(4 * K));
+    for (auto& v : x) v = nd(rng);
+    for (const index_t m : {index_t{3}, index_t{4}}) {
+      // (sized for the 6 rows that the slab path could be asked for)
+      alignas(64) float got[kt::max_tile_rows * kt::panel_cols], want[kt::max_tile_rows * kt::panel_cols];
+      kt::detail::block_times_panel(m, [&](index_t i) { return x.data() + i * K; }, K, panel, got);
+      constexpr index_t kb = kt::k_block<float>;
+      alignas(64) float slab[kb * kt::panel_cols];
+      const float* rows[kt::max_tile_rows];
+      for (index_t k0 = 0; k0 < K; k0 += kb) {
+        const index_t k1 = std::min(K, k0 + kb);
+        kt::expand(panel, k0, k1, slab);
+        for (index_t i = 0; i < m; ++i) rows[i] = x.data() + i * K + k0;
+        kt::tile_rows(static_cast<int>(m), rows, 0, k1 - k0, slab, want, k0 > 0, nullptr, 0);
+      }
+      EXPECT_EQ(std::memcmp(got, want, static_cast<std::size_t>(m * kt::panel_cols) * sizeof(float)), 0)
+          << "K " << K << " m " << m;
+    }
+  }
+}
+
+TEST(Tiled, FewRowQuantizedTilesAreTheSlabPathsBits) {
+  expect_register_tiles_are_the_slab_paths_bits<kt::fp8_format>();
+  expect_register_tiles_are_the_slab_paths_bits<kt::mxfp4_format>();
+  expect_register_tiles_are_the_slab_paths_bits<kt::nvfp4_format>();
 }
 
 TEST(Tiled, Int8ActivationQuantizationIsThePolicy) {

@@ -802,7 +802,7 @@ void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_sp
     else
       return double(codecs::e2m1_to_float(code)) * codecs::e4m3_to_float(sc) * global;
   };
-  for (const index_t m : {index_t{8}, index_t{16}, index_t{17}, index_t{48}}) {
+  for (const index_t m : {index_t{1}, index_t{3}, index_t{8}, index_t{16}, index_t{17}, index_t{48}}) {
     const index_t lda = (w4a4 ? 1 : 2) * K32 + 32;
     std::vector<float> x(static_cast<std::size_t>(m * K));
     for (auto& v : x) v = nd(rng) * std::exp2(static_cast<float>(static_cast<int>(rng() % 8) - 4));
@@ -818,11 +818,19 @@ void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_sp
       sa[static_cast<std::size_t>(i)] = kt::quantize_nvfp4_tile_row(xi, 1.0f, K, K32, a.data() + i * lda);
       kernels::quantize::fake_quantize_nvfp4(std::span<float>(xi, static_cast<std::size_t>(K)));  // the scheme's
     }
-    alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
-    if (w4a4)
-      kt::detail::e2m1_block_times_panel<F, kt::amx::bf16_ops>(m, a.data(), lda, sa.data(), K, panel, c);
-    else
-      kt::detail::e2m1_block_times_panel(m, a.data(), lda, nullptr, K, panel, c);
+    alignas(64) float c[kt::amx_block_rows * kt::panel_cols], slabs[kt::amx_block_rows * kt::panel_cols];
+    const auto times_panel = [&](float* out, bool row_group) {
+      if (w4a4)
+        kt::detail::e2m1_block_times_panel<F, kt::amx::bf16_ops>(m, a.data(), lda, sa.data(), K, panel, out, row_group);
+      else
+        kt::detail::e2m1_block_times_panel(m, a.data(), lda, nullptr, K, panel, out, row_group);
+    };
+    times_panel(c, true);
+    // up to 16 rows the row-group loop (decode between products) and the slab loop sum in the same
+    // order: the same bits
+    times_panel(slabs, false);
+    EXPECT_EQ(std::memcmp(c, slabs, static_cast<std::size_t>(m * kt::panel_cols) * sizeof(float)), 0)
+        << (w4a4 ? "W4A4" : "weight-only") << " m=" << m << ": the two loops differ";
     const double worst = worst_against_double(m, K, x, weight, c);
     // 2^-17 for the split (W4A4: the scheme's rounding of each value, 2^-24), fp32 rounding of the
     // running sums (2K terms: 2K · 2^-24) and of the scales' products

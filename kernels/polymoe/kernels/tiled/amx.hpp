@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include <polymoe/core/error.hpp>
 #include <polymoe/kernels/codecs/bf16.hpp>
@@ -500,6 +501,94 @@ POLYMOE_AMX_TARGET inline void decoded_slab(const std::uint16_t* a, index_t lda,
                                             const std::uint16_t* slab, float* c, bool accumulate) noexcept {
   no_side none;
   block22_side<Ops, false, Pf::t0>(a, lda, m, nkb, slab, nullptr, c, none, accumulate);
+}
+
+/// Column tile V of one k-block of decoded_row_group: B tile 6 + V % 2 from b, C tile V (+)= A
+/// (tile TA; bf16x2_ops: and its lo term in tile 5) times it. (GCC's tile intrinsics paste their
+/// tile numbers into the instruction text: literals only, hence the cases.)
+template <class Ops, int TA, int V>
+POLYMOE_AMX_TARGET inline void decoded_column(const std::uint16_t* b) noexcept {
+  constexpr bool lo = Ops::a_k == 2 * amx_kb;
+  b += V * amx_tile_elems;
+  if constexpr (V % 2 == 0)
+    _tile_loadd(6, b, 64);
+  else
+    _tile_loadd(7, b, 64);
+#define POLYMOE_DECODED_PRODUCTS(C, B)                    \
+  do {                                                    \
+    if constexpr (TA == 4)                                \
+      _tile_dpbf16ps(C, 4, B);                            \
+    else                                                  \
+      _tile_dpbf16ps(C, 5, B);                            \
+    if constexpr (lo) _tile_dpbf16ps(C, 5, B);            \
+  } while (false)
+  if constexpr (V == 0) POLYMOE_DECODED_PRODUCTS(0, 6);
+  if constexpr (V == 1) POLYMOE_DECODED_PRODUCTS(1, 7);
+  if constexpr (V == 2) POLYMOE_DECODED_PRODUCTS(2, 6);
+  if constexpr (V == 3) POLYMOE_DECODED_PRODUCTS(3, 7);
+#undef POLYMOE_DECODED_PRODUCTS
+}
+
+/// One k-block of decoded_row_group: C tiles 0-3 (+)= A (tile TA; bf16x2_ops: hi in 4, lo in 5)
+/// times the k-block's four column tiles at b, and after column tile v's products, part v of the
+/// next k-block's decode (`more`: there is one).
+template <class Ops, int TA, class Decode>
+POLYMOE_AMX_TARGET inline void decoded_kblock(const std::uint16_t* a, long lda_bytes, const std::uint16_t* b,
+                                              index_t next_kb, bool more, std::uint16_t* next_b,
+                                              Decode& decode) noexcept {
+  if constexpr (TA == 4)
+    _tile_loadd(4, a, lda_bytes);
+  else
+    _tile_loadd(5, a, lda_bytes);
+  if constexpr (Ops::a_k == 2 * amx_kb) _tile_loadd(5, a + amx_kb, lda_bytes);
+  decoded_column<Ops, TA, 0>(b);
+  if (more) decode(next_kb, 0, next_b);
+  decoded_column<Ops, TA, 1>(b);
+  if (more) decode(next_kb, 1, next_b);
+  decoded_column<Ops, TA, 2>(b);
+  if (more) decode(next_kb, 2, next_b);
+  decoded_column<Ops, TA, 3>(b);
+  if (more) decode(next_kb, 3, next_b);
+}
+
+/// c[16][64] = rows [0, 16) of A in Ops' layout (bf16_ops: bf16 rows; bf16x2_ops: split rows;
+/// lda elements apart) times a panel of nkb k-blocks in the bf16 tile layout that decode(kb, v,
+/// out) writes a part at a time (part v < 4 of k-block kb into the k-block's 4 KiB at out): a row
+/// block of at most 16 rows on a panel kept in codes. All four column tiles at once (C tiles 0-3,
+/// four independent sums; A in tile 4, or 4 and 5 by k-block for bf16_ops so that a k-block's A
+/// load does not wait on the previous one's products; B tiles 6-7), and k-block kb + 1 decoded into
+/// the other half of a two-k-block ring a part after each of k-block kb's column tiles: vector work
+/// that the core runs while the tiles compute, where decoding a 32 KiB slab before its products
+/// (decoded_slab) leaves the tiles idle during the decode and the core idle during the products.
+template <class Ops, class Decode>
+POLYMOE_AMX_TARGET inline void decoded_row_group(const std::uint16_t* a, index_t lda, index_t nkb, Decode&& decode,
+                                                 float* c) noexcept {
+  static_assert(std::is_same_v<typename Ops::b_type, std::uint16_t>);
+  configure();
+  const auto lda_bytes = static_cast<long>(lda * 2);
+  alignas(64) std::uint16_t ring[2][4 * amx_tile_elems];
+  for (int v = 0; v < 4; ++v) decode(index_t{0}, v, ring[0]);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (index_t kb = 0; kb < nkb; ++kb) {
+    if (kb + a_prefetch_kb < nkb)
+      for (index_t t = 0; t < Ops::a_k / amx_kb; ++t)
+        prefetch_tile_rows(a + (kb + a_prefetch_kb) * Ops::a_k + t * amx_kb, lda_bytes);
+    const std::uint16_t* ak = a + kb * Ops::a_k;
+    const bool more = kb + 1 < nkb;
+    if constexpr (Ops::a_k == 2 * amx_kb)
+      decoded_kblock<Ops, 4>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);
+    else if (kb % 2 == 0)
+      decoded_kblock<Ops, 4>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);
+    else
+      decoded_kblock<Ops, 5>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);
+  }
+  _tile_stored(0, c, 256);
+  _tile_stored(1, c + 16, 256);
+  _tile_stored(2, c + 32, 256);
+  _tile_stored(3, c + 48, 256);
 }
 
 /// One step of a scaled-group loop (amx_e4m3.hpp): part[32][32] (rows [0, 16) only without Two;

@@ -10,12 +10,13 @@
 // and lies in [2^-10, 2688]: always a normal bf16 value or zero. Its scale_2 multiplies the
 // panel's sums after the tiles (the reference rounds (e2m1 · e4m3) · scale_2 once per weight
 // instead: 2^-24 relative apart). The panels keep kernel::tiled's layout (qpanel.hpp: the
-// checkpoint's nibbles, 4.25 or 4.5 bits a weight); a task decodes one 32 KiB slab (8 k-blocks)
-// at a time into amx.hpp's bf16 tile layout in an L1 buffer (decode_mxfp4_slab: a 32-entry vpermw
-// table of the E2M1 values and an integer add of the scale to the exponent field;
-// decode_nvfp4_slab: a 64-entry table of E2M1 magnitude times scale mantissa, then the scale's
-// exponent added and the code's sign set), and the block's tiles run over it before the next slab
-// is decoded.
+// checkpoint's nibbles, 4.25 or 4.5 bits a weight), decoded into amx.hpp's bf16 tile layout in L1
+// as the tiles need them (mxfp4_decoder: a 32-entry vpermw table of the E2M1 values and an integer
+// add of the scale to the exponent field; nvfp4_decoder: a 64-entry table of E2M1 magnitude times
+// scale mantissa, then the scale's exponent added and the code's sign set). A block of up to 16
+// rows decodes each k-block in four parts between the previous k-block's products
+// (amx::decoded_row_group: the decode and the tiles overlap); a larger block decodes a 32 KiB slab
+// (8 k-blocks), and its tiles run over it before the next slab is decoded.
 //
 // Activations. The weight-only schemes keep their activations in fp32 (W4A32), and tdpbf16ps
 // multiplies bf16. Each input row enters the tiles as two bf16 terms, x = hi + lo with hi =
@@ -33,6 +34,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <polymoe/kernels/codecs/bf16.hpp>
@@ -47,23 +49,32 @@ namespace polymoe::kernels::tiled {
 /// decode loop). Measured on the 16-core device machine (16 threads, two rounds of the knob at 4,
 /// 8, 16 and never; docs/benchmarks.md, issue 10, run 112), time over the time with 4: about 4 rows
 /// per expert (GPT-OSS-20B T=32, Qwen3-30B-A3B T=64), the FMA path 1.02-1.26; about 8 (T=64,
-/// T=128), 8 rows 1.03-1.21 and the FMA path 1.25-1.59; about 16, the FMA path 1.57-1.67.
+/// T=128), 8 rows 1.03-1.21 and the FMA path 1.25-1.59; about 16, the FMA path 1.57-1.67 (the
+/// threshold was 4). Since kernel::tiled runs blocks of 3-4 rows in registers (qtile, run 140),
+/// bench_amx --threshold mxfp4 (16 threads, K = 2048, 5 paired rounds) gives kernel::tiled's time
+/// over the tiles' (amx::decoded_row_group) at 3 rows 0.68, at 4 rows 0.76, at 6 rows 1.44 (medians).
 /// POLYMOE_AMX_MIN_ROWS overrides it, as it does bf16's and int8's.
-inline constexpr index_t amx_min_rows_e2m1 = 4;
+inline constexpr index_t amx_min_rows_e2m1 = 5;
 
 /// The same for NVFP4, whose decode costs more per weight (a 64-entry table, and the scale's
 /// mantissa in each index). Measured with bench_amx --threshold (16 threads, K = 2048 and 768,
-/// paired rounds; docs/benchmarks.md, issue 10, runs 124-125): time of kernel::tiled's path over
-/// the tiles' at 4 rows 0.80-1.04, at 6 rows 0.98-1.21, at 8 rows 1.08-1.46 (MXFP4 in the same runs:
-/// 1.09-1.16 at 4 rows, as above).
-inline constexpr index_t amx_min_rows_nvfp4 = 6;
+/// paired rounds; docs/benchmarks.md, issue 10): with the slab loop (runs 124-125), time of
+/// kernel::tiled's path over the tiles' at 4 rows 0.80-1.04, at 6 rows 0.98-1.21 (the threshold
+/// was 6); with the row-group loop (amx::decoded_row_group, runs 135 and 137), at 3 rows 0.94 and
+/// 0.90, at 4 rows 1.31 and 1.04 (medians), at 6 rows 1.16 and 1.02, at 8 rows 1.30 and 1.37; with
+/// kernel::tiled's blocks of 3-4 rows in registers (qtile, run 140), at 3 rows 0.59, at 4 rows 0.68,
+/// at 6 rows 0.93, at 8 rows 1.41.
+inline constexpr index_t amx_min_rows_nvfp4 = 5;
 
 /// The same for NVFP4 W4A4 (quant::nvfp4_w4a4), whose rows enter the tiles as one bf16 term, not
 /// two: half the tiles' work per weight beside the same decode. Measured with bench_amx --threshold
-/// nvfp4_w4a4 (16 threads, K = 2048 and 768, 7 paired rounds; docs/benchmarks.md, issue 10, run
-/// 128): time of kernel::tiled's path over the tiles' at 2 rows 0.42-0.44, at 3 rows 1.05-1.12, at
-/// 4 rows 1.07-1.16 (quartiles), at 6 rows 1.18-1.20.
-inline constexpr index_t amx_min_rows_nvfp4_w4a4 = 4;
+/// nvfp4_w4a4 (16 threads, K = 2048, paired rounds; docs/benchmarks.md, issue 10): with the slab
+/// loop (run 128), time of kernel::tiled's path over the tiles' at 2 rows 0.42-0.44, at 3 rows
+/// 1.05-1.12, at 4 rows 1.07-1.16 (quartiles; the threshold was 4); with the row-group loop (runs
+/// 135 and 137), at 2 rows 0.53 and 0.52, at 3 rows 1.67 and 1.46, at 4 rows 1.45 and 1.12 (medians);
+/// with kernel::tiled's blocks of 3-4 rows in registers (qtile, run 141), at 3 rows 0.58, at 4 rows
+/// 0.74, at 6 rows 1.25.
+inline constexpr index_t amx_min_rows_nvfp4_w4a4 = 5;
 
 /// Whether every MXFP4 weight of `blocks` (16 bytes of E2M1 codes per block of 32) and `scales`
 /// (one E8M0 code per block) is exact in bf16 and not subnormal: a block with a nonzero code has
@@ -124,125 +135,181 @@ inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i 
 
 }  // namespace detail
 
-/// k-blocks [kb0, kb1) of an MXFP4 panel of K rows in the bf16 tile layout of amx.hpp:
-/// slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2], each weight e2m1 · 2^(e - 127) as
-/// bf16 bits (exact where mxfp4_exact_in_bf16 holds), rows k >= K zero. Per k-pair and column
-/// tile: the two k-rows' bytes interleaved and widened to words, the nibble looked up in a table of
-/// the E2M1 values' bf16 bits (vpermw), and (e - 127) added to the exponent field of the nonzero
-/// ones.
-inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t kb0, index_t kb1,
-                              std::uint16_t* slab) noexcept {
-  // vpermw's 32 words: the bf16 bits of E2M1 codes 0-15 (the indices never exceed 15)
-  static constexpr auto table = [] {
-    std::array<std::uint16_t, 32> t{};
-    for (std::uint8_t c = 0; c < 16; ++c) t[c] = codecs::float_to_bf16(codecs::e2m1_to_float(c));
-    return t;
-  }();
-  const __m512i lut = _mm512_loadu_si512(table.data());
-  const __m512i nibble = _mm512_set1_epi16(0xF), magnitude = _mm512_set1_epi16(0x7FFF);
-  const __m512i bias = _mm512_set1_epi16(127);
-  for (index_t kb = kb0; kb < kb1; ++kb) {
-    __m512i shift[4];  // per column tile: (e - 127) << 7 in both words of each column's pair
-    for (int v = 0; v < 4; ++v) {
-      const __m512i e = simd::widen16(p.scales + kb * panel_cols + 16 * v);
-      shift[v] = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_or_si512(e, _mm512_slli_epi32(e, 16)), bias), 7);
+/// Decodes an MXFP4 panel of K rows into amx.hpp's bf16 tile layout, a k-block or part of one per
+/// call: each weight e2m1 · 2^(e - 127) as bf16 bits (exact where mxfp4_exact_in_bf16 holds), rows
+/// k >= K zero. Per k-pair and column tile: the two k-rows' bytes interleaved and widened to words,
+/// the nibble looked up in a table of the E2M1 values' bf16 bits (vpermw), and (e - 127) added to
+/// the exponent field of the nonzero ones.
+class mxfp4_decoder {
+ public:
+  mxfp4_decoder(const QPanel<mxfp4_format>& p, index_t K) noexcept : p_(p), K_(K) {}
+
+  /// k-pairs [j0, j1) of k-block kb into the k-block's four column tiles at out
+  /// ([4][16 k-pairs][16 columns][2]).
+  void operator()(index_t kb, index_t j0, index_t j1, std::uint16_t* out) noexcept {
+    // vpermw's 32 words: the bf16 bits of E2M1 codes 0-15 (the indices never exceed 15)
+    static constexpr auto table = [] {
+      std::array<std::uint16_t, 32> t{};
+      for (std::uint8_t c = 0; c < 16; ++c) t[c] = codecs::float_to_bf16(codecs::e2m1_to_float(c));
+      return t;
+    }();
+    if (kb != kb_) {  // per column tile: (e - 127) << 7 in both words of each column's pair
+      const __m512i bias = _mm512_set1_epi16(127);
+      for (int v = 0; v < 4; ++v) {
+        const __m512i e = simd::widen16(p_.scales + kb * panel_cols + 16 * v);
+        shift_[v] = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_or_si512(e, _mm512_slli_epi32(e, 16)), bias), 7);
+      }
+      kb_ = kb;
     }
-    std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
-    for (index_t j = 0; j < amx_kb / 2; ++j) {
-      const index_t k = kb * amx_kb + 2 * j;
+    const __m512i lut = _mm512_loadu_si512(table.data());
+    const __m512i nibble = _mm512_set1_epi16(0xF), magnitude = _mm512_set1_epi16(0x7FFF);
+    for (index_t j = j0; j < j1; ++j) {
       __m512i half[2];
-      detail::load_kpair(p.codes, k, K, half);
+      detail::load_kpair(p_.codes, kb * amx_kb + 2 * j, K_, half);
       for (int v = 0; v < 4; ++v) {
         const __m512i code = v % 2 == 0 ? _mm512_and_si512(half[v / 2], nibble) : _mm512_srli_epi16(half[v / 2], 4);
         __m512i w = _mm512_permutexvar_epi16(code, lut);
-        w = _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, magnitude), w, shift[v]);
+        w = _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, magnitude), w, shift_[v]);
         _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, w);
       }
     }
   }
-}
 
-/// k-blocks [kb0, kb1) of an NVFP4 panel of K rows in the bf16 tile layout of amx.hpp, as
-/// decode_mxfp4_slab: each weight e2m1 · e4m3 (the block scale; scale_2 is left to the caller) as
-/// bf16 bits, exact, rows k >= K zero; block scales without the sign bit (nvfp4_scales_unsigned).
-/// Per scale group of 16 k and column, the scale as fp32 2^E · (1 + m/8) gives a table index m
-/// << 3 and an exponent offset (E - 127) << 7 (zero scales none: their weights are ±0); per
-/// weight, a 64-entry table (vpermt2w) of the bf16 bits of e2m1 magnitude · (1 + m/8), the offset
-/// added to the exponent field of the nonzero ones, and the code's sign set.
-inline void decode_nvfp4_slab(const QPanel<nvfp4_format>& p, index_t K, index_t kb0, index_t kb1,
-                              std::uint16_t* slab) noexcept {
-  static constexpr auto table = [] {
-    std::array<std::uint16_t, 64> t{};
-    for (int m = 0; m < 8; ++m)
-      for (int c = 0; c < 8; ++c)
-        t[static_cast<std::size_t>(8 * m + c)] =
-            codecs::float_to_bf16(codecs::e2m1_values[c] * (1.0f + static_cast<float>(m) / 8.0f));
-    return t;
-  }();
-  static_assert(nvfp4_format::group * 2 == amx_kb, "two scale groups per k-block");
-  const __m512i t0 = _mm512_loadu_si512(table.data()), t1 = _mm512_loadu_si512(table.data() + 32);
-  const __m512i seven = _mm512_set1_epi16(7), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
-  const auto both_words = [](__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 16)); };
-  const index_t groups = nvfp4_format::groups(K);
-  // per column tile, both words of each column's k-pair: table index bits 3-5 (mant), exponent
-  // offset (expo), 7 where the scale is nonzero (live)
-  __m512i mant[4], expo[4], live[4];
-  for (index_t kb = kb0; kb < kb1; ++kb) {
-    std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
-    for (index_t j = 0; j < amx_kb / 2; ++j) {
+ private:
+  QPanel<mxfp4_format> p_;
+  index_t K_;
+  index_t kb_ = -1;  // the k-block whose scales shift_ holds
+  __m512i shift_[4];
+};
+
+/// Decodes an NVFP4 panel of K rows as mxfp4_decoder: each weight e2m1 · e4m3 (the block scale;
+/// scale_2 is left to the caller) as bf16 bits, exact, rows k >= K zero; block scales without the
+/// sign bit (nvfp4_scales_unsigned). Per scale group of 16 k and column, the scale as fp32 2^E ·
+/// (1 + m/8) gives a table index m << 3 and an exponent offset (E - 127) << 7 (zero scales none:
+/// their weights are ±0); per weight, a 64-entry table (vpermt2w) of the bf16 bits of e2m1
+/// magnitude · (1 + m/8), the offset added to the exponent field of the nonzero ones, and the
+/// code's sign set.
+class nvfp4_decoder {
+ public:
+  nvfp4_decoder(const QPanel<nvfp4_format>& p, index_t K) noexcept : p_(p), K_(K), groups_(nvfp4_format::groups(K)) {}
+
+  /// k-pairs [j0, j1) of k-block kb into the k-block's four column tiles at out.
+  void operator()(index_t kb, index_t j0, index_t j1, std::uint16_t* out) noexcept {
+    static constexpr auto table = [] {
+      std::array<std::uint16_t, 64> t{};
+      for (int m = 0; m < 8; ++m)
+        for (int c = 0; c < 8; ++c)
+          t[static_cast<std::size_t>(8 * m + c)] =
+              codecs::float_to_bf16(codecs::e2m1_values[c] * (1.0f + static_cast<float>(m) / 8.0f));
+      return t;
+    }();
+    static_assert(nvfp4_format::group * 2 == amx_kb, "two scale groups per k-block");
+    const __m512i t0 = _mm512_loadu_si512(table.data()), t1 = _mm512_loadu_si512(table.data() + 32);
+    const __m512i seven = _mm512_set1_epi16(7), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
+    for (index_t j = j0; j < j1; ++j) {
       const index_t k = kb * amx_kb + 2 * j;
-      if (k % nvfp4_format::group == 0) {
-        const index_t g = k / nvfp4_format::group;
-        for (int v = 0; v < 4; ++v) {
-          if (g >= groups) {  // rows past K: codes zero
-            mant[v] = expo[v] = live[v] = _mm512_setzero_si512();
-            continue;
-          }
-          const __m512i s =
-              _mm512_castps_si512(simd::e4m3_to_ps(simd::widen16(p.scales + g * panel_cols + 16 * v)));
-          const __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(s, 23), _mm512_set1_epi32(127));
-          mant[v] = both_words(_mm512_and_si512(_mm512_srli_epi32(s, 17), _mm512_set1_epi32(0x38)));
-          expo[v] = both_words(_mm512_and_si512(_mm512_slli_epi32(e, 7), _mm512_set1_epi32(0xFFFF)));
-          live[v] = both_words(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(s, s), _mm512_set1_epi32(7)));
-        }
-      }
+      if (const index_t g = k / nvfp4_format::group; g != g_) load_group(g);
       __m512i half[2];
-      detail::load_kpair(p.codes, k, K, half);
+      detail::load_kpair(p_.codes, k, K_, half);
       for (int v = 0; v < 4; ++v) {
         // the nibble in bits 0-3 (bits 4-7 of the low nibble's word: the other nibble, unused)
         const __m512i code = v % 2 == 0 ? half[v / 2] : _mm512_srli_epi16(half[v / 2], 4);
-        const __m512i idx = _mm512_ternarylogic_epi32(code, seven, mant[v], 0xEA);  // (code & 7) | mant
-        const __mmask32 nonzero = _mm512_test_epi16_mask(code, live[v]);
-        __m512i w = _mm512_maskz_add_epi16(nonzero, _mm512_permutex2var_epi16(t0, idx, t1), expo[v]);
+        const __m512i idx = _mm512_ternarylogic_epi32(code, seven, mant_[v], 0xEA);  // (code & 7) | mant
+        const __mmask32 nonzero = _mm512_test_epi16_mask(code, live_[v]);
+        __m512i w = _mm512_maskz_add_epi16(nonzero, _mm512_permutex2var_epi16(t0, idx, t1), expo_[v]);
         w = _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(code, 12), sign, 0xF8);  // w | (code << 12 & sign)
         _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, w);
       }
     }
   }
+
+ private:
+  // per column tile, both words of each column's k-pair: table index bits 3-5 (mant_), exponent
+  // offset (expo_), 7 where the scale is nonzero (live_)
+  void load_group(index_t g) noexcept {
+    const auto both_words = [](__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 16)); };
+    g_ = g;
+    for (int v = 0; v < 4; ++v) {
+      if (g >= groups_) {  // rows past K: codes zero
+        mant_[v] = expo_[v] = live_[v] = _mm512_setzero_si512();
+        continue;
+      }
+      const __m512i s = _mm512_castps_si512(simd::e4m3_to_ps(simd::widen16(p_.scales + g * panel_cols + 16 * v)));
+      const __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(s, 23), _mm512_set1_epi32(127));
+      mant_[v] = both_words(_mm512_and_si512(_mm512_srli_epi32(s, 17), _mm512_set1_epi32(0x38)));
+      expo_[v] = both_words(_mm512_and_si512(_mm512_slli_epi32(e, 7), _mm512_set1_epi32(0xFFFF)));
+      live_[v] = both_words(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(s, s), _mm512_set1_epi32(7)));
+    }
+  }
+
+  QPanel<nvfp4_format> p_;
+  index_t K_, groups_;
+  index_t g_ = -1;  // the scale group whose state mant_, expo_, live_ hold
+  __m512i mant_[4], expo_[4], live_[4];
+};
+
+/// The decoder of an E2M1 format.
+template <class F>
+using e2m1_decoder = std::conditional_t<F::scale == qscale::e8m0, mxfp4_decoder, nvfp4_decoder>;
+
+/// k-blocks [kb0, kb1) of an E2M1 panel (MXFP4 or NVFP4) of K rows in the bf16 tile layout of
+/// amx.hpp: slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2] (e2m1_decoder).
+template <class F>
+inline void decode_e2m1_slab(const QPanel<F>& p, index_t K, index_t kb0, index_t kb1, std::uint16_t* slab) noexcept {
+  e2m1_decoder<F> decode(p, K);
+  for (index_t kb = kb0; kb < kb1; ++kb) decode(kb, 0, amx_kb / 2, slab + (kb - kb0) * 4 * amx_tile_elems);
+}
+
+inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t kb0, index_t kb1,
+                              std::uint16_t* slab) noexcept {
+  decode_e2m1_slab(p, K, kb0, kb1, slab);
+}
+
+inline void decode_nvfp4_slab(const QPanel<nvfp4_format>& p, index_t K, index_t kb0, index_t kb1,
+                              std::uint16_t* slab) noexcept {
+  decode_e2m1_slab(p, K, kb0, kb1, slab);
 }
 
 #endif
 
 namespace detail {
 
+/// POLYMOE_AMX_ROW_GROUP from the environment: -1 unset, 0 off, 1 on (a knob for measuring
+/// row_group_loop; bench_ratio --ab row-group sets it directly).
+inline int& row_group_knob() noexcept {
+  static int knob = env_switch("POLYMOE_AMX_ROW_GROUP");
+  return knob;
+}
+
+/// Whether E2M1 row blocks of at most 16 rows run amx::decoded_row_group (the default) rather than
+/// a decoded slab at a time.
+inline bool row_group_loop() noexcept { return row_group_knob() != 0; }
+
 #if defined(POLYMOE_TILED_AMX_CODE)
 /// c[m][64] = rows [0, m) of A in Ops' layout (bf16x2_ops: split rows; bf16_ops: NVFP4 W4A4's
 /// e2m1 · e4m3 values), lda elements apart and readable up to roundup(m, 16) rows, times an E2M1
-/// panel (MXFP4 or NVFP4) of K rows, a decoded slab at a time; NVFP4's scale_2 and the rows'
-/// scales sa (row r's at sa[r]; nullptr: 1) multiply the sums.
+/// panel (MXFP4 or NVFP4) of K rows; NVFP4's scale_2 and the rows' scales sa (row r's at sa[r];
+/// nullptr: 1) multiply the sums. Blocks of up to 16 rows run amx::decoded_row_group (the decode
+/// of each k-block between the previous one's products) when `row_group`, others a decoded 32 KiB
+/// slab at a time (amx::decoded_slab); both sum each column tile in the same order, so they give
+/// the same bits.
 template <class F, class Ops = amx::bf16x2_ops>
 inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t K,
-                                   const QPanel<F>& panel, float* c) noexcept {
+                                   const QPanel<F>& panel, float* c, bool row_group = row_group_loop()) noexcept {
   static_assert(F::code == qcode::e2m1);
-  alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];  // 32 KiB
   const index_t nkb = padded_k32(K) / amx_kb;
-  for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb) {
-    const index_t s1 = std::min(nkb, s0 + amx::slab_kb);
-    if constexpr (F::scale == qscale::e8m0)
-      decode_mxfp4_slab(panel, K, s0, s1, slab);
-    else
-      decode_nvfp4_slab(panel, K, s0, s1, slab);
-    amx::decoded_slab<Ops>(a + s0 * Ops::a_k, lda, m, s1 - s0, slab, c, s0 > 0);
+  e2m1_decoder<F> decoder(panel, K);
+  if (m <= 16 && row_group) {
+    amx::decoded_row_group<Ops>(a, lda, nkb, [&](index_t kb, int part, std::uint16_t* out) {
+      decoder(kb, 4 * part, 4 * part + 4, out);
+    }, c);
+  } else {
+    alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];  // 32 KiB
+    for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb) {
+      const index_t s1 = std::min(nkb, s0 + amx::slab_kb);
+      for (index_t kb = s0; kb < s1; ++kb) decoder(kb, 0, amx_kb / 2, slab + (kb - s0) * 4 * amx_tile_elems);
+      amx::decoded_slab<Ops>(a + s0 * Ops::a_k, lda, m, s1 - s0, slab, c, s0 > 0);
+    }
   }
   if (F::scale == qscale::e4m3 || sa != nullptr)
     for (index_t r = 0; r < m; ++r) {

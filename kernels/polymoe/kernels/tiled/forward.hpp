@@ -206,18 +206,23 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
   }
 }
 
-/// The same for a quantized panel: widened in registers for one or two rows (decode), else a slab
-/// at a time into an L1 buffer that all the block's tiles share (see qpanel.hpp).
+/// The same for a quantized panel: widened in registers for one or two rows (decode) and for three
+/// or four (qtile: the bits of the slab path), else a slab at a time into an L1 buffer that all the
+/// block's tiles share (see qpanel.hpp).
 template <class F, class RowOf>
 inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& panel, float* c) {
   const float* rows[max_tile_rows];
 #if defined(POLYMOE_TILED_AVX512)
-  if (m <= decode_rows) {
+  if (m <= max_qtile_rows) {
     for (index_t i = 0; i < m; ++i) rows[i] = row(i);
     if (m == 1)
       decode_qtile<1>(rows, K, panel, c);
-    else
+    else if (m == 2)
       decode_qtile<2>(rows, K, panel, c);
+    else if (m == 3)
+      qtile<3>(rows, K, panel, c);
+    else
+      qtile<4>(rows, K, panel, c);
     return;
   }
 #endif

@@ -11,6 +11,8 @@
 //   decode (one or two rows per expert): each k-row is widened to four fp32 vectors in registers
 //     (E2M1: a 16-entry lookup with vpermps on the nibble; E4M3: shifts into the fp32 bit
 //     pattern and one exact multiply by 2^120) and multiplied by its group's scales;
+//   three or four rows (qtile): the same widening, scaled per weight, in registers, each k-row
+//     against every row of the block;
 //   prefill: the same widening writes a 32 KiB slab of the panel into an L1 buffer once per row
 //     block, and the fp32 micro-kernel runs all the block's tiles over it.
 //
@@ -294,6 +296,37 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
       for (int v = 0; v < 4; ++v)
         _mm512_store_ps(c + r * panel_cols + 16 * v, _mm512_add_ps(even[r][v], odd[r][v]));
   }
+}
+
+/// Rows per block up to which block_times_panel runs qtile on a quantized panel (above: a slab
+/// expanded into L1 and tile<M> over it). Four rows: qtile<4> keeps 16 accumulators, the k-row's
+/// 4 weights and its group's 4 scales in registers.
+inline constexpr int max_qtile_rows = 4;
+
+/// C[M][64] = sum over k in [0, K) of a[r][k] · W[k][:] for M rows (3 to max_qtile_rows): each
+/// k-row widened and scaled in registers (load_qrow: the values expand writes) and each output one
+/// k-ordered chain of FMAs, as tile<M> runs them over expand's slabs, so the same bits, without the
+/// fp32 slab's stores and loads; the codes prefetched ahead as in decode_qtile.
+template <int M, class F>
+inline void qtile(const float* const* a, index_t K, const QPanel<F>& p, float* c) noexcept {
+  static_assert(M >= 1 && M <= max_qtile_rows);
+  constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads
+  __m512 acc[M][4], s[4], w[4];
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+  index_t g = -1;
+  for (index_t k = 0; k < K; ++k) {
+    if ((k * F::row_bytes) % 64 == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(p.codes + k * F::row_bytes) + ahead, _MM_HINT_T0);
+    if (k / F::group != g) load_group_scales(p, g = k / F::group, s);
+    load_qrow(p, k, s, w);
+    for (int r = 0; r < M; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r][k]);
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(x, w[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
 }
 
 #pragma GCC diagnostic pop
