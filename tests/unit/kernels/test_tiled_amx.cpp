@@ -603,10 +603,11 @@ std::vector<std::uint8_t> random_e2m1_panel(index_t K, std::mt19937& rng, std::v
 }
 
 TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
-  // A hand-made MXFP4 panel in kernel::tiled's layout (qpanel.hpp), K = 200 (the last k-block
-  // partial): every decoded weight is bf16(e2m1 · 2^(e - 127)) at its tile-layout slot, exact,
-  // rows past K zero, for every code (both signs of zero) and scale codes 2 to 252.
-  constexpr index_t K = 200, K32 = kt::padded_k32(K), groups = K32 / 32;
+  // A hand-made MXFP4 panel in kernel::tiled's layout (qpanel.hpp), K = 199 (the last k-block
+  // partial, its last k-pair half outside): every decoded weight is bf16(e2m1 · 2^(e - 127)) at its
+  // tile-layout slot, exact, rows past K zero, for every code (both signs of zero) and scale codes
+  // 2 to 252.
+  constexpr index_t K = 199, K32 = kt::padded_k32(K), groups = K32 / 32;
   std::mt19937 rng(3);
   std::vector<std::uint8_t> scales(static_cast<std::size_t>(groups * 64)), code_of;
   const std::vector<std::uint8_t> codes = random_e2m1_panel(K, rng, code_of);
