@@ -23,9 +23,10 @@
 // formats()), in rounds (--rounds).
 //
 // With --threshold FORMAT (mxfp4, nvfp4 or fp8: weight-only, fp32 activations; nvfp4_w4a4: NVFP4
-// activations) it times, for row blocks of 1 to 16 rows, the two ways kernel::tiled_amx can
+// activations; fp8_w8a8: E4M3 activations in groups of 128) it times, for row blocks of 1 to 16 rows, the two ways kernel::tiled_amx can
 // multiply a block by a quantized panel: kernel::tiled's AVX-512 path (detail::block_times_panel on
-// fp32 rows) and the tiles on decoded slabs (split rows, or W4A4's e2m1 · e4m3 rows), each thread
+// fp32 rows) and the tiles on decoded slabs (split rows, or W4A4's e2m1 · e4m3 rows, or W8A8's
+// E4M3 rows), each thread
 // streaming its share of 1 GiB of panels, in rounds of A B B A, and prints the median and quartiles
 // of the time of the AVX-512 path over the tiles' (above 1: the tiles are faster). The layer's threshold (amx_min_rows_*) is the smallest m where
 // the tiles win.
@@ -34,7 +35,7 @@
 // E2M1 panel into the decode and the tiles (see decomposition()).
 //
 //   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]] [--formats]
-//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8 [--k 2048]] [--decomp mxfp4|nvfp4 [--k 2048]]
+//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8|fp8_w8a8 [--k 2048]] [--decomp mxfp4|nvfp4 [--k 2048]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -373,7 +374,7 @@ void decomposition(const char* name, const std::vector<long>& threads, index_t K
 /// --threshold: kernel::tiled's path against the tiles for blocks of few rows, on panels of format
 /// F with K rows (see the top of this file).
 template <class F>
-void threshold(const char* name, const std::vector<long>& threads, index_t K, int rounds, bool w4a4 = false) {
+void threshold(const char* name, const std::vector<long>& threads, index_t K, int rounds, bool qact = false) {
   using scale_t = typename F::scale_type;
   const index_t groups = F::groups(K), K32 = padded_k32(K), lda = amx_row_stride_bytes(4 * K32) / 2;
   const std::size_t code_bytes = static_cast<std::size_t>(K * F::row_bytes);
@@ -389,7 +390,9 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
     std::vector<AlignedBuffer<scale_t>> scales(static_cast<std::size_t>(nt));
     std::vector<AlignedBuffer<float>> x(static_cast<std::size_t>(nt)), c(static_cast<std::size_t>(nt));
     std::vector<AlignedBuffer<std::uint16_t>> a(static_cast<std::size_t>(nt));
-    std::vector<std::vector<float>> sa(static_cast<std::size_t>(nt), std::vector<float>(16, 1.0f));
+    // the rows' activation scales (qact): W4A4's scale_2 per row, W8A8's per group of 128
+    std::vector<std::vector<float>> sa(static_cast<std::size_t>(nt),
+                                       std::vector<float>(static_cast<std::size_t>(16 * groups), 1.0f));
     bench::run_together(nt, [&](int id) {
       const auto i = static_cast<std::size_t>(id);
       std::uint32_t r = 2463534242u + static_cast<std::uint32_t>(id);
@@ -401,8 +404,11 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
       for (index_t row = 0; row < 16; ++row) {
         float* xr = x[i].data() + row * K;
         for (index_t k = 0; k < K; ++k) xr[k] = static_cast<float>(static_cast<int>(next() % 2001) - 1000) * 1e-3f;
-        if (w4a4)  // NVFP4 W4A4: the row's e2m1 · e4m3 values and its scale_2
+        if (qact && F::code == qcode::e2m1)  // NVFP4 W4A4: the row's e2m1 · e4m3 values and its scale_2
           sa[i][static_cast<std::size_t>(row)] = quantize_nvfp4_tile_row(xr, 1.0f, K, K32, a[i].data() + row * lda);
+        else if (qact)  // fp8 W8A8: the row's E4M3 values and its scales per group of 128
+          quantize_e4m3_row(xr, 1.0f, K, K32, fp8_format::group, a[i].data() + row * lda,
+                            sa[i].data() + row * groups);
         else
           split_bf16_row(xr, 1.0f, K, K32, a[i].data() + row * lda);
       }
@@ -434,13 +440,16 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
             if (side == 0)
               kernels::tiled::detail::block_times_panel(m, [&](index_t row) { return xs + row * K; }, K, panel, c[i].data());
             else if constexpr (std::is_same_v<F, nvfp4_format>) {
-              if (w4a4)
+              if (qact)
                 kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16_ops>(m, a[i].data(), lda, sa[i].data(), K,
                                                                                  panel, c[i].data());
               else
                 kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
             } else if constexpr (F::code == qcode::e2m1) {
               kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
+            } else if (qact) {
+              kernels::tiled::detail::fp8_times_panel<amx::bf16_ops>(m, a[i].data(), lda, sa[i].data(), groups, K, panel,
+                                                                     c[i].data());
             } else {
               kernels::tiled::detail::fp8_times_panel<amx::bf16x2_ops>(m, a[i].data(), lda, nullptr, groups, K, panel,
                                                                        c[i].data());
@@ -704,8 +713,10 @@ int main(int argc, char** argv) {
     threshold<nvfp4_format>("w4a4", threads, threshold_k, rounds, true);
   else if (threshold_format == "fp8")
     threshold<fp8_format>("fp8", threads, threshold_k, rounds);
+  else if (threshold_format == "fp8_w8a8")
+    threshold<fp8_format>("w8a8", threads, threshold_k, rounds, true);
   else if (!threshold_format.empty()) {
-    std::fprintf(stderr, "bench_amx: --threshold wants mxfp4, nvfp4, nvfp4_w4a4 or fp8\n");
+    std::fprintf(stderr, "bench_amx: --threshold wants mxfp4, nvfp4, nvfp4_w4a4, fp8 or fp8_w8a8\n");
     return 2;
   }
   if (!threshold_format.empty()) return 0;

@@ -46,13 +46,14 @@ namespace polymoe::kernels::tiled {
 /// Measured on the 16-core device machine (fp8_block, DeepSeek-V3's expert shape with 16 experts,
 /// 16 threads, two rounds of the knob at 2, 4, 8, 16 and never; docs/benchmarks.md, issue 10, run
 /// 117), forward ms: about 2 rows per expert, tiles 9.4-9.5 against the FMA path's 8.2-8.9; about
-/// 4, tiles 10.8-11.9 against 12.5-14.8; about 8, tiles 10.8-14.3 against 16.5-18.8. Since
-/// kernel::tiled runs blocks of 3-4 rows in registers (qtile), bench_amx --threshold fp8 (weight-only
-/// panels, split rows on the tiles; run 140) gives kernel::tiled's time over the tiles' at 3 rows
-/// 0.78, at 4 rows 0.78, at 6 rows 1.28; W8A8's tiles do half that work per weight and were not
-/// measured against qtile: the threshold stays 4 for both.
+/// 4, tiles 10.8-11.9 against 12.5-14.8; about 8, tiles 10.8-14.3 against 16.5-18.8 (the threshold
+/// was 4). Since kernel::tiled runs blocks of 3-4 rows in registers (qtile), bench_amx --threshold
+/// (16 threads, K = 2048, 5 paired rounds; runs 140 and 144) gives kernel::tiled's time over the
+/// tiles', medians: weight-only (split rows on the tiles) at 4 rows 0.78 and 0.80, at 6 rows 1.28
+/// and 1.38; W8A8 (E4M3 rows in groups of 128, one term) at 3 rows 0.65, at 4 rows 0.91, at 6 rows
+/// 1.52.
 /// POLYMOE_AMX_MIN_ROWS overrides it, as it does the others.
-inline constexpr index_t amx_min_rows_e4m3 = 4;
+inline constexpr index_t amx_min_rows_e4m3 = 5;
 
 /// Tile k-blocks per scale group (128 k).
 inline constexpr index_t e4m3_group_kb = fp8_format::group / amx_kb;
