@@ -302,6 +302,15 @@ void random_panels(std::size_t per, std::size_t code_bytes, std::size_t scale_co
   }
 }
 
+/// Decodes a whole E2M1 panel of K rows a 32 KiB slab at a time into `slab` (the decode alone, as
+/// the slab loop runs it); returns one decoded value (word j % 64) so that the work is kept.
+template <class F>
+float decode_panel(const QPanel<F>& panel, index_t K, std::uint16_t* slab, std::size_t j) noexcept {
+  const index_t nkb = padded_k32(K) / amx_kb;
+  for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb) decode_e2m1_slab(panel, K, s0, std::min(nkb, s0 + amx::slab_kb), slab);
+  return slab[j % 64];
+}
+
 /// --decomp mxfp4|nvfp4: where an E2M1 row block of m <= 16 rows spends its time, per thread in ns
 /// per k-block (2048 weights): the decode alone (decode_e2m1_slab), the tiles alone
 /// (amx::decoded_row_group with nothing left to decode after its first two k-blocks), the two in
@@ -348,9 +357,7 @@ void decomposition(const char* name, const std::vector<long>& threads, index_t K
                 const std::size_t jj = hot ? j % 2 : j;
                 const QPanel<F> panel{codes[i].data() + jj * code_bytes, scales[i].data() + jj * scale_count, 0.5f};
                 if (v == 0) {
-                  for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb)
-                    decode_e2m1_slab(panel, K, s0, std::min(nkb, s0 + amx::slab_kb), slab);
-                  c[i].data()[0] += slab[j % 64];  // keeps the decode
+                  c[i].data()[0] += decode_panel(panel, K, slab, j);
                 } else if (v == 1) {
                   e2m1_decoder<F> decoder(panel, K);
                   amx::decoded_row_group<amx::bf16x2_ops>(a[i].data(), lda, nkb, [&](index_t kb, int part, std::uint16_t* out) {
@@ -427,14 +434,7 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
             const QPanel<F> panel{codes[i].data() + jj * code_bytes, scales[i].data() + jj * scale_count, 0.5f};
             if constexpr (F::code == qcode::e2m1)
               if (side >= 2) {
-                for (index_t s0 = 0; s0 < K32 / amx_kb; s0 += amx::slab_kb) {
-                  const index_t s1 = std::min(K32 / amx_kb, s0 + amx::slab_kb);
-                  if constexpr (F::scale == qscale::e8m0)
-                    decode_mxfp4_slab(panel, K, s0, s1, slab);
-                  else
-                    decode_nvfp4_slab(panel, K, s0, s1, slab);
-                }
-                c[i].data()[0] += slab[j % 64];  // keeps the decode
+                c[i].data()[0] += decode_panel(panel, K, slab, j);
                 continue;
               }
             if (side == 0)

@@ -616,7 +616,7 @@ TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
   const kt::QPanel<kt::mxfp4_format> panel{codes.data(), scales.data(), 1.0f};
   // the value is exact in bf16, so equal bits are the value and its sign of zero
   expect_decoded_slab(
-      K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_mxfp4_slab(panel, K, kb0, kb1, out); },
+      K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_e2m1_slab(panel, K, kb0, kb1, out); },
       [&](index_t k, index_t c) {
         return codecs::float_to_bf16(codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
                                      codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]));
@@ -635,7 +635,7 @@ TEST(TiledAmx, Nvfp4SlabDecodesEveryWeightExactly) {
   for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<std::uint8_t>((i * 5) % 127);  // 0 .. 0x7E
   const kt::QPanel<kt::nvfp4_format> panel{codes.data(), scales.data(), 0.37f};
   expect_decoded_slab(
-      K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_nvfp4_slab(panel, K, kb0, kb1, out); },
+      K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_e2m1_slab(panel, K, kb0, kb1, out); },
       [&](index_t k, index_t c) {
         return codecs::float_to_bf16(codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
                                      codecs::e4m3_to_float(scales[static_cast<std::size_t>((k / 16) * 64 + c)]));

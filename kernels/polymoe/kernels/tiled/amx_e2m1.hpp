@@ -90,7 +90,7 @@ inline constexpr index_t amx_min_rows_nvfp4_w4a4 = 5;
   return true;
 }
 
-/// Whether decode_nvfp4_slab can decode NVFP4 block scales `scales` (E4M3 codes): none has its
+/// Whether nvfp4_decoder can decode NVFP4 block scales `scales` (E4M3 codes): none has its
 /// sign bit set. ModelOpt's scales are amax / 6 / scale_2, never negative; a layer with a negative
 /// one (or -0) runs kernel::tiled's path instead.
 [[nodiscard]] inline bool nvfp4_scales_unsigned(const std::vector<std::uint8_t>& scales) noexcept {
@@ -260,16 +260,6 @@ inline void decode_e2m1_slab(const QPanel<F>& p, index_t K, index_t kb0, index_t
   for (index_t kb = kb0; kb < kb1; ++kb) decode(kb, 0, amx_kb / 2, slab + (kb - kb0) * 4 * amx_tile_elems);
 }
 
-inline void decode_mxfp4_slab(const QPanel<mxfp4_format>& p, index_t K, index_t kb0, index_t kb1,
-                              std::uint16_t* slab) noexcept {
-  decode_e2m1_slab(p, K, kb0, kb1, slab);
-}
-
-inline void decode_nvfp4_slab(const QPanel<nvfp4_format>& p, index_t K, index_t kb0, index_t kb1,
-                              std::uint16_t* slab) noexcept {
-  decode_e2m1_slab(p, K, kb0, kb1, slab);
-}
-
 #endif
 
 namespace detail {
@@ -298,8 +288,8 @@ inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t ld
                                    const QPanel<F>& panel, float* c, bool row_group = row_group_loop()) noexcept {
   static_assert(F::code == qcode::e2m1);
   const index_t nkb = padded_k32(K) / amx_kb;
-  e2m1_decoder<F> decoder(panel, K);
   if (m <= 16 && row_group) {
+    e2m1_decoder<F> decoder(panel, K);
     amx::decoded_row_group<Ops>(a, lda, nkb, [&](index_t kb, int part, std::uint16_t* out) {
       decoder(kb, 4 * part, 4 * part + 4, out);
     }, c);
@@ -307,7 +297,7 @@ inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t ld
     alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];  // 32 KiB
     for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb) {
       const index_t s1 = std::min(nkb, s0 + amx::slab_kb);
-      for (index_t kb = s0; kb < s1; ++kb) decoder(kb, 0, amx_kb / 2, slab + (kb - s0) * 4 * amx_tile_elems);
+      decode_e2m1_slab(panel, K, s0, s1, slab);
       amx::decoded_slab<Ops>(a + s0 * Ops::a_k, lda, m, s1 - s0, slab, c, s0 > 0);
     }
   }
