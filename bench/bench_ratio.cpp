@@ -16,15 +16,20 @@
 // each panel's epilogue inside the next panel's tiles: detail::gemm1_by_block_knob; off 0, on 1)
 // and bf16-block-rows (bf16's AMX row-block cut: detail::bf16_block_rows_knob; off 128, on 256,
 // the library's; int8 always cuts at 256) and row-group (E2M1 row blocks of at most 16 rows in
-// amx::decoded_row_group: detail::row_group_knob; off 0, on 1, the library's; bf16 is the control).
+// amx::decoded_row_group: detail::row_group_knob; off 0, on 1, the library's; bf16 is the control)
+// and one-term (split GEMM 1 inputs whose lo terms are all zero run the hi term alone:
+// detail::one_term_knob; off 0, on 1, the library's; it acts only with --bf16-inputs 1).
+//
+// With --bf16-inputs 1 the hidden states are bf16 values (an engine running in bf16), not fp32 ones.
 //
 // With --phases 1, each format's phase times over all of its timed forwards of the rounds (as
 // polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
 //
 //   bench_ratio [--preset qwen3-30b-a3b|deepseek-v3|gpt-oss-20b|tiny] [--experts N]
-//               [--second int8_w8a8|fp8_block|mxfp4|nvfp4|nvfp4_w4a4]
+//               [--second int8_w8a8|fp8_block|fp8_block_weight_only|mxfp4|nvfp4|nvfp4_w4a4]
 //               [--tokens 512,2048] [--threads 16] [--rounds 9] [--forwards 3]
-//               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows|row-group] [--phases 1]
+//               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows|row-group|one-term] [--phases 1]
+//               [--bf16-inputs 1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -84,7 +89,7 @@ int main(int argc, char** argv) try {
   preset p{"qwen3-30b-a3b", 2048, 768, 128, 8};
   std::vector<long> tokens = {512, 2048};
   int threads = 16, rounds = 9, forwards = 3;
-  bool phases = false;
+  bool phases = false, bf16_inputs = false;
   int* ab = nullptr;  // the knob of --ab, and its values off and on
   int ab_off = 0, ab_on = 1;
   std::string ab_name, second = "int8_w8a8";
@@ -105,8 +110,9 @@ int main(int argc, char** argv) try {
     } else if (a == "--experts") {
       max_experts = std::atol(v.c_str());
     } else if (a == "--second") {
-      if (v != "int8_w8a8" && v != "fp8_block" && v != "mxfp4" && v != "nvfp4" && v != "nvfp4_w4a4")
-        fail("--second: int8_w8a8, fp8_block, mxfp4, nvfp4 or nvfp4_w4a4, not '" + v + "'");
+      if (v != "int8_w8a8" && v != "fp8_block" && v != "fp8_block_weight_only" && v != "mxfp4" && v != "nvfp4" &&
+          v != "nvfp4_w4a4")
+        fail("--second: int8_w8a8, fp8_block, fp8_block_weight_only, mxfp4, nvfp4 or nvfp4_w4a4, not '" + v + "'");
       second = v;
     } else if (a == "--tokens") {
       tokens = comma_list(v.c_str());
@@ -118,6 +124,8 @@ int main(int argc, char** argv) try {
       forwards = std::atoi(v.c_str());
     } else if (a == "--phases") {
       phases = v != "0";
+    } else if (a == "--bf16-inputs") {
+      bf16_inputs = v != "0";
     } else if (a == "--ab") {
       ab_name = v;
       if (v == "y-stream") {
@@ -132,9 +140,11 @@ int main(int argc, char** argv) try {
         ab_off = 128, ab_on = 256;
       } else if (v == "row-group") {
         ab = &kernels::tiled::detail::row_group_knob();
+      } else if (v == "one-term") {
+        ab = &kernels::tiled::detail::one_term_knob();
 
       } else {
-        fail("--ab: y-stream, sum-span, gemm1-by-block, bf16-block-rows or row-group, not '" + v + "'");
+        fail("--ab: y-stream, sum-span, gemm1-by-block, bf16-block-rows, row-group or one-term, not '" + v + "'");
       }
     } else {
       fail("unknown option " + a);
@@ -163,7 +173,7 @@ int main(int argc, char** argv) try {
                 name2, int8.note.c_str());
     tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     for (const long T : tokens) {
-      const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T));
+      const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T), bf16_inputs);
       const routing_set r = make_routings(T, p.experts, p.top_k, static_cast<std::uint64_t>(T) + 17);
       const int warm = static_cast<int>(r.ids.size()) * static_cast<int>(std::max(bf16.copies.size(), int8.copies.size()));
       bf16.time(hidden, r, warm);
@@ -236,6 +246,8 @@ int main(int argc, char** argv) try {
   };
   if (second == "fp8_block")
     body.template operator()<quant::fp8_block>();
+  else if (second == "fp8_block_weight_only")
+    body.template operator()<quant::fp8_block_weight_only>();
   else if (second == "mxfp4")
     body.template operator()<quant::mxfp4>();
   else if (second == "nvfp4")

@@ -61,6 +61,7 @@ const char* usage = R"(usage: polymoe_bench [options]
   --phases         kernels tiled and tiled_amx: also the mean time per phase of the timed
                    forwards (sort, inputs, gemm1, act, gemm2 or gemms, sum), in the log and the note
   --no-baseline    skip the fp32 Eigen baseline (its column is then empty)
+  --bf16-inputs    hidden states that are bf16 values (an engine running in bf16), not fp32 ones
   --json FILE --csv FILE   write the records
   --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)
   --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
@@ -357,6 +358,10 @@ int main(int argc, char** argv) try {
       o.baseline = false;
       continue;
     }
+    if (a == "--bf16-inputs") {
+      o.bf16_inputs = true;
+      continue;
+    }
     if (i + 1 >= argc) fail(a + " needs a value (see --help)");
     const std::string v = argv[++i];
     const auto ints = [&] {
@@ -518,7 +523,7 @@ int main(int argc, char** argv) try {
       for (int threads : o.threads) {
         tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
         for (index_t T : o.tokens) {
-          const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T));
+          const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T), o.bf16_inputs);
           const routing_set r = make_routings(T, p.experts, p.top_k, static_cast<std::uint64_t>(T) + 17);
           const auto V = static_cast<int>(r.ids.size());
           record rec;

@@ -15,6 +15,7 @@
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/expert_weights.hpp>
 #include <polymoe/core/types.hpp>
+#include <polymoe/kernels/codecs/bf16.hpp>
 #include <polymoe/kernels/tiled/phases.hpp>
 
 #include "limits.hpp"
@@ -34,6 +35,7 @@ struct options {
   int reps = 10;
   bool phases = false;  // --phases: the tiled kernels' time per phase
   bool baseline = true;  // --no-baseline: skip the Eigen baseline (x base is then empty)
+  bool bf16_inputs = false;  // --bf16-inputs: hidden states that are bf16 values
 };
 
 /// A layer's configuration for a preset: silu-gated experts, no biases, top-k routing.
@@ -175,12 +177,15 @@ inline ExpertWeights random_weights(const preset& p) {
   return w;
 }
 
-inline Matrix random_hidden(index_t T, index_t H, std::uint64_t seed) {
+/// Hidden states in [-1, 1); `bf16_values`: rounded to bf16 values (the inputs of an engine that
+/// runs in bf16).
+inline Matrix random_hidden(index_t T, index_t H, std::uint64_t seed, bool bf16_values = false) {
   Matrix m(T, H);
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
   for (index_t i = 0; i < m.size(); ++i) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     m.data()[i] = static_cast<float>(static_cast<double>(x >> 11) / 9007199254740992.0 * 2 - 1);
+    if (bf16_values) m.data()[i] = codecs::bf16_to_float(codecs::float_to_bf16(m.data()[i]));
   }
   return m;
 }

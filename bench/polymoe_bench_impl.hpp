@@ -44,7 +44,7 @@ void bench_triple(const sweep& s) {
   for (const int threads : s.opt->threads) {
     tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     for (const index_t T : s.opt->tokens) {
-      const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T));
+      const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T), s.opt->bf16_inputs);
       const routing_set r = make_routings(T, p.experts, p.top_k, static_cast<std::uint64_t>(T) + 17);
       const auto V = static_cast<int>(r.ids.size());
       record rec;
@@ -57,7 +57,8 @@ void bench_triple(const sweep& s) {
       rec.threads = threads;
       rec.flops = flops_per_forward(p, T);
       rec.weight_bytes = r.distinct * one_expert;
-      rec.note = note + "; " + std::to_string(V) + " routing(s) per instance";
+      rec.note = note + "; " + std::to_string(V) + " routing(s) per instance" +
+                 (s.opt->bf16_inputs ? "; bf16 inputs" : "");
       // forward f: routing f mod V on instance (f / V) mod n, so a cycle of V·n forwards reads
       // every expert of every instance. The warm-up is one such cycle: every instance has run a
       // forward of this size, so no timed forward grows an instance's workspace (first-touch page

@@ -232,6 +232,38 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   });
 }
 
+// GEMM 1 inputs that are bf16 values already (an engine's bf16 hidden states) run the weight-only
+// decoded formats' GEMM 1 with the split rows' hi terms alone (amx::bf16x2_hi_ops): the bits of
+// both terms, in every scheme, decode-sized blocks (T=3) and prefill (T=300), a routing weight on
+// the input (which makes most rows fp32 values again) and biases. Where the tiles do not run, the
+// knob changes nothing and the check holds trivially; on the AMX machine it compares the two paths.
+TEST(TiledAmx, OneTermGemm1GivesTheBitsOfBothTerms) {
+  int& knob = kt::detail::one_term_knob();
+  const int saved = knob;
+  MoeConfig weighted = test::moe_config(128, 64, 4, 1);
+  weighted.router_weight_on_input = true;
+  for (const MoeConfig& cfg : {test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true), weighted})
+    for (const index_t T : {index_t{3}, index_t{300}}) {
+      std::mt19937 rng(static_cast<unsigned>(T + 7 * cfg.hidden));
+      const MoeWeights w = test::random_weights(rng, cfg);
+      Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+      for (index_t i = 0; i < hidden.size(); ++i)
+        hidden.data()[i] = codecs::bf16_to_float(codecs::float_to_bf16(hidden.data()[i]));
+      hidden(0, 0) = -0.0f;
+      const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
+      for_each_scheme([&]<class Q>() {
+        MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+        knob = 0;
+        const Matrix both = layer.forward_routed(hidden, r.ids, r.weights);
+        knob = 1;
+        const Matrix one = layer.forward_routed(hidden, r.ids, r.weights);
+        EXPECT_EQ(std::memcmp(both.data(), one.data(), static_cast<std::size_t>(both.size()) * sizeof(float)), 0)
+            << Q::name << " T=" << T << (cfg.router_weight_on_input ? ", weight on input" : "");
+      });
+    }
+  knob = saved;
+}
+
 // GEMM 1 by block (one task per row block, its panels in turn, each panel's epilogue run row by
 // row inside the next panel's tiles; int8: its input rows gathered into the worker's buffer, its
 // activations kept there and quantized by the same task) gives the bits of GEMM 1 by (block,
@@ -571,6 +603,28 @@ TEST(TiledAmx, SplitRowsCarryTheFp32Values) {
   }
 }
 
+TEST(TiledAmx, SplitRowsSayWhetherEveryLoTermIsZero) {
+  // split_bf16_row's answer, which sends a block's GEMM 1 to the hi term alone: true for rows of
+  // bf16 values (zeros of both signs and infinities included; with a routing weight of 1 or a power
+  // of two), false as soon as one value of the row (the first, the last, one past a k-block edge)
+  // is not a bf16 value, or the routing weight makes one so.
+  constexpr index_t n = 100, n32 = 128;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(n);
+  for (auto& v : x) v = codecs::bf16_to_float(codecs::float_to_bf16(nd(rng)));
+  x[3] = -0.0f, x[4] = std::numeric_limits<float>::infinity(), x[5] = 0.0f;
+  std::vector<std::uint16_t> row(n32 * 2);
+  EXPECT_TRUE(kt::split_bf16_row(x.data(), 1.0f, n, n32, row.data()));
+  EXPECT_TRUE(kt::split_bf16_row(x.data(), 0.25f, n, n32, row.data()));
+  EXPECT_FALSE(kt::split_bf16_row(x.data(), 0.3f, n, n32, row.data()));
+  for (const index_t i : {index_t{0}, index_t{33}, index_t{n - 1}}) {
+    std::vector<float> y = x;
+    y[static_cast<std::size_t>(i)] = 1.0f + std::ldexp(1.0f, -12);  // not a bf16 value
+    EXPECT_FALSE(kt::split_bf16_row(y.data(), 1.0f, n, n32, row.data())) << i;
+  }
+}
+
 /// Decodes k-blocks [0, 4) and then [4, K32 / 32) of a panel of K rows, as a task's slabs do, with
 /// decode(kb0, kb1, out), and checks every slot of the tile layout: the bf16 bits want(k, c) for
 /// k < K, zero past K.
@@ -614,12 +668,15 @@ TEST(TiledAmx, Mxfp4SlabDecodesEveryWeightExactly) {
   for (auto& s : scales) s = static_cast<std::uint8_t>(2 + rng() % 251);
   scales[0] = 2, scales[1] = 252;
   const kt::QPanel<kt::mxfp4_format> panel{codes.data(), scales.data(), 1.0f};
-  // the value is exact in bf16, so equal bits are the value and its sign of zero
+  // the value is exact in bf16, so equal bits are the value; both zeros decode to +0 (the tiles'
+  // sums start from +0, so a zero weight's sign cannot reach them)
   expect_decoded_slab(
       K, [&](index_t kb0, index_t kb1, std::uint16_t* out) { kt::decode_e2m1_slab(panel, K, kb0, kb1, out); },
       [&](index_t k, index_t c) {
-        return codecs::float_to_bf16(codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
-                                     codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]));
+        const std::uint16_t b =
+            codecs::float_to_bf16(codecs::e2m1_to_float(code_of[static_cast<std::size_t>(k * 64 + c)]) *
+                                  codecs::e8m0_to_float(scales[static_cast<std::size_t>((k / 32) * 64 + c)]));
+        return b == 0x8000 ? std::uint16_t{0} : b;
       });
 }
 
@@ -641,6 +698,33 @@ TEST(TiledAmx, Nvfp4SlabDecodesEveryWeightExactly) {
                                      codecs::e4m3_to_float(scales[static_cast<std::size_t>((k / 16) * 64 + c)]));
       });
 }
+
+#if defined(__AVX512VBMI__)
+TEST(TiledAmx, VbmiKpairLoadGivesTheShuffledLoadsWords) {
+  // The decoders' k-pair load (load_kpair_vbmi in this build) against load_kpair_shuffled, the
+  // load of builds without AVX512-VBMI: the same 64 words for every k-pair of a panel of K = 7
+  // rows (the last pair's second row past K, then a pair wholly past K), random bytes past K
+  // (they must read as zero) and random codes before.
+  constexpr index_t K = 7;
+  std::mt19937 rng(12);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(12 * 32));
+  for (auto& b : codes) b = static_cast<std::uint8_t>(rng());
+  for (index_t k = 0; k < 10; k += 2) {
+    __m512i got[2], want[2];
+    kt::detail::load_kpair_vbmi(codes.data(), k, K, got);
+    kt::detail::load_kpair_shuffled(codes.data(), k, K, want);
+    for (int h = 0; h < 2; ++h) {
+      alignas(64) std::uint16_t g[32], w[32];
+      _mm512_store_si512(g, got[h]);
+      _mm512_store_si512(w, want[h]);
+      for (int i = 0; i < 32; ++i) ASSERT_EQ(g[i], w[i]) << "k=" << k << " half " << h << " word " << i;
+      if (k >= K) {
+        for (int i = 0; i < 32; ++i) ASSERT_EQ(w[i], 0) << "k=" << k;
+      }
+    }
+  }
+}
+#endif
 
 TEST(TiledAmx, QuantizedRowsAreTheSchemesValues) {
   // quantize_e4m3_row against kernels::quantize::fake_quantize_e4m3 (what quant::fp8 and fp8_block
@@ -846,6 +930,57 @@ TEST(TiledAmx, E2m1TilesAgreeWithADoubleSum) {
   // E4M3 scales from subnormal (code 1) to 448 (0x7E), and zero
   expect_e2m1_tiles_agree_with_a_double_sum<kt::nvfp4_format>(0, 127, 3.1e-3f);
   expect_e2m1_tiles_agree_with_a_double_sum<kt::nvfp4_format>(0, 127, 3.1e-3f, true);
+}
+
+TEST(TiledAmx, HiTermAloneGivesTheBitsOfBothTermsOnBf16Rows) {
+  // Rows of bf16 values (zeros of both signs, an infinity) split into hi and lo (lo all zero)
+  // times an MXFP4, an NVFP4 and an fp8 panel, K = 300: amx::bf16x2_hi_ops (the hi terms alone)
+  // gives bf16x2_ops' bits, in the row-group loop and the slab loop (E2M1) and in fp8's groups.
+  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
+  constexpr index_t K = 300, K32 = kt::padded_k32(K), lda = 2 * K32 + 32;
+  std::mt19937 rng(15);
+  std::normal_distribution<float> nd;
+  std::vector<std::uint8_t> codes4(static_cast<std::size_t>(K * 32)), codes8(static_cast<std::size_t>(K * 64));
+  for (auto& b : codes4) b = static_cast<std::uint8_t>(rng());
+  for (auto& b : codes8) {
+    b = static_cast<std::uint8_t>(rng());
+    if ((b & 0x7F) == 0x7F) b = 0;  // no NaN codes in a panel
+  }
+  std::vector<std::uint8_t> e8m0(static_cast<std::size_t>(10 * 64)), e4m3(static_cast<std::size_t>(19 * 64));
+  for (auto& s : e8m0) s = static_cast<std::uint8_t>(120 + rng() % 10);
+  for (auto& s : e4m3) s = static_cast<std::uint8_t>(rng() % 127);
+  std::vector<float> fp8_scales(static_cast<std::size_t>(3 * 64));
+  for (auto& s : fp8_scales) s = std::exp2(nd(rng)) * 1e-2f;
+  const kt::QPanel<kt::mxfp4_format> mx{codes4.data(), e8m0.data(), 1.0f};
+  const kt::QPanel<kt::nvfp4_format> nv{codes4.data(), e4m3.data(), 0.37f};
+  const kt::QPanel<kt::fp8_format> f8{codes8.data(), fp8_scales.data(), 1.0f};
+  for (const index_t m : {index_t{1}, index_t{3}, index_t{8}, index_t{16}, index_t{17}, index_t{48}}) {
+    kt::AlignedBuffer<std::uint16_t> a(static_cast<std::size_t>((m + 16) * lda));
+    std::fill_n(a.data(), a.size(), std::uint16_t{0});
+    std::vector<float> x(static_cast<std::size_t>(K));
+    for (index_t i = 0; i < m; ++i) {
+      for (auto& v : x) v = codecs::bf16_to_float(codecs::float_to_bf16(nd(rng) * 4.0f));
+      x[0] = -0.0f, x[1] = 0.0f;
+      if (i == 2) x[5] = std::numeric_limits<float>::infinity();
+      ASSERT_TRUE(kt::split_bf16_row(x.data(), 1.0f, K, K32, a.data() + i * lda)) << "row " << i;
+    }
+    alignas(64) float both[kt::amx_block_rows * kt::panel_cols], one[kt::amx_block_rows * kt::panel_cols];
+    const auto same = [&](const char* what) {
+      EXPECT_EQ(std::memcmp(both, one, static_cast<std::size_t>(m * kt::panel_cols) * sizeof(float)), 0)
+          << what << " m=" << m;
+    };
+    for (const bool row_group : {true, false}) {
+      kt::detail::e2m1_block_times_panel<kt::mxfp4_format, kt::amx::bf16x2_ops>(m, a.data(), lda, nullptr, K, mx, both, row_group);
+      kt::detail::e2m1_block_times_panel<kt::mxfp4_format, kt::amx::bf16x2_hi_ops>(m, a.data(), lda, nullptr, K, mx, one, row_group);
+      same(row_group ? "MXFP4, row-group loop" : "MXFP4, slab loop");
+      kt::detail::e2m1_block_times_panel<kt::nvfp4_format, kt::amx::bf16x2_ops>(m, a.data(), lda, nullptr, K, nv, both, row_group);
+      kt::detail::e2m1_block_times_panel<kt::nvfp4_format, kt::amx::bf16x2_hi_ops>(m, a.data(), lda, nullptr, K, nv, one, row_group);
+      same(row_group ? "NVFP4, row-group loop" : "NVFP4, slab loop");
+    }
+    kt::detail::fp8_times_panel<kt::amx::bf16x2_ops>(m, a.data(), lda, nullptr, 3, K, f8, both);
+    kt::detail::fp8_times_panel<kt::amx::bf16x2_hi_ops>(m, a.data(), lda, nullptr, 3, K, f8, one);
+    same("fp8 weight-only");
+  }
 }
 
 #endif

@@ -185,6 +185,7 @@ struct bf16_ops {
   using a_type = std::uint16_t;
   using b_type = std::uint16_t;
   static constexpr index_t a_k = amx_kb;                ///< k per A tile row (64 bytes)
+  static constexpr bool two_terms = false;              ///< A as one term (bf16x2_ops: two)
   static constexpr index_t b_kb = 4 * amx_tile_elems;   ///< B elements per k-block
   POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
     _tile_loadd(5, b, 64);
@@ -220,6 +221,7 @@ struct int8_ops {
   using a_type = std::uint8_t;
   using b_type = std::int8_t;
   static constexpr index_t a_k = 64;
+  static constexpr bool two_terms = false;
   static constexpr index_t b_kb = 4 * 1024;
   POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
     _tile_loadd(5, b, 64);
@@ -256,6 +258,7 @@ struct bf16x2_ops {
   using a_type = std::uint16_t;
   using b_type = std::uint16_t;
   static constexpr index_t a_k = 2 * amx_kb;
+  static constexpr bool two_terms = true;
   static constexpr index_t b_kb = 4 * amx_tile_elems;
   template <bool Two>
   POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
@@ -270,6 +273,14 @@ struct bf16x2_ops {
     }
   }
   static constexpr index_t col_step = amx_tile_elems;
+};
+
+/// Split rows (bf16x2_ops' layout) whose lo terms are all zero, the hi term alone: rows of values
+/// that are bf16 values already (an engine's bf16 hidden states) give lo = bf16(x - hi) = 0, whose
+/// products add +-0 to sums that start from +0 and so never change them; leaving them out gives
+/// bf16x2_ops' bits with half its tile work.
+struct bf16x2_hi_ops : bf16_ops {
+  static constexpr index_t a_k = 2 * amx_kb;
 };
 
 /// k-block j of the weight stream that runs through `panel` (nkb k-blocks) and on into `next`,
@@ -508,7 +519,7 @@ POLYMOE_AMX_TARGET inline void decoded_slab(const std::uint16_t* a, index_t lda,
 /// tile numbers into the instruction text: literals only, hence the cases.)
 template <class Ops, int TA, int V>
 POLYMOE_AMX_TARGET inline void decoded_column(const std::uint16_t* b) noexcept {
-  constexpr bool lo = Ops::a_k == 2 * amx_kb;
+  constexpr bool lo = Ops::two_terms;
   b += V * amx_tile_elems;
   if constexpr (V % 2 == 0)
     _tile_loadd(6, b, 64);
@@ -540,7 +551,7 @@ POLYMOE_AMX_TARGET inline void decoded_kblock(const std::uint16_t* a, long lda_b
     _tile_loadd(4, a, lda_bytes);
   else
     _tile_loadd(5, a, lda_bytes);
-  if constexpr (Ops::a_k == 2 * amx_kb) _tile_loadd(5, a + amx_kb, lda_bytes);
+  if constexpr (Ops::two_terms) _tile_loadd(5, a + amx_kb, lda_bytes);
   decoded_column<Ops, TA, 0>(b);
   if (more) decode(next_kb, 0, next_b);
   decoded_column<Ops, TA, 1>(b);
@@ -574,11 +585,11 @@ POLYMOE_AMX_TARGET inline void decoded_row_group(const std::uint16_t* a, index_t
   _tile_zero(3);
   for (index_t kb = 0; kb < nkb; ++kb) {
     if (kb + a_prefetch_kb < nkb)
-      for (index_t t = 0; t < Ops::a_k / amx_kb; ++t)
+      for (index_t t = 0; t < (Ops::two_terms ? 2 : 1); ++t)
         prefetch_tile_rows(a + (kb + a_prefetch_kb) * Ops::a_k + t * amx_kb, lda_bytes);
     const std::uint16_t* ak = a + kb * Ops::a_k;
     const bool more = kb + 1 < nkb;
-    if constexpr (Ops::a_k == 2 * amx_kb)
+    if constexpr (Ops::two_terms)
       decoded_kblock<Ops, 4>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);
     else if (kb % 2 == 0)
       decoded_kblock<Ops, 4>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);

@@ -21,6 +21,15 @@
 
 namespace polymoe::kernels::tiled {
 
+namespace detail {
+/// POLYMOE_AMX_ONE_TERM (a measurement knob; bench_ratio --ab one-term): 0 runs every split block
+/// with both terms; unset or 1, blocks whose GEMM 1 inputs are bf16 values run the hi term alone.
+inline int& one_term_knob() noexcept {
+  static int knob = env_switch("POLYMOE_AMX_ONE_TERM");
+  return knob;
+}
+}  // namespace detail
+
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format,
 /// nvfp4_format or fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment
 /// (quantized_inputs<Q> for fp8 W8A8, nvfp4_w4a4_inputs for NVFP4 W4A4, keep_inputs for weight-only
@@ -54,13 +63,19 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;
   using Ops = std::conditional_t<qact, amx::bf16_ops, amx::bf16x2_ops>;
-  // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel
+  // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel;
+  // `one_term`: split rows whose lo terms are all zero, run with their hi terms alone
   const auto times_panel = [](index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds,
-                              index_t K, const QPanel<F>& panel, float* c) {
-    if constexpr (e2m1)
-      detail::e2m1_block_times_panel<F, Ops>(m, a, lda, sa, K, panel, c);
-    else
-      detail::fp8_times_panel<Ops>(m, a, lda, sa, lds, K, panel, c);
+                              index_t K, const QPanel<F>& panel, float* c, bool one_term = false) {
+    const auto run = [&]<class O>() {
+      if constexpr (e2m1)
+        detail::e2m1_block_times_panel<F, O>(m, a, lda, sa, K, panel, c);
+      else
+        detail::fp8_times_panel<O>(m, a, lda, sa, lds, K, panel, c);
+    };
+    if constexpr (!qact)
+      if (one_term) return run.template operator()<amx::bf16x2_hi_ops>();
+    run.template operator()<Ops>();
   };
   // a row of src[0..n) · wt for the tiles (W8A8, W4A4): its values at dst, its scales at sa
   [[maybe_unused]] const auto quantize_row = [](const float* src, float wt, index_t n, index_t n32,
@@ -106,9 +121,15 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
 #endif
   ws.a_rows.resize(at(N));
   if (some_fma && (qact || mlp.weight_on_input)) ws.x.resize(at(N * H));
+  // Weight-only blocks on the tiles whose split rows have only zero lo terms (inputs that are bf16
+  // values, as an engine's bf16 hidden states are) run GEMM 1 with the hi terms alone: the same
+  // bits, half the tile work (amx::bf16x2_hi_ops).
+  const bool one_term_allowed = !qact && detail::one_term_knob() != 0;
+  ws.one_term.assign(sr.blocks.size(), std::uint8_t{0});
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
       const RowBlock& b = sr.blocks[bi];
+      bool lo_zero = true;
       for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
         const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
         const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
@@ -123,7 +144,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
               quantize_row(src, wt, H, H32, ws.a16.data() + n * ldh, ws.a_scales.data() + n * gH);
             }
           } else {
-            split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
+            lo_zero &= split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
           }
           continue;
         }
@@ -136,6 +157,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
         }
         ws.a_rows[at(n)] = src;
       }
+      ws.one_term[bi] = one_term_allowed && tiles(b) && lo_zero;
     }
   });
   clock.lap(PhaseTimes::inputs);
@@ -159,7 +181,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
 #if defined(POLYMOE_TILED_AMX_CODE)
     if (tiles(b)) {
       times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, qact ? ws.a_scales.data() + b.begin * gH : nullptr,
-                  gH, H, pk.panel13(b.expert, cb), c);
+                  gH, H, pk.panel13(b.expert, cb), c, ws.one_term[at(task.block)] != 0);
       const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
       if constexpr (qact)
         detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);

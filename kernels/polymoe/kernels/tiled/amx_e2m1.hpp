@@ -11,9 +11,10 @@
 // panel's sums after the tiles (the reference rounds (e2m1 · e4m3) · scale_2 once per weight
 // instead: 2^-24 relative apart). The panels keep kernel::tiled's layout (qpanel.hpp: the
 // checkpoint's nibbles, 4.25 or 4.5 bits a weight), decoded into amx.hpp's bf16 tile layout in L1
-// as the tiles need them (mxfp4_decoder: a 32-entry vpermw table of the E2M1 values and an integer
-// add of the scale to the exponent field; nvfp4_decoder: a 64-entry table of E2M1 magnitude times
-// scale mantissa, then the scale's exponent added and the code's sign set). A block of up to 16
+// as the tiles need them (mxfp4_decoder: a 32-entry vpermw table of the E2M1 values; nvfp4_decoder:
+// a 64-entry table of E2M1 magnitude times scale mantissa, then the code's sign set; in both the
+// scale's exponent is added to the nonzero magnitudes by one unsigned saturating subtraction from
+// biased table entries, which leaves the zeros zero). A block of up to 16
 // rows decodes each k-block in four parts between the previous k-block's products
 // (amx::decoded_row_group: the decode and the tiles overlap); a larger block decodes a 32 KiB slab
 // (8 k-blocks), and its tiles run over it before the next slab is decoded.
@@ -22,7 +23,10 @@
 // multiplies bf16. Each input row enters the tiles as two bf16 terms, x = hi + lo with hi =
 // bf16(x) and lo = bf16(x - hi) (split_bf16_row), which leaves |x - hi - lo| <= 2^-17 |x| (less
 // than the fp32 reference's own rounding over a few dozen terms of its sums); both terms multiply
-// the same decoded B tiles (amx::bf16x2_ops), so the tiles do twice bf16's work per weight.
+// the same decoded B tiles (amx::bf16x2_ops), so the tiles do twice bf16's work per weight. Rows
+// that are bf16 values already (an engine's bf16 hidden states) have lo = 0 throughout: a GEMM 1
+// block whose rows all are runs the hi terms alone (amx::bf16x2_hi_ops; amx_decoded.hpp), which
+// gives the same bits with bf16's work.
 // Products of bf16 values are exact in fp32; the tiles sum them in fp32, in their own order, and
 // treat subnormal inputs (below 2^-126) as zero. NVFP4 W4A4 quantizes each row as the scheme does
 // (act_quant.hpp) and enters it as its e2m1 · e4m3 values, exact in bf16, in one term
@@ -101,9 +105,11 @@ inline constexpr index_t amx_min_rows_nvfp4_w4a4 = 5;
 
 /// dst = the k-blocks of src[0..n) · wt as split rows: per k-block of 32, hi[32] then lo[32]
 /// (hi = bf16(x), lo = bf16(x - hi); an infinite x gets lo = 0), zeros from n to n32 (a multiple
-/// of 16; k-blocks past the last written one are not touched).
-inline void split_bf16_row(const float* src, float wt, index_t n, index_t n32, std::uint16_t* dst) noexcept {
+/// of 16; k-blocks past the last written one are not touched). Returns whether every lo is zero
+/// (every value a bf16 value: amx::bf16x2_hi_ops may run the row).
+inline bool split_bf16_row(const float* src, float wt, index_t n, index_t n32, std::uint16_t* dst) noexcept {
   const __m512 w = _mm512_set1_ps(wt);
+  __m256i lo_bits = _mm256_setzero_si256();
   for (index_t k = 0; k < n32; k += 16) {
     const __mmask16 m = k + 16 <= n ? __mmask16(0xFFFF) : k < n ? __mmask16((1u << (n - k)) - 1) : __mmask16(0);
     const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + k), w);
@@ -111,17 +117,21 @@ inline void split_bf16_row(const float* src, float wt, index_t n, index_t n32, s
     __m512 lo = simd::round_bf16(_mm512_sub_ps(x, hi));
     lo = _mm512_mask_mov_ps(lo, _mm512_fpclass_ps_mask(x, 0x18), _mm512_setzero_ps());  // ±inf
     std::uint16_t* d = dst + (k / amx_kb) * 2 * amx_kb + k % amx_kb;
+    const __m256i lo16 = simd::bf16_bits(lo);
+    lo_bits = _mm256_or_si256(lo_bits, lo16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), simd::bf16_bits(hi));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + amx_kb), simd::bf16_bits(lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + amx_kb), lo16);
   }
+  return _mm256_testz_si256(lo_bits, lo_bits) != 0;
 }
 
 namespace detail {
 
 /// The E2M1 codes of k-rows k and k + 1 of a panel (rows from K on read as zero), interleaved for
 /// the tile layout: half[h] holds bytes 16h .. 16h + 15 of both rows, (row k, row k + 1) per
-/// column byte, one byte per word. Prefetches the codes 2 KiB ahead.
-inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
+/// column byte, one byte per word. Prefetches the codes 2 KiB ahead. Two 32-byte loads, two
+/// unpacks, two lane moves and two widenings (load_kpair_vbmi does it in one load and two vpermb).
+inline void load_kpair_shuffled(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
   constexpr index_t row_bytes = panel_cols / 2;  // 64 nibbles
   const std::uint8_t* row = codes + k * row_bytes;
   _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
@@ -133,13 +143,68 @@ inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i 
   half[1] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
+#if defined(__AVX512VBMI__)
+/// load_kpair_shuffled's words from one 64-byte load of both rows (row k + 1 masked off past K) and
+/// two zero-masked vpermb.
+inline void load_kpair_vbmi(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
+  constexpr index_t row_bytes = panel_cols / 2;
+  const std::uint8_t* row = codes + k * row_bytes;
+  _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
+  const __m512i both = k + 1 < K ? _mm512_loadu_si512(row)
+                       : k < K   ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row)
+                                 : _mm512_setzero_si512();
+  // the low byte of word w of half h: byte 16h + w / 2 of row k + (w & 1)
+  static constexpr auto index = [] {
+    std::array<std::uint8_t, 128> t{};
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 32; ++w)
+        t[static_cast<std::size_t>(64 * h + 2 * w)] = static_cast<std::uint8_t>((w & 1) * row_bytes + 16 * h + w / 2);
+    return t;
+  }();
+  constexpr __mmask64 low_bytes = 0x5555555555555555ull;
+  half[0] = _mm512_maskz_permutexvar_epi8(low_bytes, _mm512_loadu_si512(index.data()), both);
+  half[1] = _mm512_maskz_permutexvar_epi8(low_bytes, _mm512_loadu_si512(index.data() + 64), both);
+}
+#endif
+
+/// The decoders' k-pair load: load_kpair_vbmi where the build targets AVX512-VBMI (every AMX CPU
+/// has it), else load_kpair_shuffled. The VBMI load took the decode alone from about 230 to 155-183
+/// ns per k-block per thread at 16 threads on the device machine (docs/benchmarks.md, issue 10, run
+/// 148).
+inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
+#if defined(__AVX512VBMI__)
+  load_kpair_vbmi(codes, k, K, half);
+#else
+  load_kpair_shuffled(codes, k, K, half);
+#endif
+}
+
+/// nvfp4_decoder's table: e2m1 magnitude c times (1 + m/8) at 8m + c, as bf16 bits plus `bias`
+/// (0 for c = 0).
+template <std::uint16_t bias>
+constexpr std::array<std::uint16_t, 64> nvfp4_table() noexcept {
+  std::array<std::uint16_t, 64> t{};
+  for (int m = 0; m < 8; ++m)
+    for (int c = 1; c < 8; ++c)
+      t[static_cast<std::size_t>(8 * m + c)] = static_cast<std::uint16_t>(
+          codecs::float_to_bf16(codecs::e2m1_values[c] * (1.0f + static_cast<float>(m) / 8.0f)) + bias);
+  return t;
+}
+
 }  // namespace detail
 
 /// Decodes an MXFP4 panel of K rows into amx.hpp's bf16 tile layout, a k-block or part of one per
-/// call: each weight e2m1 · 2^(e - 127) as bf16 bits (exact where mxfp4_exact_in_bf16 holds), rows
-/// k >= K zero. Per k-pair and column tile: the two k-rows' bytes interleaved and widened to words,
-/// the nibble looked up in a table of the E2M1 values' bf16 bits (vpermw), and (e - 127) added to
-/// the exponent field of the nonzero ones.
+/// call: each weight e2m1 · 2^(e - 127) as bf16 bits (exact where mxfp4_exact_in_bf16 holds; both
+/// zeros as +0, which gives the tiles' sums the same bits: they start from +0), rows k >= K zero.
+/// Per k-pair and column tile: the two k-rows' bytes interleaved and widened to words (load_kpair),
+/// then one vpermw and one vpsubusw. The table holds sign | (magnitude + bias) for each nonzero
+/// E2M1 value and 0 for both zeros; per column, sub = bias - (e - 127) << 7, which lies in [0, 2^15)
+/// for e in [2, 252]; the unsigned saturating difference table[c] - sub is then sign | (magnitude
+/// + (e - 127) << 7) for a nonzero code (no borrow leaves the magnitude: the result is the normal
+/// bf16 value) and 0 for a zero one whatever the scale. (The masked add of (e - 127) << 7 to the
+/// nonzero codes that it replaced, a test and a masked add, ran 2-14 % slower in the forward on
+/// GPT-OSS-20B's shape; run 149.) vpermw reads index bits 0-4, so the table repeats at 16 and the
+/// low nibble's word needs no mask.
 class mxfp4_decoder {
  public:
   mxfp4_decoder(const QPanel<mxfp4_format>& p, index_t K) noexcept : p_(p), K_(K) {}
@@ -147,63 +212,58 @@ class mxfp4_decoder {
   /// k-pairs [j0, j1) of k-block kb into the k-block's four column tiles at out
   /// ([4][16 k-pairs][16 columns][2]).
   void operator()(index_t kb, index_t j0, index_t j1, std::uint16_t* out) noexcept {
-    // vpermw's 32 words: the bf16 bits of E2M1 codes 0-15 (the indices never exceed 15)
     static constexpr auto table = [] {
       std::array<std::uint16_t, 32> t{};
-      for (std::uint8_t c = 0; c < 16; ++c) t[c] = codecs::float_to_bf16(codecs::e2m1_to_float(c));
+      for (std::uint8_t i = 0; i < 32; ++i) {
+        const std::uint16_t b = codecs::float_to_bf16(codecs::e2m1_to_float(static_cast<std::uint8_t>(i & 15)));
+        t[i] = (b & 0x7FFF) == 0 ? std::uint16_t{0} : static_cast<std::uint16_t>((b & 0x8000) | ((b & 0x7FFF) + bias));
+      }
       return t;
     }();
-    if (kb != kb_) {  // per column tile: (e - 127) << 7 in both words of each column's pair
-      const __m512i bias = _mm512_set1_epi16(127);
+    if (kb != kb_) {  // per column tile: bias + 127 << 7 - e << 7 in both words of each column's pair
+      const __m512i top = _mm512_set1_epi16(static_cast<short>(bias + (127 << 7)));
       for (int v = 0; v < 4; ++v) {
         const __m512i e = simd::widen16(p_.scales + kb * panel_cols + 16 * v);
-        shift_[v] = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_or_si512(e, _mm512_slli_epi32(e, 16)), bias), 7);
+        sub_[v] = _mm512_sub_epi16(top, _mm512_slli_epi16(_mm512_or_si512(e, _mm512_slli_epi32(e, 16)), 7));
       }
       kb_ = kb;
     }
     const __m512i lut = _mm512_loadu_si512(table.data());
-    const __m512i nibble = _mm512_set1_epi16(0xF), magnitude = _mm512_set1_epi16(0x7FFF);
     for (index_t j = j0; j < j1; ++j) {
       __m512i half[2];
       detail::load_kpair(p_.codes, kb * amx_kb + 2 * j, K_, half);
       for (int v = 0; v < 4; ++v) {
-        const __m512i code = v % 2 == 0 ? _mm512_and_si512(half[v / 2], nibble) : _mm512_srli_epi16(half[v / 2], 4);
-        __m512i w = _mm512_permutexvar_epi16(code, lut);
-        w = _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, magnitude), w, shift_[v]);
+        const __m512i code = v % 2 == 0 ? half[v / 2] : _mm512_srli_epi16(half[v / 2], 4);
+        const __m512i w = _mm512_subs_epu16(_mm512_permutexvar_epi16(code, lut), sub_[v]);
         _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, w);
       }
     }
   }
 
  private:
+  static constexpr std::uint16_t bias = 16064;  // in [125 << 7, 0x7FFF - bf16(6)] = [16000, 16191]
   QPanel<mxfp4_format> p_;
   index_t K_;
-  index_t kb_ = -1;  // the k-block whose scales shift_ holds
-  __m512i shift_[4];
+  index_t kb_ = -1;  // the k-block whose scales sub_ holds
+  __m512i sub_[4];
 };
 
 /// Decodes an NVFP4 panel of K rows as mxfp4_decoder: each weight e2m1 · e4m3 (the block scale;
 /// scale_2 is left to the caller) as bf16 bits, exact, rows k >= K zero; block scales without the
 /// sign bit (nvfp4_scales_unsigned). Per scale group of 16 k and column, the scale as fp32 2^E ·
-/// (1 + m/8) gives a table index m << 3 and an exponent offset (E - 127) << 7 (zero scales none:
-/// their weights are ±0); per weight, a 64-entry table (vpermt2w) of the bf16 bits of e2m1
-/// magnitude · (1 + m/8), the offset added to the exponent field of the nonzero ones, and the
-/// code's sign set.
+/// (1 + m/8) gives a table index m << 3 and sub = bias - (E - 127) << 7 (0xFFFF for a zero scale,
+/// whose weights are ±0); per weight, a 64-entry table (vpermt2w) of the bf16 bits of e2m1
+/// magnitude · (1 + m/8) plus bias (0 for a zero magnitude), the unsigned saturating difference
+/// with sub (mxfp4_decoder's way of adding the exponent offset to the nonzero magnitudes only;
+/// E lies in [118, 135]), and the code's sign set.
 class nvfp4_decoder {
  public:
   nvfp4_decoder(const QPanel<nvfp4_format>& p, index_t K) noexcept : p_(p), K_(K), groups_(nvfp4_format::groups(K)) {}
 
   /// k-pairs [j0, j1) of k-block kb into the k-block's four column tiles at out.
   void operator()(index_t kb, index_t j0, index_t j1, std::uint16_t* out) noexcept {
-    static constexpr auto table = [] {
-      std::array<std::uint16_t, 64> t{};
-      for (int m = 0; m < 8; ++m)
-        for (int c = 0; c < 8; ++c)
-          t[static_cast<std::size_t>(8 * m + c)] =
-              codecs::float_to_bf16(codecs::e2m1_values[c] * (1.0f + static_cast<float>(m) / 8.0f));
-      return t;
-    }();
     static_assert(nvfp4_format::group * 2 == amx_kb, "two scale groups per k-block");
+    static constexpr auto table = detail::nvfp4_table<bias>();
     const __m512i t0 = _mm512_loadu_si512(table.data()), t1 = _mm512_loadu_si512(table.data() + 32);
     const __m512i seven = _mm512_set1_epi16(7), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
     for (index_t j = j0; j < j1; ++j) {
@@ -215,8 +275,7 @@ class nvfp4_decoder {
         // the nibble in bits 0-3 (bits 4-7 of the low nibble's word: the other nibble, unused)
         const __m512i code = v % 2 == 0 ? half[v / 2] : _mm512_srli_epi16(half[v / 2], 4);
         const __m512i idx = _mm512_ternarylogic_epi32(code, seven, mant_[v], 0xEA);  // (code & 7) | mant
-        const __mmask32 nonzero = _mm512_test_epi16_mask(code, live_[v]);
-        __m512i w = _mm512_maskz_add_epi16(nonzero, _mm512_permutex2var_epi16(t0, idx, t1), expo_[v]);
+        __m512i w = _mm512_subs_epu16(_mm512_permutex2var_epi16(t0, idx, t1), sub_[v]);
         w = _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(code, 12), sign, 0xF8);  // w | (code << 12 & sign)
         _mm512_store_si512(out + v * amx_tile_elems + j * 2 * 16, w);
       }
@@ -224,28 +283,32 @@ class nvfp4_decoder {
   }
 
  private:
-  // per column tile, both words of each column's k-pair: table index bits 3-5 (mant_), exponent
-  // offset (expo_), 7 where the scale is nonzero (live_)
+  static constexpr std::uint16_t bias = 8192;  // over 9 << 7, under 0x7FFF - bf16(6 · 1.875)
+
+  // per column tile, both words of each column's k-pair: table index bits 3-5 (mant_), and sub_:
+  // bias - (E - 127) << 7, or 0xFFFF where the scale is zero
   void load_group(index_t g) noexcept {
     const auto both_words = [](__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 16)); };
     g_ = g;
     for (int v = 0; v < 4; ++v) {
       if (g >= groups_) {  // rows past K: codes zero
-        mant_[v] = expo_[v] = live_[v] = _mm512_setzero_si512();
+        mant_[v] = _mm512_setzero_si512();
+        sub_[v] = _mm512_set1_epi16(-1);
         continue;
       }
       const __m512i s = _mm512_castps_si512(simd::e4m3_to_ps(simd::widen16(p_.scales + g * panel_cols + 16 * v)));
       const __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(s, 23), _mm512_set1_epi32(127));
+      const __m512i ones = _mm512_set1_epi32(0xFFFF);
       mant_[v] = both_words(_mm512_and_si512(_mm512_srli_epi32(s, 17), _mm512_set1_epi32(0x38)));
-      expo_[v] = both_words(_mm512_and_si512(_mm512_slli_epi32(e, 7), _mm512_set1_epi32(0xFFFF)));
-      live_[v] = both_words(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(s, s), _mm512_set1_epi32(7)));
+      sub_[v] = both_words(_mm512_mask_and_epi32(ones, _mm512_test_epi32_mask(s, s),
+                                                 _mm512_sub_epi32(_mm512_set1_epi32(bias), _mm512_slli_epi32(e, 7)), ones));
     }
   }
 
   QPanel<nvfp4_format> p_;
   index_t K_, groups_;
-  index_t g_ = -1;  // the scale group whose state mant_, expo_, live_ hold
-  __m512i mant_[4], expo_[4], live_[4];
+  index_t g_ = -1;  // the scale group whose state mant_ and sub_ hold
+  __m512i mant_[4], sub_[4];
 };
 
 /// The decoder of an E2M1 format.

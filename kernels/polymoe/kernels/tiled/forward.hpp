@@ -114,6 +114,7 @@ struct Workspace {
   // int8 W8A8 only (int8.hpp): quantized GEMM inputs, offset by 128, and their per-row scales.
   AlignedVector<std::uint8_t> xq, hq, xg;  // xg: the quantized inputs in sorted order (AMX)
   AlignedVector<std::uint16_t> a16, h16;   // bf16 GEMM inputs in sorted order (AMX)
+  std::vector<std::uint8_t> one_term;      // [blocks] split GEMM 1 inputs whose lo terms are all zero (AMX)
   AlignedVector<std::uint16_t> t16;        // quantized GEMM 1 inputs per token (AMX, W8A8 and W4A4)
   std::vector<float> t_scales;             // and their scales
   // int8 GEMM 1 by block (detail::gemm1_by_block): per pipeline worker, a block's gathered input
