@@ -232,6 +232,14 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   });
 }
 
+/// The layers of the knob tests below: swiglu_oai with biases (H=200, I=72, E=4, k=2: K not a
+/// multiple of 64, the last activation panel partial), and a routing weight on the input (k=1).
+std::vector<MoeConfig> knob_test_configs() {
+  MoeConfig weighted = test::moe_config(128, 64, 4, 1);
+  weighted.router_weight_on_input = true;
+  return {test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true), weighted};
+}
+
 // GEMM 1 inputs that are bf16 values already (an engine's bf16 hidden states) run the weight-only
 // decoded formats' GEMM 1 with the split rows' hi terms alone (amx::bf16x2_hi_ops): the bits of
 // both terms, in every scheme, decode-sized blocks (T=3) and prefill (T=300), a routing weight on
@@ -240,9 +248,7 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
 TEST(TiledAmx, OneTermGemm1GivesTheBitsOfBothTerms) {
   int& knob = kt::detail::one_term_knob();
   const int saved = knob;
-  MoeConfig weighted = test::moe_config(128, 64, 4, 1);
-  weighted.router_weight_on_input = true;
-  for (const MoeConfig& cfg : {test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true), weighted})
+  for (const MoeConfig& cfg : knob_test_configs())
     for (const index_t T : {index_t{3}, index_t{300}}) {
       std::mt19937 rng(static_cast<unsigned>(T + 7 * cfg.hidden));
       const MoeWeights w = test::random_weights(rng, cfg);
@@ -274,9 +280,7 @@ TEST(TiledAmx, OneTermGemm1GivesTheBitsOfBothTerms) {
 TEST(TiledAmx, Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
   int& knob = kt::detail::gemm1_by_block_knob();
   const int saved = knob;
-  MoeConfig weighted = test::moe_config(128, 64, 4, 1);
-  weighted.router_weight_on_input = true;
-  for (const MoeConfig& cfg : {test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true), weighted})
+  for (const MoeConfig& cfg : knob_test_configs())
     for (const index_t T : {index_t{3}, index_t{300}, index_t{600}}) {
       std::mt19937 rng(static_cast<unsigned>(T + cfg.hidden));
       const MoeWeights w = test::random_weights(rng, cfg);
