@@ -23,7 +23,8 @@
 // formats()), in rounds (--rounds).
 //
 // With --threshold FORMAT (mxfp4, nvfp4 or fp8: weight-only, fp32 activations; nvfp4_w4a4: NVFP4
-// activations; fp8_w8a8: E4M3 activations in groups of 128) it times, for row blocks of 1 to 16 rows, the two ways kernel::tiled_amx can
+// activations; fp8_w8a8: E4M3 activations in groups of 128; mxfp4_bf16, nvfp4_bf16, fp8_bf16:
+// weight-only with rows of bf16 values, which the tiles take as the hi terms alone) it times, for row blocks of 1 to 16 rows, the two ways kernel::tiled_amx can
 // multiply a block by a quantized panel: kernel::tiled's AVX-512 path (detail::block_times_panel on
 // fp32 rows) and the tiles on decoded slabs (split rows, or W4A4's e2m1 · e4m3 rows, or W8A8's
 // E4M3 rows), each thread
@@ -35,7 +36,7 @@
 // E2M1 panel into the decode and the tiles (see decomposition()).
 //
 //   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]] [--formats]
-//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8|fp8_w8a8 [--k 2048]] [--decomp mxfp4|nvfp4 [--k 2048]]
+//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8|fp8_w8a8|mxfp4_bf16|nvfp4_bf16|fp8_bf16 [--k 2048]] [--decomp mxfp4|nvfp4 [--k 2048]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -381,7 +382,8 @@ void decomposition(const char* name, const std::vector<long>& threads, index_t K
 /// --threshold: kernel::tiled's path against the tiles for blocks of few rows, on panels of format
 /// F with K rows (see the top of this file).
 template <class F>
-void threshold(const char* name, const std::vector<long>& threads, index_t K, int rounds, bool qact = false) {
+void threshold(const char* name, const std::vector<long>& threads, index_t K, int rounds, bool qact = false,
+               bool bf16_rows = false) {
   using scale_t = typename F::scale_type;
   const index_t groups = F::groups(K), K32 = padded_k32(K), lda = amx_row_stride_bytes(4 * K32) / 2;
   const std::size_t code_bytes = static_cast<std::size_t>(K * F::row_bytes);
@@ -411,6 +413,8 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
       for (index_t row = 0; row < 16; ++row) {
         float* xr = x[i].data() + row * K;
         for (index_t k = 0; k < K; ++k) xr[k] = static_cast<float>(static_cast<int>(next() % 2001) - 1000) * 1e-3f;
+        if (bf16_rows)  // bf16 values (an engine's bf16 inputs): the tiles take the hi terms alone
+          for (index_t k = 0; k < K; ++k) xr[k] = codecs::bf16_to_float(codecs::float_to_bf16(xr[k]));
         if (qact && F::code == qcode::e2m1)  // NVFP4 W4A4: the row's e2m1 · e4m3 values and its scale_2
           sa[i][static_cast<std::size_t>(row)] = quantize_nvfp4_tile_row(xr, 1.0f, K, K32, a[i].data() + row * lda);
         else if (qact)  // fp8 W8A8: the row's E4M3 values and its scales per group of 128
@@ -443,13 +447,23 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
               if (qact)
                 kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16_ops>(m, a[i].data(), lda, sa[i].data(), K,
                                                                                  panel, c[i].data());
+              else if (bf16_rows)
+                kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16x2_hi_ops>(m, a[i].data(), lda, nullptr, K,
+                                                                                     panel, c[i].data());
               else
                 kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
             } else if constexpr (F::code == qcode::e2m1) {
-              kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
+              if (bf16_rows)
+                kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16x2_hi_ops>(m, a[i].data(), lda, nullptr, K,
+                                                                                     panel, c[i].data());
+              else
+                kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
             } else if (qact) {
               kernels::tiled::detail::fp8_times_panel<amx::bf16_ops>(m, a[i].data(), lda, sa[i].data(), groups, K, panel,
                                                                      c[i].data());
+            } else if (bf16_rows) {
+              kernels::tiled::detail::fp8_times_panel<amx::bf16x2_hi_ops>(m, a[i].data(), lda, nullptr, groups, K,
+                                                                          panel, c[i].data());
             } else {
               kernels::tiled::detail::fp8_times_panel<amx::bf16x2_ops>(m, a[i].data(), lda, nullptr, groups, K, panel,
                                                                        c[i].data());
@@ -715,8 +729,16 @@ int main(int argc, char** argv) {
     threshold<fp8_format>("fp8", threads, threshold_k, rounds);
   else if (threshold_format == "fp8_w8a8")
     threshold<fp8_format>("w8a8", threads, threshold_k, rounds, true);
+  else if (threshold_format == "mxfp4_bf16")
+    threshold<mxfp4_format>("mx/bf", threads, threshold_k, rounds, false, true);
+  else if (threshold_format == "nvfp4_bf16")
+    threshold<nvfp4_format>("nv/bf", threads, threshold_k, rounds, false, true);
+  else if (threshold_format == "fp8_bf16")
+    threshold<fp8_format>("f8/bf", threads, threshold_k, rounds, false, true);
   else if (!threshold_format.empty()) {
-    std::fprintf(stderr, "bench_amx: --threshold wants mxfp4, nvfp4, nvfp4_w4a4, fp8 or fp8_w8a8\n");
+    std::fprintf(stderr,
+                 "bench_amx: --threshold wants mxfp4, nvfp4, nvfp4_w4a4, fp8, fp8_w8a8, mxfp4_bf16, nvfp4_bf16 or "
+                 "fp8_bf16\n");
     return 2;
   }
   if (!threshold_format.empty()) return 0;

@@ -339,8 +339,8 @@ inline int& row_group_knob() noexcept {
 inline bool row_group_loop() noexcept { return row_group_knob() != 0; }
 
 #if defined(POLYMOE_TILED_AMX_CODE)
-/// c[m][64] = rows [0, m) of A in Ops' layout (bf16x2_ops: split rows; bf16_ops: NVFP4 W4A4's
-/// e2m1 · e4m3 values), lda elements apart and readable up to roundup(m, 16) rows, times an E2M1
+/// c[m][64] = rows [0, m) of A in Ops' layout (bf16x2_ops: split rows; bf16x2_hi_ops: split rows
+/// whose lo terms are zero; bf16_ops: NVFP4 W4A4's e2m1 · e4m3 values), lda elements apart and readable up to roundup(m, 16) rows, times an E2M1
 /// panel (MXFP4 or NVFP4) of K rows; NVFP4's scale_2 and the rows' scales sa (row r's at sa[r];
 /// nullptr: 1) multiply the sums. Blocks of up to 16 rows run amx::decoded_row_group (the decode
 /// of each k-block between the previous one's products) when `row_group`, others a decoded 32 KiB

@@ -150,7 +150,7 @@ namespace detail {
 #if defined(POLYMOE_TILED_AMX_CODE)
 /// c[m][64] = sum over the scale groups g of the panel of (A_g · W_g) · sw[g][column] · sa[row][g]:
 /// A rows [0, m) (lda elements apart, readable up to roundup(m, 16) rows) in Ops' layout (bf16_ops:
-/// E4M3 values; bf16x2_ops: split rows), W_g the group's E4M3 values, sw its scales, sa the
+/// E4M3 values; bf16x2_ops: split rows; bf16x2_hi_ops: split rows whose lo terms are zero), W_g the group's E4M3 values, sw its scales, sa the
 /// activation scales (row r's at sa[r · lds + g]; nullptr: 1). Group by group: decode, then
 /// (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32 buffer; after
 /// a step's tile instructions the core scales the previous step's buffer into c while the tiles
