@@ -15,7 +15,7 @@
 // rows, on the library's step, detail::sum_span) and gemm1-by-block (GEMM 1 one task per row block,
 // each panel's epilogue inside the next panel's tiles: detail::gemm1_by_block_knob; off 0, on 1)
 // and bf16-block-rows (bf16's AMX row-block cut: detail::bf16_block_rows_knob; off 128, on 256,
-// the library's; int8 always cuts at 256) and row-group (E2M1 row blocks of at most 16 rows in
+// the library's; int8 always cuts at 256) and row-group (E2M1 and E4M3 row blocks of at most 16 rows in
 // amx::decoded_row_group: detail::row_group_knob; off 0, on 1, the library's; bf16 is the control)
 // and one-term (split GEMM 1 inputs whose lo terms are all zero run the hi term alone:
 // detail::one_term_knob; off 0, on 1, the library's; it acts only with --bf16-inputs 1).

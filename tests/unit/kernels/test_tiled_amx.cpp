@@ -838,7 +838,7 @@ TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
                   scales[static_cast<std::size_t>((k / 128) * 64 + c)]);
   };
   for (const bool w8a8 : {true, false})
-    for (const index_t m : {index_t{4}, index_t{16}, index_t{17}, index_t{48}, index_t{100}}) {
+    for (const index_t m : {index_t{1}, index_t{4}, index_t{16}, index_t{17}, index_t{48}, index_t{100}}) {
       const index_t lda = (w8a8 ? 1 : 2) * K32 + 32;
       std::vector<float> x(static_cast<std::size_t>(m * K)), sa(static_cast<std::size_t>(m * groups));
       for (auto& v : x) v = nd(rng) * 3.0f;
@@ -853,11 +853,19 @@ TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
           kt::split_bf16_row(xi, 1.0f, K, K32, a.data() + i * lda);
         }
       }
-      alignas(64) float c[kt::amx_block_rows * kt::panel_cols];
-      if (w8a8)
-        kt::detail::fp8_times_panel<kt::amx::bf16_ops>(m, a.data(), lda, sa.data(), groups, K, panel, c);
-      else
-        kt::detail::fp8_times_panel<kt::amx::bf16x2_ops>(m, a.data(), lda, nullptr, groups, K, panel, c);
+      alignas(64) float c[kt::amx_block_rows * kt::panel_cols], steps[kt::amx_block_rows * kt::panel_cols];
+      const auto times_panel = [&](float* out, bool row_group) {
+        if (w8a8)
+          kt::detail::fp8_times_panel<kt::amx::bf16_ops>(m, a.data(), lda, sa.data(), groups, K, panel, out, row_group);
+        else
+          kt::detail::fp8_times_panel<kt::amx::bf16x2_ops>(m, a.data(), lda, nullptr, groups, K, panel, out, row_group);
+      };
+      times_panel(c, true);
+      // up to 16 rows the row-group loop (decode between products, sums flushed per scale group)
+      // and the group steps sum and scale in the same order: the same bits
+      times_panel(steps, false);
+      EXPECT_EQ(std::memcmp(c, steps, static_cast<std::size_t>(m * kt::panel_cols) * sizeof(float)), 0)
+          << (w8a8 ? "W8A8" : "weight-only") << " m=" << m << ": the two loops differ";
       const double worst = worst_against_double(m, K, x, weight, c);
       // fp32 rounding of the values and scales (a few 2^-24 each), of the running sums (K · 2^-24),
       // and for the split rows 2^-17

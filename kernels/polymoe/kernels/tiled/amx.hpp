@@ -562,18 +562,22 @@ POLYMOE_AMX_TARGET inline void decoded_kblock(const std::uint16_t* a, long lda_b
   if (more) decode(next_kb, 3, next_b);
 }
 
-/// c[16][64] = rows [0, 16) of A in Ops' layout (bf16_ops: bf16 rows; bf16x2_ops: split rows;
-/// lda elements apart) times a panel of nkb k-blocks in the bf16 tile layout that decode(kb, v,
-/// out) writes a part at a time (part v < 4 of k-block kb into the k-block's 4 KiB at out): a row
-/// block of at most 16 rows on a panel kept in codes. All four column tiles at once (C tiles 0-3,
-/// four independent sums; A in tile 4, or 4 and 5 by k-block for bf16_ops so that a k-block's A
-/// load does not wait on the previous one's products; B tiles 6-7), and k-block kb + 1 decoded into
-/// the other half of a two-k-block ring a part after each of k-block kb's column tiles: vector work
-/// that the core runs while the tiles compute, where decoding a 32 KiB slab before its products
-/// (decoded_slab) leaves the tiles idle during the decode and the core idle during the products.
-template <class Ops, class Decode>
-POLYMOE_AMX_TARGET inline void decoded_row_group(const std::uint16_t* a, index_t lda, index_t nkb, Decode&& decode,
-                                                 float* c) noexcept {
+/// C tiles 0-3 into c[16][64] (rows 256 bytes apart).
+POLYMOE_AMX_TARGET inline void store_c4(float* c) noexcept {
+  _tile_stored(0, c, 256);
+  _tile_stored(1, c + 16, 256);
+  _tile_stored(2, c + 32, 256);
+  _tile_stored(3, c + 48, 256);
+}
+
+/// decoded_row_group (below) with the sums taken a group of group_kb k-blocks at a time (0: one
+/// group, the whole panel): after each group's last k-block (or the panel's last) C tiles 0-3 are
+/// stored into c[16][64] and zeroed, and group_end(g) runs on them (E4M3's scale groups: scaled and
+/// added into the caller's result). Each group's sums in decoded_row_group's order.
+template <class Ops, class Decode, class GroupEnd>
+POLYMOE_AMX_TARGET inline void decoded_row_group_groups(const std::uint16_t* a, index_t lda, index_t nkb,
+                                                        index_t group_kb, Decode&& decode, float* c,
+                                                        GroupEnd&& group_end) noexcept {
   static_assert(std::is_same_v<typename Ops::b_type, std::uint16_t>);
   configure();
   const auto lda_bytes = static_cast<long>(lda * 2);
@@ -595,11 +599,31 @@ POLYMOE_AMX_TARGET inline void decoded_row_group(const std::uint16_t* a, index_t
       decoded_kblock<Ops, 4>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);
     else
       decoded_kblock<Ops, 5>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);
+    if (group_kb > 0 && ((kb + 1) % group_kb == 0 || !more)) {
+      store_c4(c);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      group_end(kb / group_kb);
+    }
   }
-  _tile_stored(0, c, 256);
-  _tile_stored(1, c + 16, 256);
-  _tile_stored(2, c + 32, 256);
-  _tile_stored(3, c + 48, 256);
+  if (group_kb == 0) store_c4(c);
+}
+
+/// c[16][64] = rows [0, 16) of A in Ops' layout (bf16_ops: bf16 rows; bf16x2_ops: split rows;
+/// lda elements apart) times a panel of nkb k-blocks in the bf16 tile layout that decode(kb, v,
+/// out) writes a part at a time (part v < 4 of k-block kb into the k-block's 4 KiB at out): a row
+/// block of at most 16 rows on a panel kept in codes. All four column tiles at once (C tiles 0-3,
+/// four independent sums; A in tile 4, or 4 and 5 by k-block for bf16_ops so that a k-block's A
+/// load does not wait on the previous one's products; B tiles 6-7), and k-block kb + 1 decoded into
+/// the other half of a two-k-block ring a part after each of k-block kb's column tiles: vector work
+/// that the core runs while the tiles compute, where decoding a 32 KiB slab before its products
+/// (decoded_slab) leaves the tiles idle during the decode and the core idle during the products.
+template <class Ops, class Decode>
+POLYMOE_AMX_TARGET inline void decoded_row_group(const std::uint16_t* a, index_t lda, index_t nkb, Decode&& decode,
+                                                 float* c) noexcept {
+  decoded_row_group_groups<Ops>(a, lda, nkb, 0, decode, c, [](index_t) {});
 }
 
 /// One step of a scaled-group loop (amx_e4m3.hpp): part[32][32] (rows [0, 16) only without Two;

@@ -56,9 +56,10 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
   [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
   constexpr index_t nvfp4_rows = qact ? amx_min_rows_nvfp4_w4a4 : amx_min_rows_nvfp4;
+  constexpr index_t e4m3_rows = qact ? amx_min_rows_e4m3_w8a8 : amx_min_rows_e4m3;
   constexpr index_t default_min_rows = std::is_same_v<F, nvfp4_format> ? nvfp4_rows
                                        : e2m1                           ? amx_min_rows_e2m1
-                                                                        : amx_min_rows_e4m3;
+                                                                        : e4m3_rows;
   const index_t min_rows = amx_min_rows(default_min_rows);
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;

@@ -334,8 +334,8 @@ inline int& row_group_knob() noexcept {
   return knob;
 }
 
-/// Whether E2M1 row blocks of at most 16 rows run amx::decoded_row_group (the default) rather than
-/// a decoded slab at a time.
+/// Whether E2M1 and E4M3 row blocks of at most 16 rows run amx::decoded_row_group (the default)
+/// rather than a decoded slab (E2M1) or scale group (E4M3) at a time.
 inline bool row_group_loop() noexcept { return row_group_knob() != 0; }
 
 #if defined(POLYMOE_TILED_AMX_CODE)

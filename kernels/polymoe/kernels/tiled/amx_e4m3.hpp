@@ -9,7 +9,8 @@
 // (decode_e4m3_slab). The scale is not folded in
 // (q · s is not a bf16 number in general): each group's products are summed on the tiles from
 // zero, stored, and added into the result times their scales (fp8_times_panel), while the tiles
-// run the next step.
+// run the next step. Blocks of up to 16 rows decode a k-block at a time between the previous
+// k-block's products instead (amx::decoded_row_group_groups, as E2M1's row blocks do).
 //
 // Activations. W8A8 (fp8, fp8_block): a GEMM input row is quantized here, as the scheme's
 // quantize_activation does it (scale = amax / 448 per group of 128, or per row for quant::fp8;
@@ -25,9 +26,9 @@
 // that propagate); here it enters the tiles rounded to bf16 with scale 1, so the row's outputs are
 // not finite either way.
 //
-// Blocks of fewer than amx_min_rows_e4m3 rows (decode), and every block without AMX, run
-// kernel::tiled's fp8 path (qpanel.hpp) on fp32 rows. The forward pass is amx_decoded.hpp's, shared
-// with MXFP4.
+// Blocks of fewer than amx_min_rows_e4m3 rows (W8A8: amx_min_rows_e4m3_w8a8; decode), and every
+// block without AMX, run kernel::tiled's fp8 path (qpanel.hpp) on fp32 rows. The forward pass is
+// amx_decoded.hpp's, shared with MXFP4.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -51,9 +52,16 @@ namespace polymoe::kernels::tiled {
 /// (16 threads, K = 2048, 5 paired rounds; runs 140 and 144) gives kernel::tiled's time over the
 /// tiles', medians: weight-only (split rows on the tiles) at 4 rows 0.78 and 0.80, at 6 rows 1.28
 /// and 1.38; W8A8 (E4M3 rows in groups of 128, one term) at 3 rows 0.65, at 4 rows 0.91, at 6 rows
-/// 1.52.
+/// 1.52. With blocks of up to 16 rows in the row-group loop (amx::decoded_row_group_groups, run
+/// 155): weight-only at 4 rows 0.91, at 6 rows 1.60.
 /// POLYMOE_AMX_MIN_ROWS overrides it, as it does the others.
 inline constexpr index_t amx_min_rows_e4m3 = 5;
+
+/// The same for W8A8 (quant::fp8, fp8_block: E4M3 rows in groups of 128, one term on the tiles).
+/// With the row-group loop (bench_amx --threshold fp8_w8a8, 16 threads, K = 2048, 5 paired rounds,
+/// run 155): kernel::tiled's time over the tiles' at 2 rows 1.01, at 3 rows 1.03 (quartiles
+/// 1.02-1.10), at 4 rows 1.22 (1.19-1.22), at 6 rows 1.90.
+inline constexpr index_t amx_min_rows_e4m3_w8a8 = 4;
 
 /// Tile k-blocks per scale group (128 k).
 inline constexpr index_t e4m3_group_kb = fp8_format::group / amx_kb;
@@ -106,33 +114,38 @@ inline void quantize_e4m3_row(const float* src, float wt, index_t n, index_t n32
   std::fill(dst + n, dst + n32, std::uint16_t{0});
 }
 
-/// k-blocks [kb0, kb1) of an fp8 panel of K rows in the bf16 tile layout of amx.hpp:
-/// slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2], each weight's E4M3 value as bf16
-/// bits (exact; scales not applied), rows k >= K zero. Per k-pair: the two 64-byte k-rows
-/// interleaved byte by byte (vpunpck{l,h}bw: per 16-byte lane, columns 0-7 and 8-15), the lanes
-/// put in column-tile order (vpermt2q: two column tiles per register), each column tile's 32
-/// bytes sign-extended to words and converted (simd::e4m3_to_bf16).
-inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0, index_t kb1,
-                             std::uint16_t* slab) noexcept {
-  static constexpr auto table = [] {  // m · 2^-9 for the subnormal codes m < 8
-    std::array<std::uint16_t, 32> t{};
-    for (std::uint8_t m = 0; m < 8; ++m) t[m] = codecs::float_to_bf16(codecs::e4m3_to_float(m));
-    return t;
-  }();
-  const __m512i sub = _mm512_loadu_si512(table.data());
-  // qwords of (lo, hi): column tiles 0-1 are lanes lo0 hi0 lo1 hi1, column tiles 2-3 lo2 hi2 lo3 hi3
-  const __m512i tiles01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-  const __m512i tiles23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-  constexpr index_t row_bytes = fp8_format::row_bytes;  // 64
-  for (index_t kb = kb0; kb < kb1; ++kb) {
-    std::uint16_t* out = slab + (kb - kb0) * 4 * amx_tile_elems;
-    for (index_t j = 0; j < amx_kb / 2; ++j) {
+/// Decodes an fp8 panel of K rows into amx.hpp's bf16 tile layout, a k-block or part of one per
+/// call: each weight's E4M3 value as bf16 bits (exact; scales not applied), rows k >= K zero. Per
+/// k-pair: the two 64-byte k-rows interleaved byte by byte (vpunpck{l,h}bw: per 16-byte lane,
+/// columns 0-7 and 8-15), the lanes put in column-tile order (vpermt2q: two column tiles per
+/// register), each column tile's 32 bytes sign-extended to words and converted
+/// (simd::e4m3_to_bf16).
+class e4m3_decoder {
+ public:
+  e4m3_decoder(const QPanel<fp8_format>& p, index_t K) noexcept : p_(p), K_(K) {}
+
+  /// k-pairs [j0, j1) of k-block kb into the k-block's four column tiles at out
+  /// ([4][16 k-pairs][16 columns][2]). Not inlined: inlined into the tile loop, GCC 12 reports the
+  /// undefined upper half inside _mm512_castsi512_si256 / _mm512_extracti64x4_epi64 as an
+  /// uninitialized use (a false positive; one call per part of a k-block).
+  [[gnu::noinline]] void operator()(index_t kb, index_t j0, index_t j1, std::uint16_t* out) const noexcept {
+    static constexpr auto table = [] {  // m · 2^-9 for the subnormal codes m < 8
+      std::array<std::uint16_t, 32> t{};
+      for (std::uint8_t m = 0; m < 8; ++m) t[m] = codecs::float_to_bf16(codecs::e4m3_to_float(m));
+      return t;
+    }();
+    const __m512i sub = _mm512_loadu_si512(table.data());
+    // qwords of (lo, hi): column tiles 0-1 are lanes lo0 hi0 lo1 hi1, column tiles 2-3 lo2 hi2 lo3 hi3
+    const __m512i tiles01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i tiles23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    constexpr index_t row_bytes = fp8_format::row_bytes;  // 64
+    for (index_t j = j0; j < j1; ++j) {
       const index_t k = kb * amx_kb + 2 * j;
-      const std::uint8_t* row = p.codes + k * row_bytes;
+      const std::uint8_t* row = p_.codes + k * row_bytes;
       _mm_prefetch(reinterpret_cast<const char*>(row) + fp8_format::group * row_bytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(row) + fp8_format::group * row_bytes + 64, _MM_HINT_T0);
-      const __m512i r0 = k < K ? _mm512_loadu_si512(row) : _mm512_setzero_si512();
-      const __m512i r1 = k + 1 < K ? _mm512_loadu_si512(row + row_bytes) : _mm512_setzero_si512();
+      const __m512i r0 = k < K_ ? _mm512_loadu_si512(row) : _mm512_setzero_si512();
+      const __m512i r1 = k + 1 < K_ ? _mm512_loadu_si512(row + row_bytes) : _mm512_setzero_si512();
       const __m512i lo = _mm512_unpacklo_epi8(r0, r1), hi = _mm512_unpackhi_epi8(r0, r1);
       const __m512i pair[2] = {_mm512_permutex2var_epi64(lo, tiles01, hi), _mm512_permutex2var_epi64(lo, tiles23, hi)};
       for (int v = 0; v < 4; ++v) {
@@ -141,6 +154,18 @@ inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0
       }
     }
   }
+
+ private:
+  QPanel<fp8_format> p_;
+  index_t K_;
+};
+
+/// k-blocks [kb0, kb1) of an fp8 panel of K rows in the bf16 tile layout of amx.hpp:
+/// slab[kb - kb0][4 column tiles][16 k-pairs][16 columns][2] (e4m3_decoder).
+inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0, index_t kb1,
+                             std::uint16_t* slab) noexcept {
+  const e4m3_decoder decode(p, K);
+  for (index_t kb = kb0; kb < kb1; ++kb) decode(kb, 0, amx_kb / 2, slab + (kb - kb0) * 4 * amx_tile_elems);
 }
 
 #endif
@@ -151,17 +176,41 @@ namespace detail {
 /// c[m][64] = sum over the scale groups g of the panel of (A_g · W_g) · sw[g][column] · sa[row][g]:
 /// A rows [0, m) (lda elements apart, readable up to roundup(m, 16) rows) in Ops' layout (bf16_ops:
 /// E4M3 values; bf16x2_ops: split rows; bf16x2_hi_ops: split rows whose lo terms are zero), W_g the group's E4M3 values, sw its scales, sa the
-/// activation scales (row r's at sa[r · lds + g]; nullptr: 1). Group by group: decode, then
-/// (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32 buffer; after
-/// a step's tile instructions the core scales the previous step's buffer into c while the tiles
-/// compute. (Decoding the next group a share after each step instead, into a second slab, was
-/// measured and not kept: docs/benchmarks.md, issue 10, run 118.)
+/// activation scales (row r's at sa[r · lds + g]; nullptr: 1). Blocks of up to 16 rows with
+/// `row_group`: amx::decoded_row_group_groups (each k-block decoded between the previous one's
+/// products, the four column tiles' sums flushed and scaled in per group). Others group by group:
+/// decode, then (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32
+/// buffer; after a step's tile instructions the core scales the previous step's buffer into c
+/// while the tiles compute. (Decoding the next group a share after each step instead, into a
+/// second slab, was measured and not kept: docs/benchmarks.md, issue 10, run 118.) Both sum and
+/// scale in the same order: the same bits.
 template <class Ops>
 inline void fp8_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds, index_t K,
-                            const QPanel<fp8_format>& panel, float* c) noexcept {
+                            const QPanel<fp8_format>& panel, float* c, bool row_group = row_group_loop()) noexcept {
+  const index_t nkb = padded_k32(K) / amx_kb, groups = fp8_format::groups(K);
+  if (m <= 16 && row_group) {
+    // amx::decoded_row_group_groups: each k-block decoded between the previous one's products,
+    // the sums flushed per scale group and scaled in as scale_in below does (the same bits)
+    const e4m3_decoder decoder(panel, K);
+    alignas(64) float part[16 * panel_cols];
+    amx::decoded_row_group_groups<Ops>(
+        a, lda, nkb, e4m3_group_kb,
+        [&](index_t kb, int v, std::uint16_t* out) { decoder(kb, 4 * v, 4 * v + 4, out); }, part,
+        [&](index_t g) {
+          for (int h = 0; h < 4; ++h) {
+            const __m512 sw = _mm512_load_ps(panel.scales + g * panel_cols + 16 * h);
+            for (index_t r = 0; r < m; ++r) {
+              const __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(sa != nullptr ? sa[r * lds + g] : 1.0f));
+              const __m512 p = _mm512_load_ps(part + r * panel_cols + 16 * h);
+              float* cr = c + r * panel_cols + 16 * h;
+              _mm512_store_ps(cr, g == 0 ? _mm512_mul_ps(p, s) : _mm512_fmadd_ps(p, s, _mm512_load_ps(cr)));
+            }
+          }
+        });
+    return;
+  }
   alignas(64) std::uint16_t slab[e4m3_group_kb * 4 * amx_tile_elems];  // 16 KiB
   alignas(64) float part[2][32 * 32];
-  const index_t nkb = padded_k32(K) / amx_kb, groups = fp8_format::groups(K);
   const auto lda_bytes = static_cast<long>(lda * 2);
   const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
   struct Step {
