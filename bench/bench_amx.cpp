@@ -24,7 +24,8 @@
 //
 // With --threshold FORMAT (mxfp4, nvfp4 or fp8: weight-only, fp32 activations; nvfp4_w4a4: NVFP4
 // activations; fp8_w8a8: E4M3 activations in groups of 128; mxfp4_bf16, nvfp4_bf16, fp8_bf16:
-// weight-only with rows of bf16 values, which the tiles take as the hi terms alone) it times, for row blocks of 1 to 16 rows, the two ways kernel::tiled_amx can
+// weight-only with rows of bf16 values, which the tiles take as the hi terms alone) it times, for
+// row blocks of 1 to 16 rows, the two ways kernel::tiled_amx can
 // multiply a block by a quantized panel: kernel::tiled's AVX-512 path (detail::block_times_panel on
 // fp32 rows) and the tiles on decoded slabs (split rows, or W4A4's e2m1 · e4m3 rows, or W8A8's
 // E4M3 rows), each thread
@@ -36,7 +37,8 @@
 // E2M1 panel into the decode and the tiles (see decomposition()).
 //
 //   bench_amx [--threads 1,16] [--seconds 0.1] [--peaks] [--pair A,B [--rounds 15]] [--formats]
-//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8|fp8_w8a8|mxfp4_bf16|nvfp4_bf16|fp8_bf16 [--k 2048]] [--decomp mxfp4|nvfp4 [--k 2048]]
+//             [--threshold mxfp4|nvfp4|nvfp4_w4a4|fp8|fp8_w8a8|mxfp4_bf16|nvfp4_bf16|fp8_bf16 [--k 2048]]
+//             [--decomp mxfp4|nvfp4 [--k 2048]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -361,9 +363,12 @@ void decomposition(const char* name, const std::vector<long>& threads, index_t K
                   c[i].data()[0] += decode_panel(panel, K, slab, j);
                 } else if (v == 1) {
                   e2m1_decoder<F> decoder(panel, K);
-                  amx::decoded_row_group<amx::bf16x2_ops>(a[i].data(), lda, nkb, [&](index_t kb, int part, std::uint16_t* out) {
-                    if (kb < 2) decoder(kb, 4 * part, 4 * part + 4, out);
-                  }, c[i].data());
+                  amx::decoded_row_group<amx::bf16x2_ops>(
+                      a[i].data(), lda, nkb,
+                      [&](index_t kb, index_t j0, index_t j1, std::uint16_t* out) {
+                        if (kb < 2) decoder(kb, j0, j1, out);
+                      },
+                      c[i].data());
                 } else {
                   kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data(), v == 2);
                 }
@@ -441,33 +446,25 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
                 c[i].data()[0] += decode_panel(panel, K, slab, j);
                 continue;
               }
-            if (side == 0)
+            if (side == 0) {
               kernels::tiled::detail::block_times_panel(m, [&](index_t row) { return xs + row * K; }, K, panel, c[i].data());
-            else if constexpr (std::is_same_v<F, nvfp4_format>) {
-              if (qact)
-                kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16_ops>(m, a[i].data(), lda, sa[i].data(), K,
-                                                                                 panel, c[i].data());
-              else if (bf16_rows)
-                kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16x2_hi_ops>(m, a[i].data(), lda, nullptr, K,
-                                                                                     panel, c[i].data());
-              else
-                kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
-            } else if constexpr (F::code == qcode::e2m1) {
-              if (bf16_rows)
-                kernels::tiled::detail::e2m1_block_times_panel<F, amx::bf16x2_hi_ops>(m, a[i].data(), lda, nullptr, K,
-                                                                                     panel, c[i].data());
-              else
-                kernels::tiled::detail::e2m1_block_times_panel(m, a[i].data(), lda, nullptr, K, panel, c[i].data());
-            } else if (qact) {
-              kernels::tiled::detail::fp8_times_panel<amx::bf16_ops>(m, a[i].data(), lda, sa[i].data(), groups, K, panel,
-                                                                     c[i].data());
-            } else if (bf16_rows) {
-              kernels::tiled::detail::fp8_times_panel<amx::bf16x2_hi_ops>(m, a[i].data(), lda, nullptr, groups, K,
-                                                                          panel, c[i].data());
-            } else {
-              kernels::tiled::detail::fp8_times_panel<amx::bf16x2_ops>(m, a[i].data(), lda, nullptr, groups, K, panel,
-                                                                       c[i].data());
+              continue;
             }
+            // the tiles: W4A4's or W8A8's quantized rows (one term, with their scales), bf16 rows
+            // (the hi terms alone) or split fp32 rows
+            const float* s = qact ? sa[i].data() : nullptr;
+            const auto tiles = [&]<class O>() {
+              if constexpr (F::code == qcode::e2m1)
+                kernels::tiled::detail::e2m1_block_times_panel<F, O>(m, a[i].data(), lda, s, K, panel, c[i].data());
+              else
+                kernels::tiled::detail::fp8_times_panel<O>(m, a[i].data(), lda, s, groups, K, panel, c[i].data());
+            };
+            if (qact)
+              tiles.template operator()<amx::bf16_ops>();
+            else if (bf16_rows)
+              tiles.template operator()<amx::bf16x2_hi_ops>();
+            else
+              tiles.template operator()<amx::bf16x2_ops>();
           }
         });
       };

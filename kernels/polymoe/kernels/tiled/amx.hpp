@@ -221,7 +221,6 @@ struct int8_ops {
   using a_type = std::uint8_t;
   using b_type = std::int8_t;
   static constexpr index_t a_k = 64;
-  static constexpr bool two_terms = false;
   static constexpr index_t b_kb = 4 * 1024;
   POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
     _tile_loadd(5, b, 64);
@@ -541,8 +540,8 @@ POLYMOE_AMX_TARGET inline void decoded_column(const std::uint16_t* b) noexcept {
 }
 
 /// One k-block of decoded_row_group: C tiles 0-3 (+)= A (tile TA; bf16x2_ops: hi in 4, lo in 5)
-/// times the k-block's four column tiles at b, and after column tile v's products, part v of the
-/// next k-block's decode (`more`: there is one).
+/// times the k-block's four column tiles at b, and after column tile v's products, k-pairs
+/// [4v, 4v + 4) of the next k-block decoded (`more`: there is one).
 template <class Ops, int TA, class Decode>
 POLYMOE_AMX_TARGET inline void decoded_kblock(const std::uint16_t* a, long lda_bytes, const std::uint16_t* b,
                                               index_t next_kb, bool more, std::uint16_t* next_b,
@@ -553,13 +552,21 @@ POLYMOE_AMX_TARGET inline void decoded_kblock(const std::uint16_t* a, long lda_b
     _tile_loadd(5, a, lda_bytes);
   if constexpr (Ops::two_terms) _tile_loadd(5, a + amx_kb, lda_bytes);
   decoded_column<Ops, TA, 0>(b);
-  if (more) decode(next_kb, 0, next_b);
+  if (more) decode(next_kb, 0, 4, next_b);
   decoded_column<Ops, TA, 1>(b);
-  if (more) decode(next_kb, 1, next_b);
+  if (more) decode(next_kb, 4, 8, next_b);
   decoded_column<Ops, TA, 2>(b);
-  if (more) decode(next_kb, 2, next_b);
+  if (more) decode(next_kb, 8, 12, next_b);
   decoded_column<Ops, TA, 3>(b);
-  if (more) decode(next_kb, 3, next_b);
+  if (more) decode(next_kb, 12, 16, next_b);
+}
+
+/// C tiles 0-3 zeroed.
+POLYMOE_AMX_TARGET inline void zero_c4() noexcept {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
 }
 
 /// C tiles 0-3 into c[16][64] (rows 256 bytes apart).
@@ -582,11 +589,8 @@ POLYMOE_AMX_TARGET inline void decoded_row_group_groups(const std::uint16_t* a, 
   configure();
   const auto lda_bytes = static_cast<long>(lda * 2);
   alignas(64) std::uint16_t ring[2][4 * amx_tile_elems];
-  for (int v = 0; v < 4; ++v) decode(index_t{0}, v, ring[0]);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  decode(index_t{0}, index_t{0}, amx_kb / 2, ring[0]);
+  zero_c4();
   for (index_t kb = 0; kb < nkb; ++kb) {
     if (kb + a_prefetch_kb < nkb)
       for (index_t t = 0; t < (Ops::two_terms ? 2 : 1); ++t)
@@ -601,10 +605,7 @@ POLYMOE_AMX_TARGET inline void decoded_row_group_groups(const std::uint16_t* a, 
       decoded_kblock<Ops, 5>(ak, lda_bytes, ring[kb % 2], kb + 1, more, ring[(kb + 1) % 2], decode);
     if (group_kb > 0 && ((kb + 1) % group_kb == 0 || !more)) {
       store_c4(c);
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      zero_c4();
       group_end(kb / group_kb);
     }
   }
@@ -612,8 +613,9 @@ POLYMOE_AMX_TARGET inline void decoded_row_group_groups(const std::uint16_t* a, 
 }
 
 /// c[16][64] = rows [0, 16) of A in Ops' layout (bf16_ops: bf16 rows; bf16x2_ops: split rows;
-/// lda elements apart) times a panel of nkb k-blocks in the bf16 tile layout that decode(kb, v,
-/// out) writes a part at a time (part v < 4 of k-block kb into the k-block's 4 KiB at out): a row
+/// lda elements apart) times a panel of nkb k-blocks in the bf16 tile layout that decode(kb, j0, j1,
+/// out) writes a part at a time (k-pairs [j0, j1) of k-block kb into the k-block's 4 KiB at out; the
+/// E2M1 and E4M3 decoders' call): a row
 /// block of at most 16 rows on a panel kept in codes. All four column tiles at once (C tiles 0-3,
 /// four independent sums; A in tile 4, or 4 and 5 by k-block for bf16_ops so that a k-block's A
 /// load does not wait on the previous one's products; B tiles 6-7), and k-block kb + 1 decoded into

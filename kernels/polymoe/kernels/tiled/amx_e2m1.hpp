@@ -169,26 +169,14 @@ inline void load_kpair_vbmi(const std::uint8_t* codes, index_t k, index_t K, __m
 
 /// The decoders' k-pair load: load_kpair_vbmi where the build targets AVX512-VBMI (every AMX CPU
 /// has it), else load_kpair_shuffled. The VBMI load took the decode alone from about 230 to 155-183
-/// ns per k-block per thread at 16 threads on the device machine (docs/benchmarks.md, issue 10, run
-/// 148).
+/// ns per k-block per thread at 16 threads on the device machine (docs/benchmarks.md, issue 10, runs
+/// 146 and 148).
 inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
 #if defined(__AVX512VBMI__)
   load_kpair_vbmi(codes, k, K, half);
 #else
   load_kpair_shuffled(codes, k, K, half);
 #endif
-}
-
-/// nvfp4_decoder's table: e2m1 magnitude c times (1 + m/8) at 8m + c, as bf16 bits plus `bias`
-/// (0 for c = 0).
-template <std::uint16_t bias>
-constexpr std::array<std::uint16_t, 64> nvfp4_table() noexcept {
-  std::array<std::uint16_t, 64> t{};
-  for (int m = 0; m < 8; ++m)
-    for (int c = 1; c < 8; ++c)
-      t[static_cast<std::size_t>(8 * m + c)] = static_cast<std::uint16_t>(
-          codecs::float_to_bf16(codecs::e2m1_values[c] * (1.0f + static_cast<float>(m) / 8.0f)) + bias);
-  return t;
 }
 
 }  // namespace detail
@@ -263,7 +251,14 @@ class nvfp4_decoder {
   /// k-pairs [j0, j1) of k-block kb into the k-block's four column tiles at out.
   void operator()(index_t kb, index_t j0, index_t j1, std::uint16_t* out) noexcept {
     static_assert(nvfp4_format::group * 2 == amx_kb, "two scale groups per k-block");
-    static constexpr auto table = detail::nvfp4_table<bias>();
+    static constexpr auto table = [] {  // e2m1 magnitude c times (1 + m/8) at 8m + c, plus bias; 0 for c = 0
+      std::array<std::uint16_t, 64> t{};
+      for (int m = 0; m < 8; ++m)
+        for (int c = 1; c < 8; ++c)
+          t[static_cast<std::size_t>(8 * m + c)] = static_cast<std::uint16_t>(
+              codecs::float_to_bf16(codecs::e2m1_values[c] * (1.0f + static_cast<float>(m) / 8.0f)) + bias);
+      return t;
+    }();
     const __m512i t0 = _mm512_loadu_si512(table.data()), t1 = _mm512_loadu_si512(table.data() + 32);
     const __m512i seven = _mm512_set1_epi16(7), sign = _mm512_set1_epi16(static_cast<short>(0x8000));
     for (index_t j = j0; j < j1; ++j) {
@@ -340,8 +335,8 @@ inline bool row_group_loop() noexcept { return row_group_knob() != 0; }
 
 #if defined(POLYMOE_TILED_AMX_CODE)
 /// c[m][64] = rows [0, m) of A in Ops' layout (bf16x2_ops: split rows; bf16x2_hi_ops: split rows
-/// whose lo terms are zero; bf16_ops: NVFP4 W4A4's e2m1 · e4m3 values), lda elements apart and readable up to roundup(m, 16) rows, times an E2M1
-/// panel (MXFP4 or NVFP4) of K rows; NVFP4's scale_2 and the rows' scales sa (row r's at sa[r];
+/// whose lo terms are zero; bf16_ops: NVFP4 W4A4's e2m1 · e4m3 values), lda elements apart and
+/// readable up to roundup(m, 16) rows, times an E2M1 panel (MXFP4 or NVFP4) of K rows; NVFP4's scale_2 and the rows' scales sa (row r's at sa[r];
 /// nullptr: 1) multiply the sums. Blocks of up to 16 rows run amx::decoded_row_group (the decode
 /// of each k-block between the previous one's products) when `row_group`, others a decoded 32 KiB
 /// slab at a time (amx::decoded_slab); both sum each column tile in the same order, so they give
@@ -352,10 +347,7 @@ inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t ld
   static_assert(F::code == qcode::e2m1);
   const index_t nkb = padded_k32(K) / amx_kb;
   if (m <= 16 && row_group) {
-    e2m1_decoder<F> decoder(panel, K);
-    amx::decoded_row_group<Ops>(a, lda, nkb, [&](index_t kb, int part, std::uint16_t* out) {
-      decoder(kb, 4 * part, 4 * part + 4, out);
-    }, c);
+    amx::decoded_row_group<Ops>(a, lda, nkb, e2m1_decoder<F>(panel, K), c);
   } else {
     alignas(64) std::uint16_t slab[amx::slab_kb * 4 * amx_tile_elems];  // 32 KiB
     for (index_t s0 = 0; s0 < nkb; s0 += amx::slab_kb) {

@@ -175,8 +175,8 @@ namespace detail {
 #if defined(POLYMOE_TILED_AMX_CODE)
 /// c[m][64] = sum over the scale groups g of the panel of (A_g · W_g) · sw[g][column] · sa[row][g]:
 /// A rows [0, m) (lda elements apart, readable up to roundup(m, 16) rows) in Ops' layout (bf16_ops:
-/// E4M3 values; bf16x2_ops: split rows; bf16x2_hi_ops: split rows whose lo terms are zero), W_g the group's E4M3 values, sw its scales, sa the
-/// activation scales (row r's at sa[r · lds + g]; nullptr: 1). Blocks of up to 16 rows with
+/// E4M3 values; bf16x2_ops: split rows; bf16x2_hi_ops: split rows whose lo terms are zero), W_g
+/// the group's E4M3 values, sw its scales, sa the activation scales (row r's at sa[r · lds + g]; nullptr: 1). Blocks of up to 16 rows with
 /// `row_group`: amx::decoded_row_group_groups (each k-block decoded between the previous one's
 /// products, the four column tiles' sums flushed and scaled in per group). Others group by group:
 /// decode, then (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32
@@ -191,11 +191,9 @@ inline void fp8_times_panel(index_t m, const std::uint16_t* a, index_t lda, cons
   if (m <= 16 && row_group) {
     // amx::decoded_row_group_groups: each k-block decoded between the previous one's products,
     // the sums flushed per scale group and scaled in as scale_in below does (the same bits)
-    const e4m3_decoder decoder(panel, K);
     alignas(64) float part[16 * panel_cols];
     amx::decoded_row_group_groups<Ops>(
-        a, lda, nkb, e4m3_group_kb,
-        [&](index_t kb, int v, std::uint16_t* out) { decoder(kb, 4 * v, 4 * v + 4, out); }, part,
+        a, lda, nkb, e4m3_group_kb, e4m3_decoder(panel, K), part,
         [&](index_t g) {
           for (int h = 0; h < 4; ++h) {
             const __m512 sw = _mm512_load_ps(panel.scales + g * panel_cols + 16 * h);
