@@ -26,7 +26,8 @@
 // polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
 //
 //   bench_ratio [--preset qwen3-30b-a3b|deepseek-v3|gpt-oss-20b|tiny] [--experts N]
-//               [--second int8_w8a8|fp8_block|fp8_block_weight_only|mxfp4|nvfp4|nvfp4_w4a4]
+//               [--second int8_w8a8|fp8_block|fp8_block_weight_only|mxfp4|mxfp4_w4a16|nvfp4|nvfp4_w4a4|
+//                         nvfp4_w4a16]
 //               [--tokens 512,2048] [--threads 16] [--rounds 9] [--forwards 3]
 //               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows|row-group|one-term] [--phases 1]
 //               [--bf16-inputs 1]
@@ -37,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/mp11/algorithm.hpp>
 #include <tbb/global_control.h>
 
 #include <polymoe/polymoe.hpp>
@@ -47,6 +49,11 @@ using namespace polymoe;
 using namespace polymoe::bench;
 
 namespace {
+
+/// The formats --second selects (by their names).
+using second_schemes = boost::mp11::mp_list<quant::int8_w8a8, quant::fp8_block, quant::fp8_block_weight_only,
+                                            quant::mxfp4, quant::mxfp4_w4a16, quant::nvfp4, quant::nvfp4_w4a4,
+                                            quant::nvfp4_w4a16>;
 
 /// Copies of one layer, cycled so that every timed pass reads its weights from DRAM.
 template <class Q>
@@ -110,9 +117,13 @@ int main(int argc, char** argv) try {
     } else if (a == "--experts") {
       max_experts = std::atol(v.c_str());
     } else if (a == "--second") {
-      if (v != "int8_w8a8" && v != "fp8_block" && v != "fp8_block_weight_only" && v != "mxfp4" && v != "nvfp4" &&
-          v != "nvfp4_w4a4")
-        fail("--second: int8_w8a8, fp8_block, fp8_block_weight_only, mxfp4, nvfp4 or nvfp4_w4a4, not '" + v + "'");
+      std::string names;
+      bool known = false;
+      boost::mp11::mp_for_each<second_schemes>([&]<class Q>(Q) {
+        known |= Q::name == v;
+        names += (names.empty() ? "" : ", ") + std::string(Q::name);
+      });
+      if (!known) fail("--second: one of " + names + ", not '" + v + "'");
       second = v;
     } else if (a == "--tokens") {
       tokens = comma_list(v.c_str());
@@ -244,18 +255,9 @@ int main(int argc, char** argv) try {
       std::fflush(stdout);
     }
   };
-  if (second == "fp8_block")
-    body.template operator()<quant::fp8_block>();
-  else if (second == "fp8_block_weight_only")
-    body.template operator()<quant::fp8_block_weight_only>();
-  else if (second == "mxfp4")
-    body.template operator()<quant::mxfp4>();
-  else if (second == "nvfp4")
-    body.template operator()<quant::nvfp4>();
-  else if (second == "nvfp4_w4a4")
-    body.template operator()<quant::nvfp4_w4a4>();
-  else
-    body.template operator()<quant::int8_w8a8>();
+  boost::mp11::mp_for_each<second_schemes>([&]<class Q>(Q) {
+    if (Q::name == second) body.template operator()<Q>();
+  });
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_ratio: %s\n", e.what());

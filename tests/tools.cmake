@@ -99,6 +99,8 @@ run_case(deepseek_v3_fp8_w8a8 deepseek_v3_fp8 5e-2 --quant fp8_block)
 # stored weights of another scheme: dequantized, then quantized to the one asked for
 run_case(deepseek_v3_fp8_as_bf16 deepseek_v3_fp8 1e-2 --quant bf16)
 run_case(gpt_oss_mxfp4_as_fp32 gpt_oss_mxfp4 1e-5 --quant fp32 --kernel tiled)
+# W4A16: the stored blocks as they are, bf16 activations (bf16's tolerance)
+run_case(gpt_oss_mxfp4_w4a16 gpt_oss_mxfp4 1e-2 --quant mxfp4_w4a16 --kernel tiled_amx)
 
 # --- quantize, then run the quantized checkpoint: the stored weights must give exactly what
 # quantizing on load gives, and stay close to the transformers output.

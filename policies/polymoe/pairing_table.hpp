@@ -30,8 +30,10 @@ struct fp8_block;
 struct fp8_block_weight_only;
 struct int8_w8a8;
 struct mxfp4;
+struct mxfp4_w4a16;
 struct nvfp4;
 struct nvfp4_w4a4;
+struct nvfp4_w4a16;
 }
 namespace kernel {
 struct reference;
@@ -64,21 +66,25 @@ struct pairing_table {
       quant::fp8_block_weight_only,   // the same weights, fp32 activations
       quant::int8_w8a8,               // int8 per-channel weights, int8 per-token activations
       quant::mxfp4,                   // MXFP4 weights (GPT-OSS layout), fp32 activations
+      quant::mxfp4_w4a16,             // the same weights, bf16 activations
       quant::nvfp4,                   // NVFP4 weights (ModelOpt), fp32 activations
-      quant::nvfp4_w4a4>;             // NVFP4 weights and per-token NVFP4 activations
+      quant::nvfp4_w4a4,              // NVFP4 weights and per-token NVFP4 activations
+      quant::nvfp4_w4a16>;            // NVFP4 weights, bf16 activations
 
   using kernels = list<
       pairing::kernel_row<kernel::reference,   pairing::natives<F_standard, F_masked>, pairing::every_scheme>,
       pairing::kernel_row<kernel::tbb_grouped, pairing::natives<F_standard>,           pairing::schemes<quant::fp32, quant::bf16,
-          quant::fp8, quant::fp8_block, quant::fp8_block_weight_only, quant::int8_w8a8, quant::mxfp4, quant::nvfp4,
-          quant::nvfp4_w4a4>>,
+          quant::fp8, quant::fp8_block, quant::fp8_block_weight_only, quant::int8_w8a8, quant::mxfp4,
+          quant::mxfp4_w4a16, quant::nvfp4, quant::nvfp4_w4a4, quant::nvfp4_w4a16>>,
       pairing::kernel_row<kernel::tiled,       pairing::natives<F_standard>,
                           pairing::schemes<quant::fp32, quant::bf16, quant::fp8, quant::fp8_block,
                                            quant::fp8_block_weight_only, quant::int8_w8a8, quant::mxfp4,
-                                           quant::nvfp4, quant::nvfp4_w4a4>>,
+                                           quant::mxfp4_w4a16, quant::nvfp4, quant::nvfp4_w4a4,
+                                           quant::nvfp4_w4a16>>,
       pairing::kernel_row<kernel::tiled_amx,   pairing::natives<F_standard>,
                           pairing::schemes<quant::bf16, quant::fp8, quant::fp8_block, quant::fp8_block_weight_only,
-                                           quant::int8_w8a8, quant::mxfp4, quant::nvfp4, quant::nvfp4_w4a4>>>;
+                                           quant::int8_w8a8, quant::mxfp4, quant::mxfp4_w4a16, quant::nvfp4,
+                                           quant::nvfp4_w4a4, quant::nvfp4_w4a16>>>;
 
   using adapters = list<
       pairing::adapter_row<F_ragged, F_standard>,   // a ragged batch is a standard one with counts

@@ -1,4 +1,4 @@
-// ko: kernel::tiled_amx runs bf16, fp8, fp8_block(_weight_only), int8_w8a8, mxfp4, nvfp4 and nvfp4_w4a4 on its
+// ko: kernel::tiled_amx runs bf16, the fp8 schemes, int8_w8a8 and the 4-bit schemes on its
 // tiles; quant::fp32 is not in its row of the pairing table (the ok twin uses int8_w8a8, which it runs).
 #include <polymoe/polymoe.hpp>
 #ifdef POLYMOE_KO

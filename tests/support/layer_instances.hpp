@@ -11,17 +11,19 @@
   X(local, fp32, reference) X(local, bf16, reference) X(local, fp8, reference)                     \
   X(local, fp8_block, reference) X(local, fp8_block_weight_only, reference)                        \
   X(local, int8_w8a8, reference) X(local, mxfp4, reference) X(local, nvfp4, reference)             \
-  X(local, nvfp4_w4a4, reference)                                                                  \
+  X(local, nvfp4_w4a4, reference) X(local, mxfp4_w4a16, reference) X(local, nvfp4_w4a16, reference) \
   X(local, fp32, tbb_grouped) X(local, bf16, tbb_grouped) X(local, fp8, tbb_grouped)               \
   X(local, fp8_block, tbb_grouped) X(local, fp8_block_weight_only, tbb_grouped)                    \
   X(local, int8_w8a8, tbb_grouped) X(local, mxfp4, tbb_grouped) X(local, nvfp4, tbb_grouped)       \
-  X(local, nvfp4_w4a4, tbb_grouped)                                                                \
+  X(local, nvfp4_w4a4, tbb_grouped) X(local, mxfp4_w4a16, tbb_grouped)                            \
+  X(local, nvfp4_w4a16, tbb_grouped)                                                               \
   X(local, fp32, tiled) X(local, bf16, tiled) X(local, fp8, tiled) X(local, fp8_block, tiled)        \
   X(local, fp8_block_weight_only, tiled) X(local, int8_w8a8, tiled) X(local, mxfp4, tiled)          \
   X(local, nvfp4, tiled) X(local, nvfp4_w4a4, tiled) X(local, bf16, tiled_amx)                      \
   X(local, int8_w8a8, tiled_amx) X(local, mxfp4, tiled_amx) X(local, fp8, tiled_amx)                 \
   X(local, fp8_block, tiled_amx) X(local, fp8_block_weight_only, tiled_amx) X(local, nvfp4, tiled_amx) \
-  X(local, nvfp4_w4a4, tiled_amx)
+  X(local, nvfp4_w4a4, tiled_amx) X(local, mxfp4_w4a16, tiled) X(local, nvfp4_w4a16, tiled)          \
+  X(local, mxfp4_w4a16, tiled_amx) X(local, nvfp4_w4a16, tiled_amx)
 
 #define POLYMOE_LAYER_IMPL(A, Q, K)                                                                  \
   polymoe::detail::moe_layer_impl<polymoe::a2a::A, polymoe::quant::Q, polymoe::kernel::K,          \

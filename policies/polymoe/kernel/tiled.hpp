@@ -28,7 +28,8 @@ template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
                 "polymoe: kernel::tiled does not implement this quant scheme (it runs fp32, bf16, fp8, fp8_block, "
-                "fp8_block_weight_only, int8_w8a8, mxfp4, nvfp4 and nvfp4_w4a4); use kernel::reference or "
+                "fp8_block_weight_only, int8_w8a8, mxfp4, mxfp4_w4a16, nvfp4, nvfp4_w4a4 and nvfp4_w4a16); use "
+                "kernel::reference or "
                 "kernel::tbb_grouped for it");
 };
 
@@ -169,6 +170,17 @@ struct scheme<quant::nvfp4> {
   }
 };
 
+/// W4A16: the 4-bit formats' panels; each GEMM input row rounded to bf16 (on the way in, and in
+/// GEMM 1's epilogue), as for quant::bf16.
+template <>
+struct scheme<quant::mxfp4_w4a16> : scheme<quant::mxfp4> {
+  using inputs = kt::bf16_inputs;
+};
+template <>
+struct scheme<quant::nvfp4_w4a16> : scheme<quant::nvfp4> {
+  using inputs = kt::bf16_inputs;
+};
+
 /// NVFP4 W4A4: nvfp4's panels; each GEMM input row quantized to NVFP4 values as the scheme does
 /// (vectorized, bit for bit quantize_activation) before the fp32 micro-kernels.
 template <>
@@ -204,6 +216,7 @@ struct scheme<quant::int8_w8a8> {
 /// runs it at the FMA's rate: POLYMOE_TILED_DPBF16); fp8, fp8_block(_weight_only), mxfp4 and
 /// nvfp4 with their codes kept in the panels and widened in registers or per L1 slab
 /// (kernels/tiled/qpanel.hpp); nvfp4_w4a4 as nvfp4, its GEMM inputs quantized per row first;
+/// mxfp4_w4a16 and nvfp4_w4a16 as mxfp4 and nvfp4, their GEMM inputs rounded to bf16;
 /// int8_w8a8 with integer VNNI GEMMs (kernels/tiled/int8.hpp).
 ///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled> layer(cfg, weights);

@@ -18,8 +18,9 @@ template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
                 "polymoe: kernel::tiled_amx implements quant::bf16, quant::int8_w8a8, quant::fp8, quant::fp8_block, "
-                "quant::fp8_block_weight_only, quant::mxfp4, quant::nvfp4 and quant::nvfp4_w4a4 only (AMX has bf16 "
-                "and int8 tiles); use kernel::tiled or kernel::reference for other schemes");
+                "quant::fp8_block_weight_only, quant::mxfp4, quant::mxfp4_w4a16, quant::nvfp4, quant::nvfp4_w4a4 and "
+                "quant::nvfp4_w4a16 only (AMX has bf16 and int8 tiles); use kernel::tiled or kernel::reference for "
+                "other schemes");
 };
 
 template <>
@@ -81,6 +82,10 @@ struct scheme<quant::nvfp4> : decoded_scheme<quant::nvfp4> {};
 template <>
 struct scheme<quant::nvfp4_w4a4> : decoded_scheme<quant::nvfp4_w4a4> {};  // per-row scale_2
 template <>
+struct scheme<quant::mxfp4_w4a16> : decoded_scheme<quant::mxfp4_w4a16> {};  // bf16 rows, one term
+template <>
+struct scheme<quant::nvfp4_w4a16> : decoded_scheme<quant::nvfp4_w4a16> {};
+template <>
 struct scheme<quant::fp8> : decoded_scheme<quant::fp8> {};  // per-token activations
 template <>
 struct scheme<quant::fp8_block> : decoded_scheme<quant::fp8_block, quant::fp8_block::block> {};
@@ -93,8 +98,8 @@ struct scheme<quant::fp8_block_weight_only> : decoded_scheme<quant::fp8_block_we
 /// tile layout), quant::int8_w8a8 (tdpbusd; weights prepacked into int8's tile layout), and
 /// tdpbf16ps on weights kept in kernel::tiled's panels and decoded to bf16 as the tasks need them:
 /// quant::mxfp4, nvfp4 and nvfp4_w4a4 a slab at a time (kernels/tiled/amx_e2m1.hpp; fp32
-/// activations as two bf16 terms, W4A4's as their e2m1 · e4m3 values with the row's scale_2
-/// after the tiles), quant::fp8, fp8_block and fp8_block_weight_only a scale group at a time, each
+/// activations as two bf16 terms, W4A16's (mxfp4_w4a16, nvfp4_w4a16) as one, W4A4's as their
+/// e2m1 · e4m3 values with the row's scale_2 after the tiles), quant::fp8, fp8_block and fp8_block_weight_only a scale group at a time, each
 /// group's sum scaled after the tiles (kernels/tiled/amx_e4m3.hpp; W8A8 activations as E4M3
 /// values, weight-only ones as two bf16 terms). Blocks of few rows per expert (decode) run
 /// AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON) runs the tiles

@@ -45,9 +45,7 @@ struct bf16 {
     decode(w.w13.data() + e * s.rows13() * s.hidden, w13);
     decode(w.w2.data() + e * s.hidden * s.intermediate, w2);
   }
-  static void quantize_activation(std::span<float> row) noexcept {
-    for (float& v : row) v = codecs::bf16_to_float(codecs::float_to_bf16(v));
-  }
+  static void quantize_activation(std::span<float> row) noexcept { codecs::round_to_bf16(row); }
 };
 
 }  // namespace polymoe::quant

@@ -6,13 +6,15 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
+#include <polymoe/kernels/codecs/bf16.hpp>
 #include <polymoe/kernels/quantize/mxfp4.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
 namespace polymoe::quant {
 
 /// MXFP4 weights (OCP MX: blocks of 32 E2M1 values sharing one E8M0 scale, exponent
-/// floor(log2(amax)) - 2), activations untouched (W4A16; here W4A32). Stored in GPT-OSS's layout,
+/// floor(log2(amax)) - 2), activations untouched (W4A32: fp32 activations; quant::mxfp4_w4a16
+/// rounds them to bf16, as DESIGN.md's W4A16 and a bf16 engine do). Stored in GPT-OSS's layout,
 /// per projection: `blocks` [E, N, ceil(K/32), 16] bytes (element 2i in the low nibble) and
 /// `scales` [E, N, ceil(K/32)], N = output rows, K = input (w13: N = rows13, K = H; w2: N = H,
 /// K = I). K not a multiple of 32: the last block is padded with zero elements.
@@ -121,6 +123,15 @@ struct mxfp4 {
       kernels::quantize::dequantize_mxfp4_row(blocks.data() + (row0 + r) * nb * 16, scales.data() + (row0 + r) * nb,
                                               out.cols(), out.row(r).data());
   }
+};
+
+/// MXFP4 weights with 16-bit activations (W4A16, what GPT-OSS engines run): each GEMM input row
+/// (the hidden states, weighted first where the routing weight scales the input, and the
+/// activations between the GEMMs) rounded to bf16, round to nearest even; fp32 accumulation and
+/// top-k sum. The same weights as quant::mxfp4 (a checkpoint loads for either).
+struct mxfp4_w4a16 : mxfp4 {
+  static constexpr std::string_view name = "mxfp4_w4a16";
+  static void quantize_activation(std::span<float> row) noexcept { codecs::round_to_bf16(row); }
 };
 
 }  // namespace polymoe::quant

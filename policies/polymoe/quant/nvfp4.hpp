@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
+#include <polymoe/kernels/codecs/bf16.hpp>
 #include <polymoe/kernels/quantize/nvfp4.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
@@ -13,8 +14,8 @@ namespace polymoe::quant {
 /// NVFP4 weights, ModelOpt's convention: blocks of 16 E2M1 values with an E4M3 block scale, and one
 /// fp32 `weight_scale_2` = amax / (6 · 448) per expert per projection (w13: gate and up together,
 /// as the fused GEMM needs one; w2). W = e2m1(q) · e4m3(block scale) · weight_scale_2.
-/// Activations untouched (W4A16; here W4A32). K not a multiple of 16: the last block is padded
-/// with zero elements. Layout per projection: `weight` [E, N, ceil(K/16)·8] packed bytes (element
+/// Activations untouched (W4A32; quant::nvfp4_w4a16 rounds them to bf16). K not a multiple of 16:
+/// the last block is padded with zero elements. Layout per projection: `weight` [E, N, ceil(K/16)·8] packed bytes (element
 /// 2i in the low nibble), `weight_scale` [E, N, ceil(K/16)] E4M3 codes, `weight_scale_2` [E].
 ///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::nvfp4, polymoe::kernel::reference> layer(cfg, w);
@@ -124,6 +125,14 @@ struct nvfp4 {
 struct nvfp4_w4a4 : nvfp4 {
   static constexpr std::string_view name = "nvfp4_w4a4";
   static void quantize_activation(std::span<float> row) noexcept { kernels::quantize::fake_quantize_nvfp4(row); }
+};
+
+/// NVFP4 weights with 16-bit activations (W4A16, as FP4 weights run on hardware without FP4
+/// tensor operations): each GEMM input row rounded to bf16 (round to nearest even), fp32
+/// accumulation and top-k sum. The same weights as quant::nvfp4.
+struct nvfp4_w4a16 : nvfp4 {
+  static constexpr std::string_view name = "nvfp4_w4a16";
+  static void quantize_activation(std::span<float> row) noexcept { codecs::round_to_bf16(row); }
 };
 
 }  // namespace polymoe::quant

@@ -17,6 +17,8 @@
 #define POLYMOE_AMX_int8_w8a8(A)
 #define POLYMOE_AMX_mxfp4(A)
 #define POLYMOE_AMX_nvfp4(A)
+#define POLYMOE_AMX_mxfp4_w4a16(A)
+#define POLYMOE_AMX_nvfp4_w4a16(A)
 #define POLYMOE_AMX_nvfp4_w4a4(A)
 #define POLYMOE_TILED_fp32(A) template class POLYMOE_LAYER_IMPL(A, fp32, tiled);
 #define POLYMOE_TILED_bf16(A) template class POLYMOE_LAYER_IMPL(A, bf16, tiled);
@@ -26,5 +28,7 @@
 #define POLYMOE_TILED_int8_w8a8(A)
 #define POLYMOE_TILED_mxfp4(A)
 #define POLYMOE_TILED_nvfp4(A)
+#define POLYMOE_TILED_mxfp4_w4a16(A)
+#define POLYMOE_TILED_nvfp4_w4a16(A)
 #define POLYMOE_TILED_nvfp4_w4a4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4_w4a4, tiled);
 POLYMOE_LOCAL_TRIPLES(POLYMOE_INSTANTIATE_IF_tiled)

@@ -17,6 +17,8 @@
 #define POLYMOE_AMX_int8_w8a8(A) template class POLYMOE_LAYER_IMPL(A, int8_w8a8, tiled_amx);
 #define POLYMOE_AMX_mxfp4(A) template class POLYMOE_LAYER_IMPL(A, mxfp4, tiled_amx);
 #define POLYMOE_AMX_nvfp4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4, tiled_amx);
+#define POLYMOE_AMX_mxfp4_w4a16(A)
+#define POLYMOE_AMX_nvfp4_w4a16(A)
 #define POLYMOE_AMX_nvfp4_w4a4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4_w4a4, tiled_amx);
 #define POLYMOE_TILED_fp32(A)
 #define POLYMOE_TILED_bf16(A)
@@ -26,5 +28,7 @@
 #define POLYMOE_TILED_int8_w8a8(A) template class POLYMOE_LAYER_IMPL(A, int8_w8a8, tiled);
 #define POLYMOE_TILED_mxfp4(A) template class POLYMOE_LAYER_IMPL(A, mxfp4, tiled);
 #define POLYMOE_TILED_nvfp4(A) template class POLYMOE_LAYER_IMPL(A, nvfp4, tiled);
+#define POLYMOE_TILED_mxfp4_w4a16(A)
+#define POLYMOE_TILED_nvfp4_w4a16(A)
 #define POLYMOE_TILED_nvfp4_w4a4(A)
 POLYMOE_LOCAL_TRIPLES(POLYMOE_INSTANTIATE_IF_tiled)

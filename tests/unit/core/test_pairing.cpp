@@ -78,6 +78,7 @@ static_assert(is_diag<diag<a2a::local, quant::fp32, archetypes::UnlistedKernel>,
 static_assert(quant_scheme<quant::mxfp4> && quant_scheme<quant::nvfp4_w4a4> && quant_scheme<quant::fp8_block_weight_only>);
 static_assert(can_make_layer<a2a::local, quant::mxfp4, kernel::tiled>);
 static_assert(can_make_layer<a2a::local, quant::nvfp4_w4a4, kernel::tiled_amx>);
+static_assert(can_make_layer<a2a::local, quant::mxfp4_w4a16, kernel::tiled_amx>);
 static_assert(!can_make_layer<a2a::local, quant::fp32, kernel::tiled_amx>);
 static_assert(is_diag<diag<a2a::local, quant::fp32, kernel::tiled_amx>, diagnostic::kernel_does_not_implement_quant_scheme>);
 
@@ -103,10 +104,14 @@ TEST(Pairing, ValidTriplesAreTheFilteredProduct) {
                                              "local/int8_w8a8/tiled_amx",
                                              "local/mxfp4/reference", "local/mxfp4/tbb_grouped", "local/mxfp4/tiled",
                                              "local/mxfp4/tiled_amx",
+                                             "local/mxfp4_w4a16/reference", "local/mxfp4_w4a16/tbb_grouped",
+                                             "local/mxfp4_w4a16/tiled", "local/mxfp4_w4a16/tiled_amx",
                                              "local/nvfp4/reference", "local/nvfp4/tbb_grouped", "local/nvfp4/tiled",
                                              "local/nvfp4/tiled_amx",
                                              "local/nvfp4_w4a4/reference", "local/nvfp4_w4a4/tbb_grouped",
-                                             "local/nvfp4_w4a4/tiled", "local/nvfp4_w4a4/tiled_amx"};
+                                             "local/nvfp4_w4a4/tiled", "local/nvfp4_w4a4/tiled_amx",
+                                             "local/nvfp4_w4a16/reference", "local/nvfp4_w4a16/tbb_grouped",
+                                             "local/nvfp4_w4a16/tiled", "local/nvfp4_w4a16/tiled_amx"};
   EXPECT_EQ(got, expected);
 }
 

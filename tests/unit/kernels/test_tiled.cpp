@@ -73,8 +73,9 @@ void expect_agrees(const MoeConfig& cfg, const Matrix& hidden, const Routing& r,
 }
 
 /// Every scheme kernel::tiled implements; the portable build takes one scheme per code path
-/// (fp8 and fp8_block widen E4M3 alike, fp8_block_weight_only and nvfp4_w4a4 differ from a scheme
-/// it runs only in their inputs) to keep its compile time, which the explicit instances do not share.
+/// (fp8 and fp8_block widen E4M3 alike; fp8_block_weight_only, nvfp4_w4a4 and the W4A16 schemes
+/// differ from a scheme it runs only in their inputs) to keep its compile time, which the explicit
+/// instances do not share.
 template <class F>
 void for_every_scheme(F&& f) {
   f.template operator()<quant::fp32>();
@@ -87,6 +88,8 @@ void for_every_scheme(F&& f) {
   f.template operator()<quant::fp8>();
   f.template operator()<quant::fp8_block_weight_only>();
   f.template operator()<quant::nvfp4_w4a4>();  // nvfp4's panels; its quantizer is the scheme's there
+  f.template operator()<quant::mxfp4_w4a16>();  // mxfp4's panels, rows rounded to bf16
+  f.template operator()<quant::nvfp4_w4a16>();
 #endif
 }
 

@@ -48,6 +48,8 @@ void for_each_scheme(F&& f) {
   f.template operator()<quant::mxfp4>();
   f.template operator()<quant::nvfp4>();
   f.template operator()<quant::nvfp4_w4a4>();
+  f.template operator()<quant::mxfp4_w4a16>();
+  f.template operator()<quant::nvfp4_w4a16>();
   f.template operator()<quant::fp8>();
   f.template operator()<quant::fp8_block>();
   f.template operator()<quant::fp8_block_weight_only>();

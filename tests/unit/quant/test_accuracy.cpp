@@ -55,6 +55,8 @@ TEST(QuantAccuracy, RelativeRmsErrorAgainstFp32) {
   check<quant::mxfp4>(0.3);
   check<quant::nvfp4>(0.25);
   check<quant::nvfp4_w4a4>(0.35);
+  check<quant::mxfp4_w4a16>(0.3);
+  check<quant::nvfp4_w4a16>(0.25);
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ TEST(QuantFp8Block, FixtureFromCheckpointMatchesTransformers) {
 // torch 2.11 on the device machine; its routing and its weight-only result were checked against the
 // fixture). Our W8A8 path is the scheme PyTorch runs: agreement to summation-order precision
 // (measured 2.2e-7 / 3.7e-7 / 4.1e-7; no activation of these 9 tokens lies on a rounding boundary,
-// where a code flip would cost up to test::flip_tolerance).
+// where a code flip would cost up to test::flip_tolerance<quant::fp8_block>).
 TEST(QuantFp8Block, FixtureW8A8MatchesPyTorch) {
   const auto qc = test::load_deepseek_v3_fp8();
   const auto torch = io::safetensors_file::open(test::test_data_dir() / "deepseek_v3_fp8_w8a8_torch.safetensors");

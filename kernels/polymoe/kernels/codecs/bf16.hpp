@@ -7,6 +7,7 @@
 // every NaN as 0xFFFF; both are NaN and no caller may depend on a NaN's bits.)
 #include <bit>
 #include <cstdint>
+#include <span>
 
 namespace polymoe::codecs {
 
@@ -21,6 +22,12 @@ namespace polymoe::codecs {
 /// bf16 bits -> fp32 (exact).
 [[nodiscard]] constexpr float bf16_to_float(std::uint16_t h) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+}
+
+/// Each value of `row` rounded to the nearest bf16 value (float_to_bf16), in place: the activation
+/// rounding of the schemes with 16-bit activations (quant::bf16, mxfp4_w4a16, nvfp4_w4a16).
+constexpr void round_to_bf16(std::span<float> row) noexcept {
+  for (float& v : row) v = bf16_to_float(float_to_bf16(v));
 }
 
 }  // namespace polymoe::codecs

@@ -4,8 +4,8 @@
 // (amx_e4m3.hpp; W8A8 or weight-only).
 // forward_standard's steps (sort, GEMM 1 + activation, GEMM 2 + routing weight, slot-order sum;
 // forward.hpp), with the GEMM inputs as tile rows in sorted order for the blocks on the tiles
-// (split rows, or E4M3 values with their group scales) and fp32 rows for the others, which run
-// kernel::tiled's path for the format (qpanel.hpp). The GEMMs run as one pipeline of (row block,
+// (split rows, bf16 rows for W4A16, or E4M3 values with their group scales) and fp32 rows for the
+// others, which run kernel::tiled's path for the format (qpanel.hpp). The GEMMs run as one pipeline of (row block,
 // panel) tasks (detail::pipelined_tasks); for W8A8 and W4A4 a block's GEMM 2 inputs are quantized
 // when its GEMM 1 is done (the amax of a group of 128 activations, or of a row, spans several GEMM 1
 // panels).
@@ -32,10 +32,11 @@ inline int& one_term_knob() noexcept {
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format,
 /// nvfp4_format or fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment
-/// (quantized_inputs<Q> for fp8 W8A8, nvfp4_w4a4_inputs for NVFP4 W4A4, keep_inputs for weight-only
-/// schemes), ActGroup the W8A8 activation group (128; 0: one group per row). Blocks of the
-/// format's threshold rows or more on the tiles when the layer was prepared with them, the others
-/// on kernel::tiled's path for F; the GEMMs as one pipeline either way.
+/// (quantized_inputs<Q> for fp8 W8A8, nvfp4_w4a4_inputs for NVFP4 W4A4, bf16_inputs for W4A16,
+/// keep_inputs for weight-only schemes with fp32 activations), ActGroup the W8A8 activation group
+/// (128; 0: one group per row). Blocks of the format's threshold rows or more on the tiles when the
+/// layer was prepared with them, the others on kernel::tiled's path for F; the GEMMs as one
+/// pipeline either way.
 template <class F, class Act, index_t ActGroup>
 void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepared<QPackedExperts<F>>& p,
                          const ExpertMlp& mlp, MatrixRef out) {
@@ -43,6 +44,9 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   constexpr bool qact = Act::per_row;  // quantized activations: E4M3 (W8A8) or NVFP4 (W4A4) values on the tiles
   static_assert(!qact || std::is_same_v<F, fp8_format> || std::is_same_v<F, nvfp4_format>,
                 "activations quantized on the tiles: fp8 W8A8 and NVFP4 W4A4 only");
+  constexpr bool a16 = Act::round_bf16;  // W4A16: the rows rounded to bf16, one term on the tiles
+  static_assert(!a16 || e2m1, "bf16 activations on the tiles: the E2M1 formats (W4A16) only");
+  constexpr bool one_bf16 = qact || a16;  // tile rows of one bf16 term (else split rows, hi + lo)
   const QPackedExperts<F>& pk = p.packed;
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
@@ -50,20 +54,22 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   [[maybe_unused]] const index_t H32 = padded_k32(H), I32 = padded_k32(I);
   // activation scales per row: W8A8's per group of 128 (F::groups), W4A4's scale_2
   [[maybe_unused]] const index_t gH = e2m1 ? 1 : F::groups(H), gI = e2m1 ? 1 : F::groups(I);
-  // Row strides of the tile inputs (elements): quantized values (W8A8, W4A4) or split rows (weight-only),
-  // rounded to an odd number of lines.
-  constexpr index_t bytes_per_k = qact ? 2 : 4;
+  // Row strides of the tile inputs (elements): quantized values (W8A8, W4A4), bf16 rows (W4A16) or
+  // split rows (weight-only), rounded to an odd number of lines.
+  constexpr index_t bytes_per_k = one_bf16 ? 2 : 4;
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
   [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
   constexpr index_t nvfp4_rows = qact ? amx_min_rows_nvfp4_w4a4 : amx_min_rows_nvfp4;
   constexpr index_t e4m3_rows = qact ? amx_min_rows_e4m3_w8a8 : amx_min_rows_e4m3;
-  constexpr index_t default_min_rows = std::is_same_v<F, nvfp4_format> ? nvfp4_rows
-                                       : e2m1                           ? amx_min_rows_e2m1
+  constexpr index_t mxfp4_rows = a16 ? amx_min_rows_e2m1_w4a16 : amx_min_rows_e2m1;
+  constexpr index_t nvfp4_a16_rows = a16 ? amx_min_rows_nvfp4_w4a16 : nvfp4_rows;
+  constexpr index_t default_min_rows = std::is_same_v<F, nvfp4_format> ? nvfp4_a16_rows
+                                       : e2m1                           ? mxfp4_rows
                                                                         : e4m3_rows;
   const index_t min_rows = amx_min_rows(default_min_rows);
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;
-  using Ops = std::conditional_t<qact, amx::bf16_ops, amx::bf16x2_ops>;
+  using Ops = std::conditional_t<one_bf16, amx::bf16_ops, amx::bf16x2_ops>;
   // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel;
   // `one_term`: split rows whose lo terms are all zero, run with their hi terms alone
   const auto times_panel = [](index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds,
@@ -74,7 +80,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       else
         detail::fp8_times_panel<O>(m, a, lda, sa, lds, K, panel, c);
     };
-    if constexpr (!qact)
+    if constexpr (!one_bf16)
       if (one_term) return run.template operator()<amx::bf16x2_hi_ops>();
     run.template operator()<Ops>();
   };
@@ -121,11 +127,11 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   }
 #endif
   ws.a_rows.resize(at(N));
-  if (some_fma && (qact || mlp.weight_on_input)) ws.x.resize(at(N * H));
+  if (some_fma && (one_bf16 || mlp.weight_on_input)) ws.x.resize(at(N * H));
   // Weight-only blocks on the tiles whose split rows have only zero lo terms (inputs that are bf16
   // values, as an engine's bf16 hidden states are) run GEMM 1 with the hi terms alone: the same
   // bits, half the tile work (amx::bf16x2_hi_ops).
-  const bool one_term_allowed = !qact && detail::one_term_knob() != 0;
+  const bool one_term_allowed = !one_bf16 && detail::one_term_knob() != 0;
   ws.one_term.assign(sr.blocks.size(), std::uint8_t{0});
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
@@ -144,15 +150,18 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
             } else {
               quantize_row(src, wt, H, H32, ws.a16.data() + n * ldh, ws.a_scales.data() + n * gH);
             }
+          } else if constexpr (a16) {
+            to_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
           } else {
             lo_zero &= split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
           }
           continue;
         }
 #endif
-        if (qact || mlp.weight_on_input) {
+        if (one_bf16 || mlp.weight_on_input) {
           float* dst = ws.x.data() + n * H;
           for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
+          if constexpr (a16) round_bf16(dst, H);
           Act::row(std::span<float>(dst, at(H)));
           src = dst;
         }
@@ -164,11 +173,17 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   clock.lap(PhaseTimes::inputs);
 
   // GEMM 1 + activation: fp32 rows (W8A8 and W4A4, quantized per block when its GEMM 1 is done; FMA
-  // blocks), or split rows straight from the epilogue (weight-only blocks on tiles; columns
-  // [I, I32) zero). Then GEMM 2, bias and routing weight, as one pipeline.
+  // blocks, rounded to bf16 for W4A16), or tile rows straight from the epilogue (weight-only blocks
+  // on tiles: split rows, or W4A16's bf16 rows; columns [I, I32) zero). Then GEMM 2, bias and
+  // routing weight, as one pipeline.
   if (some_tiles) {
     ws.h16.resize(at((N + spare) * ldi));
     if (qact) ws.hs.resize(at(N * gI));
+    if (a16 && I32 > I)
+      for (const RowBlock& b : sr.blocks)
+        if (tiles(b))
+          for (index_t n = b.begin; n < b.begin + b.rows; ++n)
+            std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
   }
   if (qact || some_fma) ws.act.resize(at(N * I));
   ws.y.resize(at(N * H));
@@ -186,6 +201,8 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
       if constexpr (qact)
         detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+      else if constexpr (a16)
+        detail::finish13<true>(mlp, pk, b, cb, c, ws.h16.data(), ldi);
       else
         detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
       return;
@@ -194,7 +211,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
                               pk.panel13(b.expert, cb), c);
     const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
-    detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+    detail::finish13<a16>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
   // W8A8, W4A4: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
   // place as the scheme does).

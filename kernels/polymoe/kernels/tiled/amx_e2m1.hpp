@@ -1,7 +1,8 @@
 #pragma once
 // kernel::tiled_amx's forward pass for E2M1 weights on the bf16 tiles: MXFP4 (quant::mxfp4: an
 // E8M0 scale per 32 k) and NVFP4 (quant::nvfp4: an E4M3 scale per 16 k and an fp32 scale_2 per
-// expert and projection); activations fp32 in both, or NVFP4 (quant::nvfp4_w4a4).
+// expert and projection); activations fp32 in both, bf16 (quant::mxfp4_w4a16, nvfp4_w4a16) or
+// NVFP4 (quant::nvfp4_w4a4).
 //
 // Weights. An MXFP4 weight e2m1 · 2^(e - 127) has at most two significant bits, so it is a bf16
 // value exactly whenever it is a normal number or zero: for a block whose codes are not all zero,
@@ -26,14 +27,15 @@
 // the same decoded B tiles (amx::bf16x2_ops), so the tiles do twice bf16's work per weight. Rows
 // that are bf16 values already (an engine's bf16 hidden states) have lo = 0 throughout: a GEMM 1
 // block whose rows all are runs the hi terms alone (amx::bf16x2_hi_ops; amx_decoded.hpp), which
-// gives the same bits with bf16's work.
+// gives the same bits with bf16's work. The W4A16 schemes round both GEMMs' rows to bf16 (their
+// quantize_activation): one term throughout (amx::bf16_ops), bf16's tile work per weight.
 // Products of bf16 values are exact in fp32; the tiles sum them in fp32, in their own order, and
 // treat subnormal inputs (below 2^-126) as zero. NVFP4 W4A4 quantizes each row as the scheme does
 // (act_quant.hpp) and enters it as its e2m1 · e4m3 values, exact in bf16, in one term
 // (amx::bf16_ops: bf16's work per weight); the row's scale_2 multiplies its sums after the tiles.
 //
-// Blocks of fewer than amx_min_rows_e2m1 (MXFP4), amx_min_rows_nvfp4 or amx_min_rows_nvfp4_w4a4 rows (decode) run
-// kernel::tiled's path for the format on the fp32 rows (qpanel.hpp), as does every block without
+// Blocks of fewer than amx_min_rows_e2m1 (MXFP4), amx_min_rows_nvfp4, amx_min_rows_nvfp4_w4a4 or the
+// W4A16 ones rows (decode) run kernel::tiled's path for the format on the fp32 rows (qpanel.hpp), as does every block without
 // AMX. The forward pass is amx_decoded.hpp's, shared with the E4M3 formats.
 #include <algorithm>
 #include <array>
@@ -79,6 +81,15 @@ inline constexpr index_t amx_min_rows_nvfp4 = 5;
 /// with kernel::tiled's blocks of 3-4 rows in registers (qtile, run 141), at 3 rows 0.58, at 4 rows
 /// 0.74, at 6 rows 1.25.
 inline constexpr index_t amx_min_rows_nvfp4_w4a4 = 5;
+
+/// The same for W4A16 (quant::mxfp4_w4a16, nvfp4_w4a16), whose rows enter the tiles as one bf16
+/// term in both GEMMs. bench_amx --threshold mxfp4_bf16 / nvfp4_bf16 (rows of bf16 values on the
+/// tiles' one-term loop against kernel::tiled's path; 16 threads, K = 2048, 5 paired rounds;
+/// docs/benchmarks.md, issue 10, runs 154 and 159), kernel::tiled's time over the tiles', medians:
+/// MXFP4 at 2 rows 0.87 (run 159), at 3 rows 1.17 and 1.30, at 4 rows 1.12 and 1.57; NVFP4 at 3
+/// rows 0.75 and 1.05, at 4 rows 1.06 and 1.22, at 6 rows 1.45 and 1.62.
+inline constexpr index_t amx_min_rows_e2m1_w4a16 = 3;
+inline constexpr index_t amx_min_rows_nvfp4_w4a16 = 4;
 
 /// Whether every MXFP4 weight of `blocks` (16 bytes of E2M1 codes per block of 32) and `scales`
 /// (one E8M0 code per block) is exact in bf16 and not subnormal: a block with a nonzero code has
