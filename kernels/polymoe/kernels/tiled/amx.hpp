@@ -810,4 +810,12 @@ inline void to_bf16_row(const float* src, float wt, index_t n, index_t n32, std:
 
 #endif
 
+/// Columns [n, n32) of the first `rows` bf16 tile rows of `tile_rows` (ld elements apart) set to
+/// zero: the K padding past n that the tiles read (GEMM 2's inputs, whose epilogue writes columns
+/// [0, n) only).
+inline void zero_k_padding(std::uint16_t* tile_rows, index_t rows, index_t ld, index_t n, index_t n32) noexcept {
+  if (n32 > n)
+    for (index_t r = 0; r < rows; ++r) std::fill_n(tile_rows + r * ld + n, n32 - n, std::uint16_t{0});
+}
+
 }  // namespace polymoe::kernels::tiled

@@ -5,10 +5,10 @@
 // forward_standard's steps (sort, GEMM 1 + activation, GEMM 2 + routing weight, slot-order sum;
 // forward.hpp), with the GEMM inputs as tile rows in sorted order for the blocks on the tiles
 // (split rows, bf16 rows for W4A16, or E4M3 values with their group scales) and fp32 rows for the
-// others, which run kernel::tiled's path for the format (qpanel.hpp). The GEMMs run as one pipeline of (row block,
-// panel) tasks (detail::pipelined_tasks); for W8A8 and W4A4 a block's GEMM 2 inputs are quantized
-// when its GEMM 1 is done (the amax of a group of 128 activations, or of a row, spans several GEMM 1
-// panels).
+// others, which run kernel::tiled's path for the format (qpanel.hpp). The GEMMs run as one
+// pipeline of (row block, panel) tasks (detail::pipelined_tasks); for W8A8 and W4A4 a block's
+// GEMM 2 inputs are quantized when its GEMM 1 is done (the amax of a group of 128 activations, or
+// of a row, spans several GEMM 1 panels).
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -59,11 +59,12 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   constexpr index_t bytes_per_k = one_bf16 ? 2 : 4;
   [[maybe_unused]] const index_t ldh = amx_row_stride_bytes(bytes_per_k * H32) / 2;
   [[maybe_unused]] const index_t ldi = amx_row_stride_bytes(bytes_per_k * I32) / 2;
-  constexpr index_t nvfp4_rows = qact ? amx_min_rows_nvfp4_w4a4 : amx_min_rows_nvfp4;
-  constexpr index_t e4m3_rows = qact ? amx_min_rows_e4m3_w8a8 : amx_min_rows_e4m3;
+  constexpr index_t nvfp4_rows = qact  ? amx_min_rows_nvfp4_w4a4
+                                 : a16 ? amx_min_rows_nvfp4_w4a16
+                                       : amx_min_rows_nvfp4;
   constexpr index_t mxfp4_rows = a16 ? amx_min_rows_e2m1_w4a16 : amx_min_rows_e2m1;
-  constexpr index_t nvfp4_a16_rows = a16 ? amx_min_rows_nvfp4_w4a16 : nvfp4_rows;
-  constexpr index_t default_min_rows = std::is_same_v<F, nvfp4_format> ? nvfp4_a16_rows
+  constexpr index_t e4m3_rows = qact ? amx_min_rows_e4m3_w8a8 : amx_min_rows_e4m3;
+  constexpr index_t default_min_rows = std::is_same_v<F, nvfp4_format> ? nvfp4_rows
                                        : e2m1                           ? mxfp4_rows
                                                                         : e4m3_rows;
   const index_t min_rows = amx_min_rows(default_min_rows);
@@ -179,11 +180,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   if (some_tiles) {
     ws.h16.resize(at((N + spare) * ldi));
     if (qact) ws.hs.resize(at(N * gI));
-    if (a16 && I32 > I)
-      for (const RowBlock& b : sr.blocks)
-        if (tiles(b))
-          for (index_t n = b.begin; n < b.begin + b.rows; ++n)
-            std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
+    if constexpr (a16) zero_k_padding(ws.h16.data(), N, ldi, I, I32);
   }
   if (qact || some_fma) ws.act.resize(at(N * I));
   ws.y.resize(at(N * H));

@@ -34,9 +34,10 @@
 // (act_quant.hpp) and enters it as its e2m1 · e4m3 values, exact in bf16, in one term
 // (amx::bf16_ops: bf16's work per weight); the row's scale_2 multiplies its sums after the tiles.
 //
-// Blocks of fewer than amx_min_rows_e2m1 (MXFP4), amx_min_rows_nvfp4, amx_min_rows_nvfp4_w4a4 or the
-// W4A16 ones rows (decode) run kernel::tiled's path for the format on the fp32 rows (qpanel.hpp), as does every block without
-// AMX. The forward pass is amx_decoded.hpp's, shared with the E4M3 formats.
+// Blocks of fewer rows than the format's threshold (decode; amx_min_rows_e2m1 for MXFP4,
+// amx_min_rows_nvfp4, amx_min_rows_nvfp4_w4a4, and the W4A16 ones below) run kernel::tiled's path
+// for the format on the fp32 rows (qpanel.hpp), as does every block without AMX. The forward pass
+// is amx_decoded.hpp's, shared with the E4M3 formats.
 #include <algorithm>
 #include <array>
 #include <cstdint>

@@ -123,8 +123,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   // (kernel::tiled_amx) one pipeline, a row block's GEMM 2 as soon as its GEMM 1 is done
   // (detail::pipelined_tasks).
   ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
-  if (I32 > I)
-    for (index_t n = 0; n < N; ++n) std::fill_n(ws.h16.data() + n * ldi + I, I32 - I, std::uint16_t{0});
+  zero_k_padding(ws.h16.data(), N, ldi, I, I32);
   ws.y.resize(static_cast<std::size_t>(N * H));
   const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
   const bool by_block = detail::gemm1_by_block(detail::pipeline_on(pk.pipelined), N, sr.blocks.size());

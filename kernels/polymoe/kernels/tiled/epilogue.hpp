@@ -153,7 +153,7 @@ inline void activate(const ActivationParams& p, const float* g, const float* u, 
 
 /// x[0..n) rounded to bf16 in place.
 inline void round_bf16(float* x, index_t n) noexcept {
-  for (index_t j = 0; j < n; ++j) x[j] = codecs::bf16_to_float(codecs::float_to_bf16(x[j]));
+  codecs::round_to_bf16(std::span<float>(x, static_cast<std::size_t>(n)));
 }
 
 #endif
