@@ -5,7 +5,7 @@
 // Qwen3-30B-A3B-shaped routing (H=2048, E=128, k=8), for decode-sized (4 tokens per rank) and
 // prefill-sized (512 tokens per rank) batches, with fp32 rows and (ragged, masked) with fp8_block's
 // quantized wire (E4M3 codes + one amax per 128). MB is what this rank sends to other ranks, as
-// the dispatcher counts it (records with ids, codes, amaxes; the allgather's bytes computed);
+// the dispatcher counts it (records with ids, codes, amaxes);
 // GB/s = those bytes / time, per rank, median over repetitions, slowest rank.
 //
 // Overlap: per-slot exchange of remote rows with MPI_Ialltoallv while the rows whose expert is on
@@ -83,8 +83,7 @@ void throughput(index_t T, int reps) {
   a2a.configure(cfg);
   Matrix out(T, H);
   constexpr bool allgather = std::is_same_v<A, a2a::mpi_allgather>;
-  // All-gather sends every token to every other rank and gets partial sums back for each.
-  double d_bytes = static_cast<double>(T) * (size_ - 1) * static_cast<double>(H) * sizeof(float), c_bytes = d_bytes;
+  double d_bytes = 0, c_bytes = 0;
   std::vector<double> td, tc;
   for (int i = 0; i < reps + 1; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -102,10 +101,8 @@ void throughput(index_t T, int reps) {
     const auto t2 = clk::now();
     a2a.combine(c, out);
     const auto t3 = clk::now();
-    if constexpr (!allgather) {
-      d_bytes = static_cast<double>(a2a.dispatch_bytes());
-      c_bytes = static_cast<double>(a2a.combine_bytes());
-    }
+    d_bytes = static_cast<double>(a2a.dispatch_bytes());
+    c_bytes = static_cast<double>(a2a.combine_bytes());
     if (i == 0) continue;  // warm-up
     td.push_back(std::chrono::duration<double>(t1 - t0).count());
     tc.push_back(std::chrono::duration<double>(t3 - t2).count());

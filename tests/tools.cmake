@@ -1,4 +1,4 @@
-# Tests of the `polymoe` tool (issue 6): every Hugging Face fixture through `polymoe run`, quantize
+# Tests of the `polymoe` tool: every Hugging Face fixture through `polymoe run`, quantize
 # then run, make-checkpoint then inspect then run, malformed files, selection errors, MPI, and a
 # libFuzzer run of the safetensors reader. All names start with "tool.".
 if(NOT TARGET polymoe_cli)
@@ -35,13 +35,26 @@ function(tool_expect_error name regex)
   endif()
 endfunction()
 
-# run_case(ID CHECKPOINT TOL [run options...]): run layer 0 on the fixture's io.safetensors and
-# compare `output` with the transformers result.
-function(run_case id case tol)
-  tool_test(fixture.${id}.run SETUP tool_${id} COMMAND ${tool} run --checkpoint ${hf}/${case} --layer 0
-            --input ${hf}/${case}/io.safetensors --output ${work}/${id}.safetensors ${ARGN})
+# split_case_regex("CASE:REGEX" case_var regex_var): the case before the first colon, the regex after.
+function(split_case_regex spec case_var regex_var)
+  string(FIND "${spec}" ":" colon)
+  string(SUBSTRING "${spec}" 0 ${colon} c)
+  math(EXPR colon "${colon} + 1")
+  string(SUBSTRING "${spec}" ${colon} -1 r)
+  set(${case_var} "${c}" PARENT_SCOPE)
+  set(${regex_var} "${r}" PARENT_SCOPE)
+endfunction()
+
+# run_case_at(DIR ID CHECKPOINT TOL [run options...]): run layer 0 of DIR/CHECKPOINT on its
+# io.safetensors and compare `output` with the transformers result; run_case: DIR = the shared fixtures.
+function(run_case_at dir id case tol)
+  tool_test(fixture.${id}.run SETUP tool_${id} COMMAND ${tool} run --checkpoint ${dir}/${case} --layer 0
+            --input ${dir}/${case}/io.safetensors --output ${work}/${id}.safetensors ${ARGN})
   tool_test(fixture.${id}.compare REQUIRES tool_${id} COMMAND ${tool} compare ${work}/${id}.safetensors
-            ${hf}/${case}/io.safetensors --tensor output --tol ${tol})
+            ${dir}/${case}/io.safetensors --tensor output --tol ${tol})
+endfunction()
+function(run_case id case tol)
+  run_case_at(${hf} ${id} ${case} ${tol} ${ARGN})
 endfunction()
 
 # --- help, list, selection errors
@@ -114,8 +127,9 @@ foreach(spec "mixtral:fp8-block:fp8_block_weight_only:8e-2" "mixtral:int8:int8_w
   list(GET spec 3 tol)
   set(id ${case}_${quant})
   set(q ${work}/quantized_${id})
+  # --force: a second run of the suite finds the first's output there
   tool_test(quantize.${id}.write SETUP tool_q_${id} COMMAND ${tool} quantize --checkpoint ${hf}/${case} --layer all
-            --scheme ${scheme} --out ${q})
+            --scheme ${scheme} --out ${q} --force)
   tool_test(quantize.${id}.run_stored SETUP tool_qs_${id} REQUIRES tool_q_${id} COMMAND ${tool} run --checkpoint ${q}
             --layer 0 --input ${hf}/${case}/io.safetensors --output ${work}/q_stored_${id}.safetensors --kernel reference)
   tool_test(quantize.${id}.run_on_load SETUP tool_ql_${id} COMMAND ${tool} run --checkpoint ${hf}/${case} --layer 0
@@ -129,7 +143,7 @@ foreach(spec "mixtral:fp8-block:fp8_block_weight_only:8e-2" "mixtral:int8:int8_w
 endforeach()
 # one layer only: layer 0 becomes mxfp4, layer 1 stays float and runs exactly as before
 tool_test(quantize.one_layer.write SETUP tool_q1 COMMAND ${tool} quantize --checkpoint ${hf}/gpt_oss --layer 0
-          --scheme mxfp4 --out ${work}/quantized_one_layer)
+          --scheme mxfp4 --out ${work}/quantized_one_layer --force)
 tool_test(quantize.one_layer.inspect REQUIRES tool_q1 COMMAND ${tool} inspect ${work}/quantized_one_layer)
 set_tests_properties(tool.quantize.one_layer.inspect PROPERTIES
                      PASS_REGULAR_EXPRESSION "layer 0:.*experts mxfp4.*layer 1:.*experts float")
@@ -190,11 +204,9 @@ foreach(spec "truncated:truncated.*too small for the 8-byte header length"
              "unknown_family:model_type .llama. is not supported" "missing_field:missing the field 'num_experts_per_tok'"
              "missing_shard:model-00001-of-00002.safetensors.*cannot open"
              "missing_tensor:missing tensor 'model.layers.0.block_sparse_moe.experts.3.w2.weight'"
-             "wrong_shape:experts.1.w1.weight' has shape \\[64, 96\\], expected \\[96, 64\\]")
-  string(FIND "${spec}" ":" colon)
-  string(SUBSTRING "${spec}" 0 ${colon} case)
-  math(EXPR colon "${colon} + 1")
-  string(SUBSTRING "${spec}" ${colon} -1 regex)
+             "wrong_shape:experts.1.w1.weight' has shape \\[64, 96\\], expected \\[96, 64\\]"
+             "nul_shard_name:weight_map.*u0000.bak. holds a NUL byte")
+  split_case_regex("${spec}" case regex)
   tool_expect_error(malformed.run.${case} "${regex}" ${tool} run --checkpoint ${bad}/${case} --layer 0
                     --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors REQUIRES tool_malformed)
 endforeach()
@@ -209,8 +221,68 @@ tool_expect_error(malformed.input.wrong_width "hidden_states is \\[3, 5\\], expe
 tool_expect_error(malformed.input.no_hidden "no tensor named 'hidden_states'" ${tool} run --checkpoint ${hf}/mixtral
                   --layer 0 --input ${bad}/inputs/no_hidden.safetensors --output ${work}/never.safetensors
                   REQUIRES tool_malformed)
+# non-finite values: in a weight (named with its index), in the input, in the output (an overflow), in
+# a compare's reference; config.json sizes the tensors contradict; a layer count of 2^40
+tool_expect_error(malformed.run.nan_weight
+                  "tensor 'model.layers.0.block_sparse_moe.experts.2.w3.weight' \\[1, 7\\] = nan is not finite"
+                  ${tool} run --checkpoint ${bad}/nan_weight --layer 0 --input ${hf}/mixtral/io.safetensors
+                  --output ${work}/never.safetensors REQUIRES tool_malformed)
+tool_expect_error(malformed.input.nan_hidden "hidden_states\\[1, 2\\] = nan is not finite" ${tool} run
+                  --checkpoint ${hf}/mixtral --layer 0 --input ${bad}/inputs/nan_hidden.safetensors
+                  --output ${work}/never.safetensors REQUIRES tool_malformed)
+tool_expect_error(malformed.output_not_finite "the output holds [0-9]+ non-finite values" ${tool} run
+                  --checkpoint ${hf}/mixtral --layer 0 --input ${bad}/inputs/huge_hidden.safetensors
+                  --output ${work}/overflow.safetensors REQUIRES tool_malformed)
+tool_expect_error(compare.reference_not_finite "compare: 'output' in .*nan_reference.safetensors has non-finite values"
+                  ${tool} compare ${work}/mixtral.safetensors ${bad}/inputs/nan_reference.safetensors --tensor output
+                  --tol 1 REQUIRES "tool_malformed;tool_mixtral")
+foreach(spec "huge_experts:num_local_experts=1099511627776 and hidden_size=64 disagree with tensor"
+             "huge_hidden:num_local_experts=8 and hidden_size=2147483648 disagree"
+             "wrong_intermediate:intermediate_size=1073741824 disagrees with tensor 'model.layers.0.block_sparse_moe.experts.0.w1.weight' of shape \\[96, 64\\]")
+  split_case_regex("${spec}" case regex)
+  tool_expect_error(malformed.config.${case} "${regex}" ${tool} run --checkpoint ${bad}/${case} --layer 0
+                    --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors REQUIRES tool_malformed)
+endforeach()
+tool_test(malformed.huge_layers.inspect REQUIRES tool_malformed COMMAND ${tool} inspect ${bad}/huge_layers)
+set_tests_properties(tool.malformed.huge_layers.inspect PROPERTIES TIMEOUT 30
+                     PASS_REGULAR_EXPRESSION "layers      1099511627776 \\(1 in these files\\)")
+tool_test(malformed.huge_layers.quantize REQUIRES tool_malformed COMMAND ${tool} quantize --checkpoint
+          ${bad}/huge_layers --layer all --scheme int8 --out ${work}/huge_layers_q --force)
+set_tests_properties(tool.malformed.huge_layers.quantize PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "1 layer")
+tool_expect_error(cli.make_checkpoint_layers "--layers must be in \\[1, 4096\\], got 1099511627776" ${tool}
+                  make-checkpoint --preset tiny --out ${work}/never_ckpt --layers 1099511627776)
+
+# the transformers fixtures kept in tests/data/hf: DeepSeek-V3 with a correction bias that makes
+# choice scores negative (the discarded groups must stay out), FP8 blocks over partial 128x128 tiles
+set(data_hf ${PROJECT_SOURCE_DIR}/tests/data/hf)
+foreach(case deepseek_v3_negbias deepseek_v3_negbias_g2)
+  foreach(kernel reference tbb_grouped tiled)
+    run_case_at(${data_hf} ${case}_${kernel} ${case} 1e-5 --kernel ${kernel})
+  endforeach()
+  run_case_at(${data_hf} ${case}_router ${case} 1e-5 --ignore-input-logits)
+  run_case_at(${data_hf} ${case}_bf16 ${case} 2e-2 --quant bf16 --kernel tiled)
+endforeach()
+foreach(kernel reference tiled)
+  run_case_at(${data_hf} deepseek_v3_fp8_partial_${kernel} deepseek_v3_fp8_partial 1e-5 --kernel ${kernel})
+endforeach()
+run_case_at(${data_hf} deepseek_v3_fp8_partial_w8a8 deepseek_v3_fp8_partial 5e-2 --quant fp8_block --kernel tiled)
+
 tool_expect_error(malformed.no_checkpoint "checkpoint directory '.*' does not exist|has no config.json" ${tool} inspect
                   ${work}/does_not_exist)
+
+# --- files: JSON read only from regular files and bounded, outputs never a file that is
+# read, never through an existing OUT.tmp, never replacing what is not a regular file, no temporary
+# left by a failure, quantize into a non-empty --out only with --force (tools/file_safety.cmake;
+# FIFOs and device nodes made in each case's own folder)
+foreach(case json_fifo json_device json_too_big output_not_regular tmp_not_followed failed_quantize
+             output_is_checkpoint quantize_nonempty)
+  add_test(NAME tool.files.${case}
+           COMMAND ${CMAKE_COMMAND} -DTOOL=${tool} -DHF=${hf} -DBAD=${bad} -DWORK=${work}/files_${case}
+                   -DCASE=${case} -P ${CMAKE_CURRENT_SOURCE_DIR}/tools/file_safety.cmake)
+  set_tests_properties(tool.files.${case} PROPERTIES LABELS tool TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "polymoe-test: skipped")
+endforeach()
+set_tests_properties(tool.files.failed_quantize PROPERTIES FIXTURES_REQUIRED tool_malformed)
 
 # --- MPI: two ranks write the same file as one process
 if(TARGET polymoe::mpi)
@@ -249,7 +321,7 @@ if(TARGET polymoe::mpi)
             --output ${work}/mpi_single_tiny.safetensors --kernel reference)
   tool_test(mpi.tiny.same REQUIRES "tool_mpi1_tiny;tool_mpi2_tiny" COMMAND ${CMAKE_COMMAND} -E compare_files
             ${work}/mpi_single_tiny.safetensors ${work}/mpi_np2_tiny.safetensors)
-  # mpi_allgather sums partial results across ranks: equal up to fp32 reassociation
+  # mpi_allgather against the transformers result (its bitwise equality with one process: tests/mpi)
   tool_test(mpi.allgather.np2 SETUP tool_mpi_ag COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
             --oversubscribe ${tool} run --checkpoint ${hf}/qwen3_moe --layer 0 --input ${hf}/qwen3_moe/io.safetensors
             --output ${work}/mpi_ag.safetensors --a2a mpi_allgather)

@@ -2,6 +2,8 @@
 // The polymoe command-line tool: argument parsing shared by the subcommands, and their entry points.
 #include <charconv>
 #include <cstdint>
+#include <filesystem>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <set>
@@ -11,6 +13,7 @@
 
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/types.hpp>
+#include <polymoe/io/checkpoint_files.hpp>
 
 namespace polymoe::cli {
 
@@ -84,6 +87,26 @@ inline args parse_args(std::string command, int argc, char** argv, int first, st
     }
   }
   return a;
+}
+
+/// The files of a checkpoint that a command reads: its config.json, index and shards.
+inline std::vector<std::filesystem::path> checkpoint_paths(const io::checkpoint_files& checkpoint) {
+  std::vector<std::filesystem::path> p = checkpoint.paths();
+  p.push_back(checkpoint.dir() / "config.json");
+  return p;
+}
+
+/// polymoe::error unless `command` may write its output file `out`: a regular file or none
+/// (io::require_replaceable), and none of the files it reads, compared by inode with links followed
+/// (the checkpoint's, checkpoint_paths, and `inputs`): writing one of those would destroy what is
+/// read, whatever path names it. Checked before the work, so that a bad output costs nothing.
+inline void require_writable_output(std::string_view command, const std::filesystem::path& out,
+                                    const io::checkpoint_files& checkpoint,
+                                    std::initializer_list<std::filesystem::path> inputs = {}) {
+  io::require_replaceable(out, detail::concat(command, ": cannot write '", io::detail::printable(out), "'"));
+  std::vector<std::filesystem::path> read = checkpoint_paths(checkpoint);
+  read.insert(read.end(), inputs.begin(), inputs.end());
+  io::require_not_overwriting(out, read, detail::concat(command, ": the output '", out.string(), "'"));
 }
 
 int cmd_run(int argc, char** argv);

@@ -1,4 +1,5 @@
 // `polymoe inspect` and `polymoe compare`.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -34,21 +35,26 @@ int8), its MoE shapes and routing, and its tensor inventory (count and bytes; ev
   std::printf("%s\n", files.sharded() ? "(sharded, model.safetensors.index.json)" : "");
   if (const auto* q = ckpt.config().find("quantization_config")) std::printf("quantization_config  %s\n", q->dump().c_str());
   const index_t L = ckpt.num_layers();
-  std::printf("layers      %lld\n", static_cast<long long>(L));
+  const std::vector<index_t> present = ckpt.layers_in_files();  // bounded by the files, not by config.json
+  std::printf("layers      %lld", static_cast<long long>(L));
+  if (static_cast<index_t>(present.size()) != L) std::printf(" (%zu in these files)", present.size());
+  std::printf("\n");
   const index_t only = a.integer("layer", -1);
   require(!a.has("layer") || (only >= 0 && only < L), "inspect: --layer ", only, " is out of range [0, ", L, ")");
   auto tensor_line = [&](const std::string& n) {
     const auto& t = files.info(n);
     std::printf("    %-64s %-8s %s\n", n.c_str(), std::string(io::dtype_name(t.dtype)).c_str(), t.shape_string().c_str());
   };
-  for (index_t n = 0; n < L; ++n) {
+  if (only >= 0 && !std::binary_search(present.begin(), present.end(), only))
+    std::printf("layer %lld: not in these files\n", static_cast<long long>(only));
+  for (const index_t n : present) {
     if (only >= 0 && n != only) continue;
     const auto tensors = files.names_with_prefix(names.layer(n));
     std::uint64_t bytes = 0;
     for (const auto& t : tensors) bytes += files.info(t).nbytes();
     std::printf("layer %lld: %zu tensors, %.3f MB", static_cast<long long>(n), tensors.size(), bytes / 1e6);
     if (!ckpt.is_moe_layer(n)) {
-      std::printf(tensors.empty() ? ", not in these files\n" : ", no MoE block\n");
+      std::printf(", no MoE block\n");
     } else {
       const MoeConfig c = ckpt.moe_config(n);
       static constexpr const char* routing[] = {"softmax top-k", "top-k softmax", "sigmoid grouped top-k"};
@@ -118,7 +124,9 @@ shape and bytes.
   const Matrix x = got.matrix(name), y = ref.matrix(name);
   require(x.rows() == y.rows() && x.cols() == y.cols(), "compare: '", name, "' is [", x.rows(), ", ", x.cols(),
           "] vs [", y.rows(), ", ", y.cols(), "]");
-  require(x.allFinite(), "compare: '", name, "' in ", a.positional[0], " has non-finite values");
+  // Both files: a NaN in the reference would make every comparison false and the check pass.
+  for (const auto& [m, file] : {std::pair{&x, &a.positional[0]}, std::pair{&y, &a.positional[1]}})
+    require(m->allFinite(), "compare: '", name, "' in ", *file, " has non-finite values");
   const double err = x.size() ? static_cast<double>((x - y).cwiseAbs().maxCoeff()) : 0.0;
   const double scale = y.size() ? static_cast<double>(y.cwiseAbs().maxCoeff()) : 0.0;
   const double rel = scale > 0 ? err / scale : err;

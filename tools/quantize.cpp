@@ -1,5 +1,7 @@
 // `polymoe quantize`: a quantized copy of a checkpoint, in the layout real checkpoints use.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "cli.hpp"
@@ -7,11 +9,46 @@
 
 namespace polymoe::cli {
 
+namespace {
+
+/// Checks --out before anything is written: empty or absent, or (with --force) holding a checkpoint
+/// none of whose files is one of the source checkpoint's (by inode). Returns the files of the
+/// checkpoint --out holds (io::checkpoint_file_names), to remove once the new one is written.
+std::vector<std::string> previous_checkpoint(const args& a, const std::filesystem::path& out,
+                                             const io::checkpoint_files& source) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out, ec)) return {};
+  require(std::filesystem::is_directory(out, ec), "quantize: --out '", out.string(), "' is not a directory");
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(out, ec)) entries.push_back(e.path());
+  require(!ec, "quantize: cannot list --out '", out.string(), "': ", ec.message());
+  if (entries.empty()) return {};
+  require(a.flag("force"), "quantize: --out '", out.string(), "' is not empty (it holds '",
+          entries.front().filename().string(), "'", entries.size() > 1 ? " and more" : "",
+          "); pass --force to replace the checkpoint it holds");
+  const std::vector<std::filesystem::path> read = checkpoint_paths(source);
+  for (const auto& e : entries)
+    io::require_not_overwriting(e, read, "quantize: '" + e.string() + "' in --out");
+  return io::checkpoint_file_names(out);
+}
+
+/// Removes `name` from `dir` unless it is a directory; polymoe::error when it cannot.
+void remove_stale(const std::filesystem::path& dir, const std::string& name) {
+  std::error_code ec;
+  const auto p = dir / name;
+  if (std::filesystem::is_directory(std::filesystem::symlink_status(p, ec))) return;
+  std::filesystem::remove(p, ec);
+  require(!ec, "quantize: cannot remove the previous checkpoint's '", p.string(), "': ", ec.message());
+}
+
+}  // namespace
+
 int cmd_quantize(int argc, char** argv) {
-  const args a = parse_args("quantize", argc, argv, 2, {"checkpoint", "layer", "scheme", "out", "shard-mb"});
+  const args a =
+      parse_args("quantize", argc, argv, 2, {"checkpoint", "layer", "scheme", "out", "shard-mb"}, {"force"});
   if (a.flag("help")) {
     std::cout << R"(usage: polymoe quantize --checkpoint DIR --layer N|all --scheme mxfp4|nvfp4|fp8-block|int8 --out DIR
-                        [--shard-mb MB]
+                        [--shard-mb MB] [--force]
 
 Writes a copy of the checkpoint whose MoE experts (routed and shared) in layer N, or in every MoE
 layer, are quantized with the scheme, in the layout real checkpoints use, and a config.json with the
@@ -23,6 +60,9 @@ matching quantization_config; every other tensor is copied unchanged. The result
   int8       weight (I8) + weight_scale (F32 per output channel) (sglang w8a8_int8)
 Stored weights are dequantized first when the input is already quantized. Experts are processed one
 at a time; output larger than --shard-mb (default 4096) is sharded with model.safetensors.index.json.
+DIR must be empty or absent. --force writes into a DIR that holds a checkpoint, and then removes the
+files of that checkpoint (config.json, its index, the shards the index lists, model.safetensors) the
+new one does not replace; nothing else in DIR is touched.
 )";
     return 0;
   }
@@ -33,11 +73,11 @@ at a time; output larger than --shard-mb (default 4096) is sharded with model.sa
   require(!std::filesystem::exists(out_dir, ec) || !std::filesystem::equivalent(in_dir, out_dir, ec),
           "quantize: --out must differ from --checkpoint");
   const auto ckpt = std::make_shared<io::hf_checkpoint>(io::hf_checkpoint::open(in_dir));
+  const std::vector<std::string> previous = previous_checkpoint(a, out_dir, ckpt->files());
   const auto& names = ckpt->names();
   std::vector<index_t> layers;
   if (layer_s == "all") {
-    for (index_t n = 0; n < ckpt->num_layers(); ++n)
-      if (ckpt->is_moe_layer(n)) layers.push_back(n);
+    layers = ckpt->moe_layers();  // the layers the files hold, whatever num_hidden_layers says
     require(!layers.empty(), "quantize: the checkpoint has no MoE layer");
   } else {
     layers.push_back(a.parse_int(layer_s, "layer"));
@@ -68,6 +108,8 @@ at a time; output larger than --shard-mb (default 4096) is sharded with model.sa
   io::json config = ckpt->config();
   config.set("quantization_config", quantization_config(scheme, ckpt->family()));
   io::write_text_file(std::filesystem::path(out_dir) / "config.json", config.dump());
+  for (const auto& f : previous)  // the previous checkpoint's files that the new one does not replace
+    if (f != "config.json" && std::find(files.begin(), files.end(), f) == files.end()) remove_stale(out_dir, f);
   std::printf("polymoe quantize: %s -> %s (%s, %zu layer%s, %zu file%s)\n", in_dir.c_str(), out_dir.c_str(),
               a.get("scheme").c_str(), layers.size(), layers.size() == 1 ? "" : "s", files.size(),
               files.size() == 1 ? "" : "s");

@@ -1,12 +1,14 @@
 // `polymoe run`: one layer of a checkpoint on an input file, with the selected (a2a, quant, kernel).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
 
 #include <tbb/global_control.h>
 
+#include <polymoe/a2a/fingerprint.hpp>
 #include <polymoe/io/safetensors.hpp>
 
 #include "cli.hpp"
@@ -14,6 +16,8 @@
 
 #if defined(POLYMOE_WITH_MPI)
 #include <mpi.h>
+
+#include <polymoe/a2a/detail/mpi_base.hpp>
 #endif
 
 namespace polymoe::cli {
@@ -29,7 +33,8 @@ Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharde
   OUT  output [T, H] F32, topk_ids [T, k] I32, topk_weights [T, k] F32.
   --a2a      dispatcher (default local); mpi_allgather, mpi_ragged, mpi_masked under
              `mpirun -np R`: each rank takes a contiguous share of the tokens and holds only its
-             own experts; rank 0 writes the complete output.
+             own experts; rank 0 writes the complete output. The ranks compare their layer,
+             input and options before the layer runs; any difference fails every rank.
   --quant    scheme (default: the checkpoint's own: fp32 for float weights, fp8_block_weight_only
              for DeepSeek FP8 blocks, mxfp4, nvfp4, int8_w8a8). Float weights are quantized on load;
              stored weights of another scheme are dequantized first.
@@ -67,9 +72,12 @@ Matrix compute_logits(const BasicMoeWeights<W>& w, const Matrix& hidden, index_t
 struct mpi_session {
   bool active = false;
   int rank = 0, size = 1;
+  /// MPI starts for an mpi_* dispatcher, and in every process an MPI launcher started (mpirun,
+  /// mpiexec, srun), whatever its --a2a: each takes part in the ranks' agreement (agree), so a rank
+  /// given --a2a local fails with the others instead of leaving them waiting for it.
   explicit mpi_session(bool want, int& argc, char**& argv) {
 #if defined(POLYMOE_WITH_MPI)
-    if (want) {
+    if (want || std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) {
       int provided = 0;
       MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -91,6 +99,27 @@ struct mpi_session {
     if (active && size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
   }
+  /// The ranks split one input between them: they must run the same layer on the same tokens.
+  /// Compared before the layer is built; a difference is every rank's error (agreed()).
+  void agree(const a2a::fingerprint& same) const {
+#if defined(POLYMOE_WITH_MPI)
+    if (active && size > 1) a2a::detail::mpi_base(MPI_COMM_WORLD).agree_fingerprint(same);
+#else
+    (void)same;
+#endif
+  }
+  void barrier() const {
+#if defined(POLYMOE_WITH_MPI)
+    if (active) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+  }
+  /// Whether every rank holds this error ("polymoe: rank N of S: ...", from the ranks' agreement).
+  [[nodiscard]] bool agreed(const std::string& what) const {
+    const std::string head = "polymoe: rank ", of = " of " + std::to_string(size) + ": ";
+    if (!active || size == 1 || what.rfind(head, 0) != 0) return false;
+    const auto n = what.find_first_not_of("0123456789", head.size());
+    return n != std::string::npos && n > head.size() && what.compare(n, of.size(), of) == 0;
+  }
   /// Rows [begin, end) of T for this rank.
   [[nodiscard]] std::pair<index_t, index_t> share(index_t T) const {
     return {T * rank / size, T * (rank + 1) / size};
@@ -104,8 +133,11 @@ struct mpi_session {
     const MPI_Datatype type = std::is_same_v<S, float> ? MPI_FLOAT : MPI_INT32_T;
     const int mine = static_cast<int>(local.size());
     std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
-    MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
     for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    // Every row of the output is written, or the run fails (every rank sees the same counts).
+    const index_t held = (index_t{displs.back()} + counts.back()) / std::max<index_t>(1, local.cols());
+    require(held == total_rows, "run: the ranks hold ", held, " rows of the output, expected ", total_rows);
     M all;
     if (rank == 0) all.resize(total_rows, local.cols());
     MPI_Gatherv(local.data(), mine, type, rank == 0 ? all.data() : nullptr, counts.data(), displs.data(), type, 0,
@@ -147,6 +179,7 @@ int cmd_run(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   const auto ckpt = io::hf_checkpoint::open(ckpt_dir);
+  require_writable_output("run", out_path, ckpt.files(), {in_path});
   const io::stored_scheme stored = ckpt.scheme_of(layer_n);
   const triple_variant selected =
       select_triple(a.get("a2a", "local"), a.has("quant") ? a.get("quant") : default_quant(stored),
@@ -165,6 +198,7 @@ int cmd_run(int argc, char** argv) {
     const index_t T = hidden_all.rows(), E = L.cfg.num_experts, k = L.cfg.top_k();
     require(hidden_all.cols() == L.cfg.hidden, "run: input '", in_path, "': hidden_states is [", T, ", ",
             hidden_all.cols(), "], expected [T, hidden=", L.cfg.hidden, "]");
+    require_finite(hidden_all, "run: input '" + in_path + "'", "hidden_states");
     const auto [b, e] = mpi.share(T);
     run_context ctx;
     ctx.cfg = L.cfg;
@@ -172,15 +206,23 @@ int cmd_run(int argc, char** argv) {
     ctx.total_tokens = T;
     ctx.capacity = a.integer_in("capacity", 0, 0, std::numeric_limits<int>::max());
     ctx.hidden = hidden_all.middleRows(b, e - b);
+    a2a::fingerprint same;  // what every rank must share (the layer adds its own fingerprint)
+    same.add("--layer", layer_n).add("--a2a", names.a2a).add("--quant", names.quant).add("--kernel", names.kernel);
+    same.add("--repeat", repeat).add("checkpoint family", io::to_string(ckpt.family()));
+    same.add("stored scheme", io::to_string(stored)).add("input tokens", T);
+    same.add_checksum("input hidden_states", {a2a::fingerprint::values(hidden_all)});
     if (in.contains("router_logits") && !a.flag("ignore-input-logits")) {
       const Matrix logits = in.matrix("router_logits");
       require(logits.rows() == T && logits.cols() == E, "run: input '", in_path, "': router_logits is [",
               logits.rows(), ", ", logits.cols(), "], expected [", T, ", num_experts=", E, "]");
       ctx.logits = logits.middleRows(b, e - b);
+      same.add_checksum("router_logits", {a2a::fingerprint::values(logits)});
     } else {
       ctx.logits = std::visit([&](const auto& w) { return compute_logits(w, ctx.hidden, layer_n); }, L.weights);
+      same.add("router_logits", "computed by the router");
     }
     ctx.weights = std::move(L.weights);
+    mpi.agree(same);
 
     std::visit([&](auto t) { run_with_quant<typename decltype(t)::quant>(selected, ctx); }, selected);
 
@@ -210,10 +252,20 @@ int cmd_run(int argc, char** argv) {
                     ctx.forward_seconds > 0 ? static_cast<double>(e - b) / ctx.forward_seconds : 0.0);
         std::printf("  output     %s (output [%lld, %lld], topk_ids, topk_weights); max |output| = %.6g\n",
                     out_path.c_str(), static_cast<long long>(T), static_cast<long long>(L.cfg.hidden),
-                    T ? static_cast<double>(out.cwiseAbs().maxCoeff()) : 0.0);
+                    out.allFinite() && T ? static_cast<double>(out.cwiseAbs().maxCoeff())
+                                         : (T ? std::numeric_limits<double>::quiet_NaN() : 0.0));
       }
+      // A maximum skips NaN; the count does not. The file is kept for inspection, the run fails.
+      const auto bad = out.size() - out.array().isFinite().count();
+      require(bad == 0, "run: the output holds ", bad, " non-finite values of ", out.size(), " (written to '", out_path,
+              "' for inspection)");
     }
   } catch (const std::exception& ex) {
+    if (mpi.agreed(ex.what())) {  // every rank has it and none waits: rank 0 reports it, all end
+      if (mpi.rank == 0) std::cerr << ex.what() << std::endl;
+      mpi.barrier();  // no rank ends (which mpirun reports) before rank 0 has written it
+      return 1;
+    }
     if (mpi.active && mpi.size > 1) {  // other ranks may be waiting in a collective: end them all
       const std::string what = ex.what();
       std::cerr << (what.rfind("polymoe: ", 0) == 0 ? "" : "polymoe: ") << what << " (rank " << mpi.rank << ")"

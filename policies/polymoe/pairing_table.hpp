@@ -52,7 +52,7 @@ struct pairing_table {
   using dispatchers = list<
       a2a::local  // standard format, no communication
 #if defined(POLYMOE_WITH_MPI)  // the optional MPI component (CMake target polymoe::mpi)
-      , a2a::mpi_allgather  // standard: all-gather tokens, reduce-scatter partial sums
+      , a2a::mpi_allgather  // standard: all-gather tokens, per-slot rows back to the owner
       , a2a::mpi_ragged     // ragged: DeepEP normal mode over MPI_Alltoallv
       , a2a::mpi_masked     // masked: DeepEP low-latency mode, fixed capacity per local expert
 #endif

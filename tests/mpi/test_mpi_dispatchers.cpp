@@ -1,15 +1,12 @@
-// Expert parallelism under mpirun: every MPI dispatcher with every kernel it pairs with (fp32 and
-// bf16), and with the schemes whose activations travel quantized (fp8, fp8_block, int8_w8a8 on the
-// reference kernel), gives each rank exactly the rows a single-process `local` layer gives for its
-// tokens — bitwise where the path is exact (ragged / masked exchange with the reference kernel,
-// also with an infinite value in a token and with the weight on the input), within a stated bound
-// otherwise; ragged sends each token once per rank and quantized rows as codes (counted bytes);
-// bad input on one rank (routing, weights a rank cannot quantize, layers that disagree, a top-k
-// width other than the layer's) is the same polymoe::error on every rank.
+// Expert parallelism under mpirun (1, 2, 3 and 4 ranks, 12 experts): every MPI dispatcher with
+// every kernel it pairs with (fp32 and bf16), and with the schemes whose activations travel
+// quantized (fp8, fp8_block, int8_w8a8 on the reference kernel), gives each rank exactly the rows a
+// single-process `local` layer gives for its tokens, bitwise (also with an infinite value in a
+// token and with the weight on the input); ragged sends each token once per rank and quantized
+// rows as codes (counted bytes); bad input on one rank (routing, weights a rank cannot quantize,
+// layers that disagree, a top-k width other than the layer's) is the same polymoe::error on every
+// rank (test_mpi_fingerprint.cpp: layers that differ in any other way).
 // Prints "N passed, M failed" on rank 0; exits non-zero on any failure.
-#include <mpi.h>
-
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -17,116 +14,37 @@
 #include <type_traits>
 
 #include <boost/mp11/algorithm.hpp>
-#include <polymoe/polymoe.hpp>
+
+#include "mpi_support.hpp"
 
 using namespace polymoe;
+using namespace polymoe::mpi_test;
 namespace mp = boost::mp11;
 
 namespace {
 
-int rank_ = 0, size_ = 1, passed = 0, failed = 0;
-
-void check(bool ok, const std::string& what) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok) std::printf("rank %d: FAILED %s\n", rank_, what.c_str());
-  if (rank_ == 0) std::printf("[%s] np=%d %s\n", all ? "  OK  " : "FAILED", size_, what.c_str());
-  (all ? passed : failed)++;
-}
-
-Matrix randn(std::mt19937& rng, index_t r, index_t c, float s) {
-  std::normal_distribution<float> n(0.0f, s);
-  Matrix m(r, c);
-  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
-  return m;
-}
-
-struct Problem {
-  MoeConfig cfg;  // global (ep_size = 1)
-  MoeWeights w;   // all experts
-  Matrix hidden, logits;
-  index_t first = 0, count = 0;  // this rank's contiguous share of the tokens
-};
-
-/// Variants of the agreement problem: a wider H (several fp8 groups of 128), an infinite value in
-/// one token, the routing weight on the input (top-1).
-struct Variant {
-  bool shared = false;
-  index_t hidden = 24;
-  bool poison = false;
-  bool weight_on_input = false;
-  [[nodiscard]] std::string label() const {
-    std::string l = shared ? " +shared" : "";
-    if (hidden != 24) l += " H=" + std::to_string(hidden);
-    if (poison) l += " +inf in a token";
-    if (weight_on_input) l += " weight on input";
-    return l;
-  }
-};
-
-Problem make_problem(Variant v) {
-  Problem p;
-  const index_t H = v.hidden;
-  p.cfg.hidden = H;
-  p.cfg.intermediate = 16;
-  p.cfg.num_experts = 8;
-  p.cfg.router.top_k = v.weight_on_input ? 1 : 3;
-  p.cfg.router_weight_on_input = v.weight_on_input;
-  p.cfg.shared_intermediate = v.shared ? 12 : 0;
-  std::mt19937 rng(2024);  // same on every rank
-  p.w.experts = ExpertWeights(ExpertShape{8, H, 16, true, false});
-  p.w.experts.w13 = randn(rng, p.w.experts.w13.rows(), H, 0.2f);
-  p.w.experts.w2 = randn(rng, p.w.experts.w2.rows(), 16, 0.25f);
-  if (v.shared) {
-    p.w.shared = ExpertWeights(ExpertShape{1, H, 12, true, false});
-    p.w.shared->w13 = randn(rng, 24, H, 0.2f);
-    p.w.shared->w2 = randn(rng, H, 12, 0.25f);
-  }
-  const index_t T = 37;
-  p.hidden = randn(rng, T, H, 1.0f);
-  if (v.poison) p.hidden(T / 2, H - 1) = std::numeric_limits<float>::infinity();
-  p.logits = randn(rng, T, 8, 1.0f);
-  // Uneven shares; with several ranks the last one has no tokens at all.
-  const index_t active = size_ > 1 ? size_ - 1 : 1;
-  const index_t base = T / active;
-  p.first = std::min<index_t>(rank_, active) * base;
-  p.count = rank_ < active ? (rank_ == active - 1 ? T - p.first : base) : 0;
-  return p;
-}
-
-MoeConfig ep_config(const MoeConfig& g) {
-  MoeConfig c = g;
-  c.ep_size = size_;
-  c.ep_rank = rank_;
-  return c;
-}
-
-MoeWeights local_share(const Problem& p) {
-  const index_t El = p.cfg.num_experts / size_, first = rank_ * El;
-  MoeWeights w = p.w;
-  ExpertShape s = p.w.experts.shape;
-  s.experts = El;
-  w.experts = ExpertWeights(s);
-  w.experts.w13 = p.w.experts.w13.middleRows(first * s.rows13(), El * s.rows13());
-  w.experts.w2 = p.w.experts.w2.middleRows(first * s.hidden, El * s.hidden);
-  return w;
-}
-
-template <class A>
-A make_dispatcher() {
-  if constexpr (std::is_same_v<A, a2a::mpi_masked>)
-    return A(64);
-  else
-    return A();
-}
-
 template <class A, class Q, class K>
 void agreement(Variant v = {}) {
   const Problem p = make_problem(v);
-  MoeLayer<a2a::local, Q, K> single(p.cfg, p.w);
-  const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
+  const Matrix h = p.hidden.middleRows(p.first, p.count), logits = p.logits.middleRows(p.first, p.count);
+  // A single process: the routed experts on all tokens, then the shared expert added on this
+  // rank's tokens, as each rank runs it (with a kernel whose result for a row depends on the rows
+  // batched with it, that differs from the shared expert run on all tokens). The shared expert
+  // alone is a layer whose routed experts give exact zeros.
+  Problem routed = p;
+  routed.cfg.shared_intermediate = 0;
+  routed.w.shared.reset();
+  MoeLayer<a2a::local, Q, K> single(routed.cfg, routed.w);
+  Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
+  if (v.shared) {
+    MoeWeights shared_only = p.w;
+    shared_only.experts.w13.setZero();
+    shared_only.experts.w2.setZero();
+    MoeLayer<a2a::local, Q, K> shared(p.cfg, shared_only);
+    want += shared.forward(h, logits);
+  }
   MoeLayer<A, Q, K> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
-  const Matrix got = layer.forward(p.hidden.middleRows(p.first, p.count), p.logits.middleRows(p.first, p.count));
+  const Matrix got = layer.forward(h, logits);
   const bool same_shape = got.rows() == want.rows() && got.cols() == want.cols();
   // Bits, not values: a token holding an infinity has NaN outputs, which must match too.
   const bool bitwise = same_shape && std::memcmp(got.data(), want.data(), sizeof(float) * got.size()) == 0;
@@ -134,25 +52,10 @@ void agreement(Variant v = {}) {
   if (same_shape && got.size()) err = (got - want).cwiseAbs().maxCoeff() / (1e-30 + want.cwiseAbs().maxCoeff());
   const std::string name = std::string(A::name) + "/" + std::string(Q::name) + "/" + std::string(K::name) +
                            " (wire " + std::string(wire_of<A, Q>::name) + ")" + v.label();
-  // Exact paths: the per-slot exchange (ragged, masked) with the reference kernel, whose per-row
-  // result does not depend on the batch. Otherwise fp32 reassociation (a cross-rank sum, or a
-  // batched GEMM whose blocking depends on the rows it holds): bounded.
-  constexpr bool exact = !std::is_same_v<A, a2a::mpi_allgather> && std::is_same_v<K, kernel::reference>;
-  if constexpr (exact)
-    check(bitwise, name + ": bitwise equal to the single-process layer");
-  else
-    check(same_shape && err <= 1e-5, name + ": equal to the single-process layer within 1e-5 (got " +
-                                         std::to_string(err) + (bitwise ? ", bitwise" : "") + ")");
-}
-
-/// Whether every rank holds `msg` and it is `expect` (lengths and a checksum compared across ranks).
-bool same_everywhere(const std::string& msg, const std::string& expect) {
-  long sig[2] = {static_cast<long>(msg.size()), 0};
-  for (char c : msg) sig[1] = sig[1] * 31 + c;
-  long lo[2], hi[2];
-  MPI_Allreduce(sig, lo, 2, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(sig, hi, 2, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-  return msg == expect && lo[0] == hi[0] && lo[1] == hi[1];
+  // Every dispatcher, every kernel: each token's slots are summed in slot order by its owner, and
+  // each expert sees the rows a single process gives it, in the same order.
+  check(bitwise, name + ": bitwise equal to the single-process layer" +
+                     (bitwise ? std::string() : " (relative error " + std::to_string(err) + ")"));
 }
 
 /// A layer that one rank cannot build (a NaN in its experts, which the scheme refuses to quantize)
@@ -188,7 +91,8 @@ void layers_that_disagree() {
   } catch (const error& e) {
     msg = e.what();
   }
-  check(same_everywhere(msg, "polymoe: the ranks' layers disagree on top_k: 2 on one rank, 3 on another"),
+  check(same_everywhere(msg, "polymoe: rank " + std::to_string(size_ - 1) + " of " + std::to_string(size_) +
+                                 ": top_k is 2 here but 3 on rank 0"),
         std::string(A::name) + ": layers with another top_k on one rank are an error everywhere ('" + msg + "')");
 }
 
@@ -255,7 +159,7 @@ void bad_input_on_one_rank() {
     msg = e.what();
   }
   check(same_everywhere(msg, "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) +
-                                  ": topk_ids[1, 2] = 99 is outside [0, num_experts=8)"),
+                                  ": topk_ids[1, 2] = 99 is outside [0, num_experts=" + std::to_string(E) + ")"),
         std::string(A::name) + ": bad ids on rank " + std::to_string(bad) + " raise the same error everywhere ('" +
             msg + "')");
   // The layer is still usable afterwards (no rank is left inside a collective).
@@ -292,7 +196,7 @@ void masked_capacity() {
 /// records of [flag][k ids][H E4M3 codes][one fp32 amax per 128], fp32 rows [flag][k ids][4H bytes].
 template <class A, class Q>
 void wire_traffic() {
-  const index_t H = 300, k = 3, T = 20, El = 8 / size_;
+  const index_t H = 300, k = 3, T = 20, El = E / size_;
   const Problem p = make_problem({.hidden = H});
   MoeLayer<A, Q, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   std::mt19937 rng(5 + rank_);
@@ -300,7 +204,7 @@ void wire_traffic() {
   for (index_t t = 0; t < T; ++t)
     for (index_t j = 0; j < k; ++j) {
       std::int32_t e;
-      do e = static_cast<std::int32_t>(rng() % 8); while ((ids.row(t).head(j).array() == e).any());
+      do e = static_cast<std::int32_t>(rng() % E); while ((ids.row(t).head(j).array() == e).any());
       ids(t, j) = e;
     }
   const Matrix w = Matrix::Constant(T, k, 0.25f);
@@ -326,7 +230,7 @@ void config_mismatch() {
   std::string msg;
   try {
     c.ep_rank = (rank_ + 1) % size_;
-    if (size_ == 1) c.ep_size = 2, c.num_experts = 8;
+    if (size_ == 1) c.ep_size = 2;
     MoeLayer<a2a::mpi_ragged, quant::fp32, kernel::reference> layer(c, local_share(p));
   } catch (const error& e) {
     msg = e.what();
@@ -337,9 +241,7 @@ void config_mismatch() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  start(argc, argv);
   mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
     if constexpr (!std::is_same_v<A, a2a::local> &&
                   (std::is_same_v<Q, quant::fp32> || std::is_same_v<Q, quant::bf16>)) {
@@ -372,7 +274,5 @@ int main(int argc, char** argv) {
     top_k_width<A>();
     strided_output<A>();
   });
-  if (rank_ == 0) std::printf("%d passed, %d failed\n", passed, failed);
-  MPI_Finalize();
-  return failed ? 1 : 0;
+  return finish();
 }

@@ -17,6 +17,13 @@ namespace polymoe::test {
 
 inline std::filesystem::path fixtures_dir() { return fixtures_root() / "hf"; }
 
+/// A case's directory: ../shared/fixtures/hf/<name>, else tests/data/hf/<name> (the transformers
+/// fixtures this repository makes itself with scripts/transformers_fixtures.py).
+inline std::filesystem::path hf_case_dir(const std::string& name) {
+  const auto shared = fixtures_dir() / name;
+  return std::filesystem::is_directory(shared) ? shared : test_data_dir() / "hf" / name;
+}
+
 struct HfCase {
   std::string name;
   MoeConfig cfg;
@@ -36,7 +43,7 @@ inline index_t geti(const io::json& c, std::string_view k) { return c.at(k).as_i
 /// Layer 0 of a float fixture case, loaded with polymoe's own checkpoint loader
 /// (io::hf_checkpoint), which this test support used to re-implement in a minimal way.
 inline HfCase load_hf_case(const std::string& name) {
-  const auto dir = fixtures_dir() / name;
+  const auto dir = hf_case_dir(name);
   const auto io_file = io::safetensors_file::open(dir / "io.safetensors");
   HfCase hc;
   hc.name = name;

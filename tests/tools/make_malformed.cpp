@@ -1,11 +1,15 @@
 // Writes malformed checkpoints and input files for the `polymoe` error tests:
 //   make_malformed OUT_DIR FIXTURES_HF_DIR
 // OUT_DIR/<case>/{config.json, model.safetensors}: each case breaks one thing.
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <polymoe/io/checkpoint_files.hpp>
 #include <polymoe/io/safetensors.hpp>
@@ -114,6 +118,17 @@ int main(int argc, char** argv) {
     }
     polymoe::io::save_safetensors(d / "model.safetensors", keep);
   }
+  // an index whose shard name holds a NUL byte: cut at the NUL, it would name model.safetensors
+  {
+    const auto d = make("nul_shard_name");
+    fs::copy_file(mixtral / "model.safetensors", d / "model.safetensors", fs::copy_options::overwrite_existing);
+    polymoe::io::json weight_map = polymoe::io::json::object();
+    for (const auto& name : polymoe::io::safetensors_file::open(mixtral / "model.safetensors").names())
+      weight_map.set(name, polymoe::io::json(std::string("model.safetensors\0.bak", 22)));
+    polymoe::io::json index = polymoe::io::json::object();
+    index.set("weight_map", std::move(weight_map));
+    polymoe::io::write_text_file(d / "model.safetensors.index.json", index.dump());
+  }
   // input files: hidden_states with the wrong width; no hidden_states at all
   {
     const auto d = make("inputs", false);
@@ -122,6 +137,51 @@ int main(int argc, char** argv) {
                                   {polymoe::io::tensor_view<float>("hidden_states", {3, 5}, std::span<const float>(x))});
     polymoe::io::save_safetensors(d / "no_hidden.safetensors",
                                   {polymoe::io::tensor_view<float>("other", {3, 5}, std::span<const float>(x))});
+    // mixtral's io with one NaN in hidden_states; with every hidden value at 1e30 (finite, but the
+    // products overflow); with a NaN in the expected output (a reference compare must refuse)
+    const auto io = polymoe::io::safetensors_file::open(mixtral / "io.safetensors");
+    auto with = [&](const fs::path& file, const std::string& tensor, auto edit) {
+      std::vector<std::vector<float>> keep;
+      std::vector<polymoe::io::tensor_to_write> ts;
+      for (const auto& t : io.tensors()) {
+        auto& v = keep.emplace_back(io.to_f32(t.name));
+        if (t.name == tensor) edit(v);
+        ts.push_back(polymoe::io::tensor_view<float>(t.name, t.shape, std::span<const float>(v)));
+      }
+      polymoe::io::save_safetensors(file, ts);
+    };
+    with(d / "nan_hidden.safetensors", "hidden_states", [](std::vector<float>& v) { v[64 + 2] = std::nanf(""); });
+    with(d / "huge_hidden.safetensors", "hidden_states", [](std::vector<float>& v) {
+      for (auto& x : v) x = 1e30f;
+    });
+    with(d / "nan_reference.safetensors", "output", [](std::vector<float>& v) { v[5] = std::nanf(""); });
+  }
+  // a NaN in one expert weight; config.json sizes its tensors contradict; num_hidden_layers = 2^40
+  {
+    const auto d = make("nan_weight");
+    const auto f = polymoe::io::safetensors_file::open(mixtral / "model.safetensors");
+    std::vector<std::vector<std::byte>> keep;
+    std::vector<polymoe::io::tensor_to_write> ts;
+    for (const auto& t : f.tensors()) {
+      const auto b = f.bytes_of(t);
+      auto& v = keep.emplace_back(b.begin(), b.end());
+      if (t.name == "model.layers.0.block_sparse_moe.experts.2.w3.weight") {
+        const float nan = std::nanf("");
+        std::memcpy(v.data() + 4 * (64 + 7), &nan, 4);  // [1, 7]
+      }
+      ts.push_back({t.name, t.dtype, t.shape, std::span<const std::byte>(v)});
+    }
+    polymoe::io::save_safetensors(d / "model.safetensors", ts);
+  }
+  for (const auto& [name, key, value] : {std::tuple{"huge_experts", "num_local_experts", std::int64_t{1} << 40},
+                                         std::tuple{"huge_hidden", "hidden_size", std::int64_t{1} << 31},
+                                         std::tuple{"wrong_intermediate", "intermediate_size", std::int64_t{1} << 30},
+                                         std::tuple{"huge_layers", "num_hidden_layers", std::int64_t{1} << 40}}) {
+    const auto d = make(name);
+    polymoe::io::json c = polymoe::io::parse_json(config, "config.json");
+    c.set(key, polymoe::io::json(value));
+    polymoe::io::write_text_file(d / "config.json", c.dump());
+    fs::copy_file(mixtral / "model.safetensors", d / "model.safetensors", fs::copy_options::overwrite_existing);
   }
   return 0;
 }

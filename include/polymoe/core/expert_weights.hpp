@@ -8,7 +8,9 @@
 //
 // Checkpoints with other layouts (GPT-OSS interleaved, transposed stacks) are converted by the
 // helpers below or by the loaders; kernels re-lay weights for themselves at prepare time.
+#include <cmath>
 #include <optional>
+#include <string_view>
 
 #include <polymoe/core/config.hpp>
 
@@ -30,6 +32,17 @@ inline std::ostream& operator<<(std::ostream& os, const ExpertShape& s) {
             << ", gated=" << s.gated << ", bias=" << s.bias << "}";
 }
 
+/// Throws polymoe::error naming the first non-finite entry of `m` (`what: name[r, c] = v is not finite`).
+/// Weights must be finite: a NaN or infinity would poison every token routed to the expert, a quantizer
+/// has no code for it, and a block scale computed over it would spoil the whole block.
+inline void require_finite(const Eigen::Ref<const Matrix>& m, std::string_view what, std::string_view name) {
+  if (m.allFinite()) [[likely]]
+    return;
+  for (index_t r = 0; r < m.rows(); ++r)
+    for (index_t c = 0; c < m.cols(); ++c)
+      require(std::isfinite(m(r, c)), what, ": ", name, "[", r, ", ", c, "] = ", m(r, c), " is not finite");
+}
+
 /// Throws polymoe::error unless b13 [E, rows13] and b2 [E, H] match `s` (both empty when !s.bias).
 inline void check_biases(const ExpertShape& s, std::string_view what, const Matrix& b13, const Matrix& b2) {
   require(s.experts > 0 && s.hidden > 0 && s.intermediate > 0, what, ": empty expert shape ", s);
@@ -38,13 +51,15 @@ inline void check_biases(const ExpertShape& s, std::string_view what, const Matr
             "], expected [", s.experts, ", ", s.rows13(), "]");
     require(b2.rows() == s.experts && b2.cols() == s.hidden, what, ": b2 is [", b2.rows(), ", ", b2.cols(),
             "], expected [", s.experts, ", ", s.hidden, "]");
+    require_finite(b13, what, "b13");
+    require_finite(b2, what, "b2");
   } else {
     require(b13.size() == 0 && b2.size() == 0, what, ": biases given but the shape says bias=false");
   }
 }
 
 /// Throws polymoe::error unless w13 [E·rows13, H], w2 [E·H, I] and the biases match `s` (the
-/// canonical fp32 layout, held by ExpertWeights and by quant::fp32's store).
+/// canonical fp32 layout, held by ExpertWeights and by quant::fp32's store) and are finite.
 inline void check_expert_matrices(const ExpertShape& s, std::string_view what, const Matrix& w13, const Matrix& w2,
                                   const Matrix& b13, const Matrix& b2) {
   require(s.experts > 0 && s.hidden > 0 && s.intermediate > 0, what, ": empty expert shape ", s);
@@ -53,6 +68,8 @@ inline void check_expert_matrices(const ExpertShape& s, std::string_view what, c
   require(w2.rows() == s.experts * s.hidden && w2.cols() == s.intermediate, what, ": w2 is [", w2.rows(), ", ",
           w2.cols(), "], expected [", s.experts * s.hidden, ", ", s.intermediate, "]");
   check_biases(s, what, b13, b2);
+  require_finite(w13, what, "w13");
+  require_finite(w2, what, "w2");
 }
 
 struct ExpertWeights {

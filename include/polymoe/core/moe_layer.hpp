@@ -220,15 +220,19 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
     } else {
       require(!w.shared.has_value(), "MoeWeights.shared is set but MoeConfig.shared_intermediate is 0");
     }
-    if (cfg_.shared_expert_gate)
+    if (cfg_.shared_expert_gate) {
       require(w.shared_gate.rows() == 1 && w.shared_gate.cols() == cfg_.hidden, "MoeWeights.shared_gate is [",
               w.shared_gate.rows(), ", ", w.shared_gate.cols(), "], expected [1, ", cfg_.hidden, "]");
+      require_finite(w.shared_gate, "MoeWeights", "shared_gate");
+    }
     if (w.router_weight.size()) {
       require(w.router_weight.rows() == cfg_.num_experts && w.router_weight.cols() == cfg_.hidden,
               "MoeWeights.router_weight is [", w.router_weight.rows(), ", ", w.router_weight.cols(), "], expected [",
               cfg_.num_experts, ", ", cfg_.hidden, "]");
       require(w.router_bias.size() == 0 || w.router_bias.size() == cfg_.num_experts, "MoeWeights.router_bias has ",
               w.router_bias.size(), " entries, expected ", cfg_.num_experts);
+      require_finite(w.router_weight, "MoeWeights", "router_weight");
+      require_finite(w.router_bias.transpose(), "MoeWeights", "router_bias");
     }
   }
 
@@ -240,21 +244,6 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
     shared_gate_ = w.shared_gate;
     router_weight_ = w.router_weight;
     router_bias_ = w.router_bias;
-  }
-
-  /// Collective dispatchers: the ranks' layers must exchange records of one size and agree on
-  /// what the experts compute; checked once, after every rank has built its layer.
-  void agree_on_shapes() {
-    if constexpr (requires { a2a_.agree_fields({}); })
-      a2a_.agree_fields({{"hidden", cfg_.hidden},
-                         {"intermediate", cfg_.intermediate},
-                         {"num_experts", cfg_.num_experts},
-                         {"top_k", cfg_.top_k()},
-                         {"activation", static_cast<std::int64_t>(cfg_.activation)},
-                         {"router_weight_on_input", cfg_.router_weight_on_input},
-                         {"expert_bias", cfg_.expert_bias},
-                         {"wire row bytes",
-                          static_cast<std::int64_t>(kernels::quantize::wire_codec<wire_type>::bytes(cfg_.hidden))}});
   }
 
   void check_hidden(const MatrixCRef& hidden) const {
@@ -358,11 +347,15 @@ void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::build(W& w, ToStore 
       w.experts.validate("MoeWeights.experts");
       if (w.shared) w.shared->validate("MoeWeights.shared");
     }
+    if constexpr (requires { a2a_.agree_on_layer(); })  // noted before the weights move
+      a2a_.template describe_layer<A2A, Quant, Kernel>(cfg_, w);
     prepared_.emplace(Kernel::template prepare<Quant>(to_store(w.experts)));
     if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(to_store(*w.shared)));
     finish(w);
   });
-  agree_on_shapes();
+  // Collective dispatchers: every rank's layer must be the same layer (policies, config, the
+  // weights all ranks hold whole); compared once every rank has built its own, before any token moves.
+  if constexpr (requires { a2a_.agree_on_layer(); }) a2a_.agree_on_layer();
 }
 
 template <class A2A, class Quant, class Kernel, class Path>

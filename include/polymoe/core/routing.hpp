@@ -3,6 +3,7 @@
 // The routed scaling factor is applied here and nowhere else.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -96,7 +97,10 @@ inline void route_rows(const RouterConfig& rc, index_t num_experts, const Matrix
         }
         detail::topk_indices(gscore.data(), G, rc.topk_group, idx);
         auto& masked = scratch.masked;
-        masked.assign(static_cast<std::size_t>(E), 0.0f);  // HF masks with 0.0, not -inf
+        // Experts of the groups not kept are out of the running: -inf, as DeepSeek's inference code,
+        // transformers 5.x, sglang and vLLM mask them. (A 0.0 mask, as older transformers had, lets a
+        // discarded expert win whenever the correction bias makes the kept experts' scores negative.)
+        masked.assign(static_cast<std::size_t>(E), -std::numeric_limits<float>::infinity());
         for (index_t gi : idx)
           for (index_t e = gi * per; e < (gi + 1) * per; ++e) masked[e] = choice[e];
         detail::topk_indices(masked.data(), E, k, idx);

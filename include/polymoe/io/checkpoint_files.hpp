@@ -19,50 +19,72 @@
 #include <span>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include <polymoe/core/error.hpp>
+#include <polymoe/io/file_io.hpp>
 #include <polymoe/io/json.hpp>
 #include <polymoe/io/safetensors.hpp>
 
 namespace polymoe::io {
 
-/// The text of a file; polymoe::error naming it when it cannot be read.
-[[nodiscard]] inline std::string read_text_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  require(static_cast<bool>(f), "cannot open '", p.string(), "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  require(!f.bad(), "cannot read '", p.string(), "'");
-  return ss.str();
-}
-
-/// A JSON file parsed (errors name the file, line and column).
+/// A JSON file parsed (at most max_text_file_bytes, a regular file: see read_text_file in
+/// file_io.hpp; errors name the file, line and column).
 [[nodiscard]] inline json read_json_file(const std::filesystem::path& p) {
   return parse_json(read_text_file(p), p.string());
 }
 
-/// Writes `text` to `p` through a temporary file; polymoe::error on failure.
-inline void write_text_file(const std::filesystem::path& p, std::string_view text) {
-  const std::filesystem::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    require(static_cast<bool>(f), "cannot open '", tmp.string(), "' for writing");
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.flush();
-    require(static_cast<bool>(f), "cannot write '", tmp.string(), "' (disk full or I/O error)");
+/// The index of a sharded checkpoint: `model.safetensors.index.json`.
+inline constexpr std::string_view index_file_name = "model.safetensors.index.json";
+
+/// The (tensor, shard file name) pairs of the weight_map of the index file `index`. Every name must
+/// be a file name in the checkpoint directory: not empty, not "." or "..", without '/' and without a
+/// NUL byte (which the system would take as the end of the name). polymoe::error naming the index
+/// and the entry otherwise.
+[[nodiscard]] inline std::vector<std::pair<std::string, std::string>> read_weight_map(
+    const std::filesystem::path& index) {
+  const json j = read_json_file(index);
+  require(j.is_object(), index.string(), ": expected a JSON object");
+  const json* wm = j.find("weight_map");
+  require(wm != nullptr && wm->is_object(), index.string(), ": missing the object 'weight_map'");
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (const auto& [tensor, file] : wm->as_object()) {
+    require(file.is_string(), index.string(), ": weight_map['", tensor, "'] is ", file.type_name(),
+            ", expected a file name");
+    const std::string& f = file.as_string();
+    require(f.find('\0') == std::string::npos, index.string(), ": weight_map['", tensor, "'] = ", json_quote(f),
+            " holds a NUL byte, which would end the file name");
+    require(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", index.string(),
+            ": weight_map['", tensor, "'] = '", f, "' is not a file name in the checkpoint directory");
+    entries.emplace_back(tensor, f);
   }
+  return entries;
+}
+
+/// The files of the checkpoint in `dir` that polymoe writes and reads, those that exist, in this
+/// order: config.json, the index and every shard its weight_map lists (names checked as
+/// read_weight_map checks them), model.safetensors. Nothing else in `dir` is named.
+[[nodiscard]] inline std::vector<std::string> checkpoint_file_names(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
   std::error_code ec;
-  std::filesystem::rename(tmp, p, ec);
-  require(!ec, "cannot rename '", tmp.string(), "' to '", p.string(), "': ", ec.message());
+  const auto add = [&](const std::string& n) {
+    if (std::filesystem::exists(std::filesystem::symlink_status(dir / n, ec)) &&
+        std::find(names.begin(), names.end(), n) == names.end())
+      names.push_back(n);
+  };
+  add("config.json");
+  if (std::filesystem::exists(std::filesystem::symlink_status(dir / index_file_name, ec))) {
+    add(std::string(index_file_name));
+    for (const auto& [tensor, f] : read_weight_map(dir / index_file_name)) add(f);
+  }
+  add("model.safetensors");
+  return names;
 }
 
 /// The tensors of a checkpoint directory, possibly sharded. Move-only.
@@ -74,20 +96,9 @@ class checkpoint_files {
     c.dir_ = dir;
     std::error_code ec;
     require(std::filesystem::is_directory(dir, ec), "checkpoint directory '", dir.string(), "' does not exist");
-    const auto index = dir / "model.safetensors.index.json";
+    const auto index = dir / index_file_name;
     if (std::filesystem::exists(index, ec)) {
-      const json j = read_json_file(index);
-      require(j.is_object(), index.string(), ": expected a JSON object");
-      const json* wm = j.find("weight_map");
-      require(wm != nullptr && wm->is_object(), index.string(), ": missing the object 'weight_map'");
-      for (const auto& [tensor, file] : wm->as_object()) {
-        require(file.is_string(), index.string(), ": weight_map['", tensor, "'] is ", file.type_name(),
-                ", expected a file name");
-        const std::string& f = file.as_string();
-        require(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", index.string(),
-                ": weight_map['", tensor, "'] = '", f, "' is not a file name in the checkpoint directory");
-        c.where_.emplace(tensor, c.shard_index(f));
-      }
+      for (const auto& [tensor, f] : read_weight_map(index)) c.where_.emplace(tensor, c.shard_index(f));
       c.indexed_ = true;
     } else if (std::filesystem::exists(dir / "model.safetensors", ec)) {
       c.add_whole_file("model.safetensors");
@@ -114,6 +125,13 @@ class checkpoint_files {
     std::vector<std::string> f;
     for (const auto& s : shards_) f.push_back(s.name);
     return f;
+  }
+  /// Every file the tensors are read from: the index (when sharded) and each shard.
+  [[nodiscard]] std::vector<std::filesystem::path> paths() const {
+    std::vector<std::filesystem::path> p;
+    if (indexed_) p.push_back(dir_ / index_file_name);
+    for (const auto& s : shards_) p.push_back(dir_ / s.name);
+    return p;
   }
   /// Every tensor name, sorted.
   [[nodiscard]] std::vector<std::string> names() const {
@@ -194,7 +212,8 @@ struct tensor_source {
 };
 
 namespace detail {
-/// Writes one safetensors file from sources, calling each fill once, in name order.
+/// Writes one safetensors file from sources, calling each fill once, in name order, through an
+/// atomic_output_file (a fill that throws leaves `path` as it was and no temporary behind).
 inline void write_streamed(const std::filesystem::path& path, std::vector<const tensor_source*> order) {
   std::sort(order.begin(), order.end(), [](const tensor_source* a, const tensor_source* b) { return a->name < b->name; });
   std::string header = "{";
@@ -214,27 +233,15 @@ inline void write_streamed(const std::filesystem::path& path, std::vector<const 
     offset += n;
   }
   header += "}";
-  while (header.size() % 8 != 0) header.push_back(' ');
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  require(static_cast<bool>(out), "cannot open '", tmp.string(), "' for writing");
-  unsigned char len[8];
-  std::uint64_t n = header.size();
-  for (auto& b : len) b = static_cast<unsigned char>(n & 0xFF), n >>= 8;
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  atomic_output_file out(path);
+  write_header(out, std::move(header));
   std::vector<std::byte> buf;
   for (const tensor_source* t : order) {
     buf.assign(static_cast<std::size_t>(t->nbytes()), std::byte{0});
     if (t->fill) t->fill(buf);
-    out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-    require(static_cast<bool>(out), "cannot write '", tmp.string(), "' (disk full or I/O error)");
+    out.write(buf);
   }
-  out.close();
-  require(static_cast<bool>(out), "cannot write '", tmp.string(), "' (disk full or I/O error)");
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  require(!ec, "cannot rename '", tmp.string(), "' into place: ", ec.message());
+  out.commit();
 }
 }  // namespace detail
 
@@ -246,6 +253,8 @@ inline std::vector<std::string> write_checkpoint(const std::filesystem::path& di
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   require(!ec, "cannot create directory '", dir.string(), "': ", ec.message());
+  require(std::filesystem::is_directory(dir, ec), "cannot write a checkpoint in '", dir.string(),
+          "': it is not a directory");
   std::sort(tensors.begin(), tensors.end(), [](const tensor_source& a, const tensor_source& b) { return a.name < b.name; });
   std::vector<std::vector<const tensor_source*>> shards(1);
   std::uint64_t in_shard = 0, total = 0;
@@ -259,7 +268,7 @@ inline std::vector<std::string> write_checkpoint(const std::filesystem::path& di
   std::vector<std::string> written;
   if (shards.size() == 1) {
     detail::write_streamed(dir / "model.safetensors", shards[0]);
-    std::filesystem::remove(dir / "model.safetensors.index.json", ec);
+    std::filesystem::remove(dir / index_file_name, ec);
     written.push_back("model.safetensors");
     return written;
   }
@@ -276,7 +285,7 @@ inline std::vector<std::string> write_checkpoint(const std::filesystem::path& di
   json index = json::object();
   index.set("metadata", std::move(meta));
   index.set("weight_map", std::move(weight_map));
-  write_text_file(dir / "model.safetensors.index.json", index.dump());
+  write_text_file(dir / index_file_name, index.dump());
   std::filesystem::remove(dir / "model.safetensors", ec);
   return written;
 }

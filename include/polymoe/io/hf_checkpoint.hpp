@@ -27,6 +27,8 @@
 //   auto ckpt = polymoe::io::hf_checkpoint::open("Qwen3-30B-A3B");
 //   polymoe::io::hf_layer layer = ckpt.load_layer(12);               // cfg + weights variant
 //   auto& w = std::get<polymoe::MoeWeights>(layer.weights);           // a float checkpoint
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <initializer_list>
@@ -146,6 +148,19 @@ inline std::vector<float> float_slice(const tensor_info& t, std::span<const std:
       throw error(polymoe::detail::concat("tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
                                           ", expected a float dtype (F32, BF16, F16)"));
   }
+  // Every float tensor of a checkpoint (weights, biases, router, scales) passes here: a NaN or an
+  // infinity is named with its tensor and index, before anything computes with it.
+  for (std::int64_t i = 0; i < count; ++i)
+    if (!std::isfinite(out[static_cast<std::size_t>(i)])) [[unlikely]] {
+      std::string at;
+      for (std::int64_t flat = first + i, d = static_cast<std::int64_t>(t.shape.size()) - 1; d >= 0; --d) {
+        const std::int64_t n = t.shape[static_cast<std::size_t>(d)];
+        at = std::to_string(n ? flat % n : 0) + (at.empty() ? "" : ", ") + at;
+        flat = n ? flat / n : 0;
+      }
+      throw error(polymoe::detail::concat("checkpoint: tensor '", t.name, "' [", at, "] = ",
+                                          out[static_cast<std::size_t>(i)], " is not finite"));
+    }
   return out;
 }
 
@@ -230,17 +245,18 @@ class hf_checkpoint {
     MoeConfig c;
     c.hidden = get_int("hidden_size");
     c.router.top_k = get_int("num_experts_per_tok");
+    std::string_view e_key, i_key;  // the config keys the sizes came from, for check_sizes' errors
     switch (family()) {
       case hf_family::mixtral:
-        c.num_experts = get_int("num_local_experts");
-        c.intermediate = get_int("intermediate_size");
+        c.num_experts = get_int(e_key = "num_local_experts");
+        c.intermediate = get_int(i_key = "intermediate_size");
         c.router.renormalize = true;
         c.activation = activation();
         break;
       case hf_family::qwen2_moe:
       case hf_family::qwen3_moe:
-        c.num_experts = config_.contains("num_experts") ? get_int("num_experts") : get_int("num_local_experts");
-        c.intermediate = get_int("moe_intermediate_size");
+        c.num_experts = get_int(e_key = config_.contains("num_experts") ? "num_experts" : "num_local_experts");
+        c.intermediate = get_int(i_key = "moe_intermediate_size");
         c.router.renormalize = get_bool("norm_topk_prob", false);
         c.activation = activation();
         if (family() == hf_family::qwen2_moe && get_int_or("shared_expert_intermediate_size", 0) > 0) {
@@ -249,8 +265,8 @@ class hf_checkpoint {
         }
         break;
       case hf_family::deepseek_v3: {
-        c.num_experts = get_int("n_routed_experts");
-        c.intermediate = get_int("moe_intermediate_size");
+        c.num_experts = get_int(e_key = "n_routed_experts");
+        c.intermediate = get_int(i_key = "moe_intermediate_size");
         c.activation = activation();
         if (const json* sf = config_.find("scoring_func"))
           require(sf->is_string() && sf->as_string() == "sigmoid", "config.json: scoring_func must be \"sigmoid\" for ",
@@ -260,25 +276,51 @@ class hf_checkpoint {
         c.router.n_group = get_int_or("n_group", 1);
         c.router.topk_group = get_int_or("topk_group", 1);
         c.router.routed_scaling_factor = static_cast<float>(get_double_or("routed_scaling_factor", 1.0));
-        c.shared_intermediate = get_int_or("n_shared_experts", 0) * c.intermediate;
-        if (files_.contains(names_.correction_bias(n))) {
-          const auto& t = expect_shape(names_.correction_bias(n), {c.num_experts});
-          const auto v = detail::float_slice(t, files_.bytes(t.name), 0, c.num_experts);
-          c.router.correction_bias = Eigen::Map<const Vector>(v.data(), c.num_experts);
-        }
+        c.shared_intermediate = shared_rows(get_int_or("n_shared_experts", 0), c.intermediate);
         break;
       }
       case hf_family::gpt_oss:
-        c.num_experts = config_.contains("num_local_experts") ? get_int("num_local_experts") : get_int("num_experts");
-        c.intermediate = get_int("intermediate_size");
+        c.num_experts = get_int(e_key = config_.contains("num_local_experts") ? "num_local_experts" : "num_experts");
+        c.intermediate = get_int(i_key = "intermediate_size");
         c.router.method = RoutingMethod::topk_softmax;
         c.activation = Activation::swiglu_oai;
         c.expert_bias = true;
         c.swiglu_limit = static_cast<float>(get_double_or("swiglu_limit", 7.0));
         break;
     }
+    check_sizes(n, c, e_key, i_key);
+    if (family() == hf_family::deepseek_v3 && files_.contains(names_.correction_bias(n))) {
+      const auto& t = expect_shape(names_.correction_bias(n), {c.num_experts});
+      const auto v = detail::float_slice(t, files_.bytes(t.name), 0, c.num_experts);
+      c.router.correction_bias = Eigen::Map<const Vector>(v.data(), c.num_experts);
+    }
     c.validate();
     return c;
+  }
+
+  /// The layers below num_hidden_layers that the files hold tensors of, ascending: bounded by the
+  /// files, whatever config.json says (a num_hidden_layers of 2^40 is not a loop of 2^40).
+  [[nodiscard]] std::vector<index_t> layers_in_files() const {
+    const index_t L = num_layers();
+    std::vector<index_t> out;
+    const std::string_view prefix = "model.layers.";
+    for (const auto& name : files_.names_with_prefix(prefix)) {
+      index_t v = 0;
+      std::size_t i = prefix.size(), digits = 0;
+      for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 18; ++i, ++digits) v = v * 10 + (name[i] - '0');
+      if (digits == 0 || digits == 18 || i >= name.size() || name[i] != '.' || v >= L) continue;
+      if (out.empty() || out.back() != v) out.push_back(v);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+  /// The MoE layers among layers_in_files(), ascending.
+  [[nodiscard]] std::vector<index_t> moe_layers() const {
+    std::vector<index_t> out;
+    for (const index_t n : layers_in_files())
+      if (is_moe_layer(n)) out.push_back(n);
+    return out;
   }
 
   /// Routed experts [first, first + count) of layer n in fp32 (dequantized when stored quantized).
@@ -378,6 +420,46 @@ class hf_checkpoint {
       throw error(polymoe::detail::concat("checkpoint: layer ", n, " is not an MoE layer (missing tensor '",
                                           names_.router(n), "')"));
     }
+  }
+
+  /// config.json's sizes against the layer's tensors: the router [E, H], the first and last expert's
+  /// gate projection (or GPT-OSS's stacked gate_up) [.., I, ..], the shared expert's rows.
+  void check_sizes(index_t n, const MoeConfig& c, std::string_view e_key, std::string_view i_key) const {
+    const tensor_info& r = files_.info(names_.router(n));
+    require(r.shape == std::vector<std::int64_t>{c.num_experts, c.hidden}, "config.json: ", e_key, "=", c.num_experts,
+            " and hidden_size=", c.hidden, " disagree with tensor '", r.name, "' of shape ", r.shape_string(),
+            " ([num_experts, hidden_size])");
+    const auto rows_are = [&](const std::string& name, std::size_t dim, index_t want, std::string_view key) {
+      require(files_.contains(name), "config.json: ", key, "=", want, " but the checkpoint has no tensor '", name, "'");
+      const tensor_info& t = files_.info(name);
+      require(t.rank() > dim && t.shape[dim] == want, "config.json: ", key, "=", want, " disagrees with tensor '", name,
+              "' of shape ", t.shape_string());
+    };
+    if (family() == hf_family::gpt_oss) {
+      const std::string blocks = names_.stacked(n, "gate_up_proj_blocks");
+      if (files_.contains(blocks)) {
+        rows_are(blocks, 0, c.num_experts, e_key);
+        rows_are(blocks, 1, 2 * c.intermediate, i_key);  // [E, 2I, H/32, 16]
+      } else {
+        rows_are(names_.stacked(n, "gate_up_proj"), 0, c.num_experts, e_key);
+        rows_are(names_.stacked(n, "gate_up_proj"), 2, 2 * c.intermediate, i_key);  // [E, H, 2I]
+      }
+      return;
+    }
+    if (c.num_experts <= 0) return;  // MoeConfig::validate names it
+    rows_are(names_.expert(n, 0) + names_.gate() + ".weight", 0, c.intermediate, i_key);
+    rows_are(names_.expert(n, c.num_experts - 1) + names_.gate() + ".weight", 0, c.intermediate, i_key);
+    if (c.shared_intermediate > 0)
+      rows_are(names_.shared(n) + names_.gate() + ".weight", 0, c.shared_intermediate,
+               family() == hf_family::deepseek_v3 ? "n_shared_experts * moe_intermediate_size"
+                                                  : "shared_expert_intermediate_size");
+  }
+  /// DeepSeek-V3's shared expert rows, n_shared_experts · I, without overflow (checked against the
+  /// tensor by check_sizes).
+  [[nodiscard]] static index_t shared_rows(index_t n_shared, index_t inter) {
+    require(n_shared <= (index_t{1} << 20) && inter <= (index_t{1} << 40), "config.json: n_shared_experts=", n_shared,
+            " with moe_intermediate_size=", inter, " is out of range");
+    return n_shared * inter;
   }
 
   /// The tensor's info after checking its shape; polymoe::error naming it otherwise.

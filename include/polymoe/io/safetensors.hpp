@@ -38,6 +38,7 @@
 #include <optional>
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/types.hpp>
+#include <polymoe/io/file_io.hpp>
 #include <polymoe/io/json.hpp>
 #include <polymoe/kernels/codecs/bf16.hpp>
 #include <polymoe/kernels/codecs/e4m3.hpp>
@@ -336,16 +337,9 @@ class safetensors_file {
   }
 
   void load() {
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("cannot open: ", std::strerror(errno));
-    struct fd_closer {
-      int fd;
-      ~fd_closer() { ::close(fd); }
-    } closer{fd};
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) fail("cannot stat: ", std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail("not a regular file");
-    file_size_ = static_cast<std::uint64_t>(st.st_size);
+    const regular_file file = open_regular_file(path_, ::polymoe::detail::concat("safetensors file '", path_, "'"));
+    const int fd = file.fd.get();
+    file_size_ = file.size;
     if (file_size_ < 8)
       fail("file is truncated: ", file_size_, " bytes, too small for the 8-byte header length");
     if (file_size_ > std::numeric_limits<std::size_t>::max()) fail("file is too large to map");
@@ -548,10 +542,27 @@ template <class T>
   return {std::move(name), dtype_of<T>, std::move(shape), std::as_bytes(values)};
 }
 
+namespace detail {
+/// Starts a safetensors file in `out`: the 8-byte little-endian length of the JSON header, then the
+/// header, padded with spaces to a multiple of 8 bytes.
+inline void write_header(atomic_output_file& out, std::string header) {
+  while (header.size() % 8 != 0) header.push_back(' ');
+  unsigned char len[8];
+  std::uint64_t n = header.size();
+  for (auto& b : len) {
+    b = static_cast<unsigned char>(n & 0xFF);
+    n >>= 8;
+  }
+  out.write(len, 8);
+  out.write(header);
+}
+}  // namespace detail
+
 /// Writes a safetensors file: header entries sorted by name (after __metadata__, when given), data
 /// in the same order, the header padded with spaces to a multiple of 8 bytes. Validates names
-/// (non-empty, unique, not "__metadata__"), shapes (non-negative) and byte counts first; writes to
-/// a temporary file beside `path` and renames it into place. polymoe::error on any failure.
+/// (non-empty, unique, not "__metadata__"), shapes (non-negative) and byte counts first; writes
+/// through an atomic_output_file (a fresh temporary beside `path`, renamed into place; an existing
+/// `path` must be a regular file). polymoe::error on any failure.
 inline void save_safetensors(const std::filesystem::path& path,
                              std::span<const tensor_to_write> tensors,
                              const std::map<std::string, std::string>& metadata = {}) {
@@ -603,37 +614,11 @@ inline void save_safetensors(const std::filesystem::path& path,
     offset += bytes;
   }
   header += "}";
-  while (header.size() % 8 != 0) header.push_back(' ');
 
-  const std::filesystem::path tmp = std::filesystem::path(file + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot open '", tmp.string(), "' for writing");
-    unsigned char len[8];
-    std::uint64_t n = header.size();
-    for (auto& b : len) {
-      b = static_cast<unsigned char>(n & 0xFF);
-      n >>= 8;
-    }
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto* t : order)
-      if (!t->data.empty())
-        out.write(reinterpret_cast<const char*>(t->data.data()),
-                  static_cast<std::streamsize>(t->data.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      fail("write failed (disk full or I/O error)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fail("cannot rename the temporary file into place: ", ec.message());
-  }
+  atomic_output_file out(path, "cannot write safetensors file '" + detail::printable(path) + "'");
+  detail::write_header(out, std::move(header));
+  for (const auto* t : order) out.write(t->data);
+  out.commit();
 }
 
 /// Overload for a braced list or vector of tensors.

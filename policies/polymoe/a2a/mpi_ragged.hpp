@@ -13,8 +13,8 @@ namespace polymoe::a2a {
 /// than fp32. The kernel sees one row per (received token, local expert) with per-local-expert
 /// counts (ragged format); combine brings each slot's result back and sums it in slot order, so
 /// every rank ends with exactly its own tokens, in its own order, bitwise as a single process
-/// computes them with the reference kernel. When the routing weight multiplies the input, every
-/// slot's row differs and travels on its own.
+/// computes them. When the routing weight multiplies the input, every slot's row differs and
+/// travels on its own.
 class mpi_ragged : public detail::slot_exchange {
  public:
   using a2a_concept = a2a_tag;

@@ -57,8 +57,6 @@ struct int8_w8a8 {
   static weights quantize(const ExpertWeights& f) {
     constexpr std::string_view what = "quant::int8_w8a8::quantize";
     f.validate(what);
-    kernels::quantize::require_finite(f.w13, what, "w13");
-    kernels::quantize::require_finite(f.w2, what, "w2");
     weights w{ExpertStore::from(f), {}, {}, {}, {}};
     encode(f.w13, w.w13, w.w13_scale);
     encode(f.w2, w.w2, w.w2_scale);

@@ -1,5 +1,15 @@
 // Bad input: a polymoe::error naming what is wrong, never an abort.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
+
+#include <polymoe/io/hf_checkpoint.hpp>
+
+#include "fixtures_root.hpp"
 
 #include "test_util.hpp"
 
@@ -222,6 +232,142 @@ TEST_F(BadInput, RouteChecksItsRouterConfig) {
   expect_error([&] { (void)route(rc, 4, z); }, "correction_bias has 3 entries, expected 4");
   rc.correction_bias = Vector::Zero(4);
   EXPECT_NO_THROW((void)route(rc, 4, z));
+}
+
+
+// ---- Non-finite weights: refused when the layer is built (every scheme, fp32 and bf16 included), and
+// when a checkpoint is loaded, naming the tensor and the index.
+template <class Q>
+void expect_nonfinite_weights_refused(const MoeConfig& cfg, const MoeWeights& good) {
+  SCOPED_TRACE(std::string(Q::name));
+  for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    MoeWeights w = good;
+    w.experts.w13(5, 3) = bad;
+    expect_error([&] { MoeLayer<a2a::local, Q, kernel::reference> l(cfg, w); }, "w13[5, 3] = ");
+    w = good;
+    w.experts.w2(7, 1) = -bad;
+    expect_error([&] { MoeLayer<a2a::local, Q, kernel::reference> l(cfg, w); }, "w2[7, 1] = ");
+  }
+}
+
+TEST_F(BadInput, NonFiniteExpertWeightsAreRefusedByEveryScheme) {
+  int schemes = 0;
+  boost::mp11::mp_for_each<valid_triples>([&]<class A, class Q, class K>(boost::mp11::mp_list<A, Q, K>) {
+    if constexpr (std::is_same_v<A, a2a::local> && std::is_same_v<K, kernel::reference>) {
+      expect_nonfinite_weights_refused<Q>(cfg, w);
+      ++schemes;
+    }
+  });
+  EXPECT_GE(schemes, 11);
+}
+
+TEST_F(BadInput, NonFiniteRouterAndBiasesAreRefused) {
+  MoeWeights bad = w;
+  bad.router_weight = Matrix::Ones(4, 8);
+  bad.router_weight(2, 6) = std::nanf("");
+  expect_error([&] { Layer l(cfg, bad); }, "router_weight[2, 6] = nan is not finite");
+  bad.router_weight(2, 6) = 0.0f;
+  bad.router_bias = Vector::Zero(4);
+  bad.router_bias[3] = -std::numeric_limits<float>::infinity();
+  expect_error([&] { Layer l(cfg, bad); }, "router_bias[0, 3] = -inf is not finite");
+  MoeConfig bc = cfg;
+  bc.activation = Activation::swiglu_oai;
+  bc.expert_bias = true;
+  std::mt19937 r2(5);
+  MoeWeights wb = test::random_weights(r2, bc);
+  wb.experts.b13(1, 2) = std::nanf("");
+  expect_error([&] { Layer l(bc, wb); }, "b13[1, 2] = nan is not finite");
+}
+
+TEST(BadCheckpoint, NonFiniteFloatTensorIsNamedWithItsIndex) {
+  // A copy of a transformers fixture with one NaN written into an expert weight, one infinity into
+  // the correction bias: the loader names the tensor and the element, whatever reads it.
+  const auto src = test::fixtures_root() / "hf" / "deepseek_v3";
+  const auto dir = std::filesystem::temp_directory_path() / ("polymoe_nan_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src / "config.json", dir / "config.json");
+  auto poison = [&](const std::string& tensor, std::int64_t index, float value) {
+    const auto f = io::safetensors_file::open(src / "model.safetensors");
+    std::vector<std::vector<std::byte>> keep;
+    std::vector<io::tensor_to_write> out;
+    for (const auto& t : f.tensors()) {
+      const auto b = f.bytes_of(t);
+      auto& v = keep.emplace_back(b.begin(), b.end());
+      if (t.name == tensor) std::memcpy(v.data() + index * 4, &value, 4);
+      out.push_back({t.name, t.dtype, t.shape, std::span<const std::byte>(v)});
+    }
+    std::filesystem::remove(dir / "model.safetensors");
+    io::save_safetensors(dir / "model.safetensors", out);
+  };
+  poison("model.layers.0.mlp.experts.3.up_proj.weight", 2 * 64 + 5, std::nanf(""));  // [32, 64]: element [2, 5]
+  expect_error([&] { (void)io::hf_checkpoint::open(dir).load_layer(0); },
+               "tensor 'model.layers.0.mlp.experts.3.up_proj.weight' [2, 5] = nan is not finite");
+  // under expert parallelism the slice of another rank is not read; this rank's is
+  expect_error([&] { (void)io::hf_checkpoint::open(dir).load_layer(0, 0, 4); },
+               "experts.3.up_proj.weight' [2, 5] = nan");
+  EXPECT_NO_THROW((void)io::hf_checkpoint::open(dir).load_layer(0, 1, 4));
+  poison("model.layers.0.mlp.gate.e_score_correction_bias", 9, std::numeric_limits<float>::infinity());
+  expect_error([&] { (void)io::hf_checkpoint::open(dir).moe_config(0); },
+               "tensor 'model.layers.0.mlp.gate.e_score_correction_bias' [9] = inf is not finite");
+  std::filesystem::remove_all(dir);
+}
+
+
+// A copy of a transformers fixture whose config.json says something its tensors do not.
+struct EditedCheckpoint {
+  std::filesystem::path dir;
+  explicit EditedCheckpoint(const std::string& tag, const std::string& key, std::int64_t value) {
+    const auto src = test::fixtures_root() / "hf" / "deepseek_v3";
+    dir = std::filesystem::temp_directory_path() / ("polymoe_cfg_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(src / "model.safetensors", dir / "model.safetensors");
+    io::json c = io::read_json_file(src / "config.json");
+    c.set(key, io::json(value));
+    std::ofstream(dir / "config.json") << c.dump();
+  }
+  ~EditedCheckpoint() { std::filesystem::remove_all(dir); }
+};
+
+TEST(BadCheckpoint, ConfigSizesAreCheckedAgainstTheTensorsBeforeAnyAllocation) {
+  // Each would have sized an allocation of terabytes (or overflowed) before a tensor disagreed.
+  {
+    EditedCheckpoint c("experts", "n_routed_experts", std::int64_t{1} << 40);
+    expect_error([&] { (void)io::hf_checkpoint::open(c.dir).load_layer(0); },
+                 "config.json: n_routed_experts=1099511627776 and hidden_size=64 disagree with tensor "
+                 "'model.layers.0.mlp.gate.weight' of shape [16, 64]");
+  }
+  {
+    EditedCheckpoint c("hidden", "hidden_size", std::int64_t{1} << 31);
+    expect_error([&] { (void)io::hf_checkpoint::open(c.dir).load_layer(0); }, "hidden_size=2147483648 disagree");
+  }
+  {
+    EditedCheckpoint c("inter", "moe_intermediate_size", std::int64_t{1} << 30);
+    expect_error([&] { (void)io::hf_checkpoint::open(c.dir).load_layer(0); },
+                 "config.json: moe_intermediate_size=1073741824 disagrees with tensor "
+                 "'model.layers.0.mlp.experts.0.gate_proj.weight' of shape [32, 64]");
+  }
+  {
+    EditedCheckpoint c("shared", "n_shared_experts", std::int64_t{1} << 45);
+    expect_error([&] { (void)io::hf_checkpoint::open(c.dir).load_layer(0); }, "n_shared_experts=35184372088832");
+  }
+  {
+    EditedCheckpoint c("shared2", "n_shared_experts", 3);
+    expect_error([&] { (void)io::hf_checkpoint::open(c.dir).load_layer(0); },
+                 "n_shared_experts * moe_intermediate_size=96 disagrees with tensor "
+                 "'model.layers.0.mlp.shared_experts.gate_proj.weight'");
+  }
+}
+
+TEST(BadCheckpoint, LayerCountIsBoundedByTheFiles) {
+  // num_hidden_layers = 2^40: listing the layers visits the ones the files hold, at once.
+  EditedCheckpoint c("layers", "num_hidden_layers", std::int64_t{1} << 40);
+  const auto ck = io::hf_checkpoint::open(c.dir);
+  EXPECT_EQ(ck.num_layers(), std::int64_t{1} << 40);
+  EXPECT_EQ(ck.layers_in_files(), std::vector<index_t>{0});
+  EXPECT_EQ(ck.moe_layers(), std::vector<index_t>{0});
+  expect_error([&] { (void)ck.load_layer(5); }, "layer 5 has no tensors");
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -238,4 +240,172 @@ TEST(Routing, EmptyBatch) {
   const Routing r = route(rc, 4, Matrix::Zero(0, 4));
   EXPECT_EQ(r.ids.rows(), 0);
   EXPECT_EQ(r.ids.cols(), 2);
+}
+
+// ---- Property tests: random routers against an independent double-precision reference written from
+// the upstream code (transformers 5.x DeepseekV3TopkRouter / MixtralTopKRouter / Qwen3MoeTopKRouter /
+// GptOssTopKRouter, DeepSeek-V3's inference Gate): discarded groups masked with -inf, the
+// renormalisation's 1e-20 (DeepSeek), the routed scaling factor after it. Tokens whose choice is
+// decided by less than a margin (rounding territory) are skipped, and their number is bounded.
+namespace {
+struct RefRoute {
+  std::vector<index_t> ids;  // the chosen experts, largest score first
+  std::vector<double> w;
+  double margin;             // the smallest gap that decided the choice
+};
+
+std::vector<index_t> ref_order(const std::vector<double>& v) {
+  std::vector<index_t> o(v.size());
+  std::iota(o.begin(), o.end(), index_t{0});
+  std::stable_sort(o.begin(), o.end(), [&](index_t a, index_t b) { return v[a] > v[b]; });
+  return o;
+}
+
+RefRoute ref_route(const RouterConfig& rc, const std::vector<double>& z) {
+  const auto E = static_cast<index_t>(z.size());
+  const index_t k = rc.top_k;
+  RefRoute r;
+  r.margin = 1e300;
+  auto gap = [&](const std::vector<double>& v, const std::vector<index_t>& o, index_t n) {
+    if (n < static_cast<index_t>(o.size()) && std::isfinite(v[o[n]])) r.margin = std::min(r.margin, v[o[n - 1]] - v[o[n]]);
+  };
+  if (rc.method == RoutingMethod::softmax_topk || rc.method == RoutingMethod::topk_softmax) {
+    // softmax over all E then the k largest (renormalised: the same as softmax over the k logits)
+    const double m = *std::max_element(z.begin(), z.end());
+    std::vector<double> p(z.size());
+    double sum = 0;
+    for (index_t e = 0; e < E; ++e) sum += (p[e] = std::exp(z[e] - m));
+    for (auto& x : p) x /= sum;
+    const auto o = ref_order(z);
+    gap(z, o, k);
+    double ksum = 0;
+    for (index_t j = 0; j < k; ++j) ksum += p[o[j]];
+    const bool norm = rc.method == RoutingMethod::topk_softmax || rc.renormalize;
+    for (index_t j = 0; j < k; ++j) {
+      r.ids.push_back(o[j]);
+      r.w.push_back(norm ? p[o[j]] / ksum : p[o[j]]);
+    }
+  } else {
+    const index_t G = rc.n_group, per = E / G;
+    std::vector<double> s(z.size()), choice(z.size()), gs(static_cast<std::size_t>(G));
+    for (index_t e = 0; e < E; ++e) {
+      s[e] = 1.0 / (1.0 + std::exp(-z[e]));
+      choice[e] = s[e] + (rc.correction_bias.size() ? rc.correction_bias[e] : 0.0);
+    }
+    for (index_t g = 0; g < G; ++g) {
+      std::vector<double> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+      std::sort(v.begin(), v.end(), std::greater<>());
+      gs[g] = v[0] + v[1];
+    }
+    const auto go = ref_order(gs);
+    gap(gs, go, rc.topk_group);
+    std::vector<double> masked(z.size(), -std::numeric_limits<double>::infinity());
+    for (index_t j = 0; j < rc.topk_group; ++j)
+      for (index_t e = go[j] * per; e < (go[j] + 1) * per; ++e) masked[e] = choice[e];
+    const auto o = ref_order(masked);
+    gap(masked, o, k);
+    double ksum = 0;
+    for (index_t j = 0; j < k; ++j) ksum += s[o[j]];
+    for (index_t j = 0; j < k; ++j) {
+      r.ids.push_back(o[j]);
+      r.w.push_back((rc.renormalize ? s[o[j]] / (ksum + 1e-20) : s[o[j]]) * rc.routed_scaling_factor);
+    }
+  }
+  return r;
+}
+
+// Routes `tokens` random rows and checks each decisive one against ref_route; returns how many were checked.
+int check_against_reference(const RouterConfig& rc, index_t E, std::mt19937& rng, float logit_scale, int tokens) {
+  std::normal_distribution<float> nd(0.0f, logit_scale);
+  Matrix z(tokens, E);
+  for (index_t t = 0; t < tokens; ++t)
+    for (index_t e = 0; e < E; ++e) z(t, e) = nd(rng);
+  const Routing r = route(rc, E, z);
+  int checked = 0;
+  for (index_t t = 0; t < tokens; ++t) {
+    std::vector<double> zd(static_cast<std::size_t>(E));
+    for (index_t e = 0; e < E; ++e) zd[e] = z(t, e);
+    const RefRoute ref = ref_route(rc, zd);
+    if (ref.margin < 1e-5) continue;
+    ++checked;
+    for (index_t j = 0; j < rc.top_k; ++j) {
+      EXPECT_EQ(r.ids(t, j), ref.ids[j]) << "token " << t << " slot " << j;
+      EXPECT_NEAR(r.weights(t, j), ref.w[j], 1e-6 * std::max(1.0, std::abs(ref.w[j]))) << "token " << t << " slot " << j;
+    }
+  }
+  return checked;
+}
+}  // namespace
+
+TEST(RoutingProperty, SoftmaxMethodsMatchTheReference) {
+  std::mt19937 rng(7);
+  for (RoutingMethod m : {RoutingMethod::softmax_topk, RoutingMethod::topk_softmax})
+    for (index_t E : {4, 16, 128})
+      for (index_t k : {1, 2, 8})
+        for (bool renorm : {true, false}) {
+          if (k > E) continue;
+          RouterConfig rc;
+          rc.method = m;
+          rc.top_k = k;
+          rc.renormalize = renorm;
+          SCOPED_TRACE(testing::Message() << "method " << static_cast<int>(m) << " E " << E << " k " << k);
+          EXPECT_GE(check_against_reference(rc, E, rng, 2.0f, 64), 60);
+        }
+}
+
+TEST(RoutingProperty, GroupedTopkMatchesTheReferenceWhateverTheBiasSign) {
+  // Correction biases all negative (choice scores of every expert below 0), mixed, and positive;
+  // groups of 2, 4 and 8; scaling factor applied once after the renormalisation.
+  std::mt19937 rng(11);
+  struct Shape { index_t E, G, kg, k; };
+  for (const Shape sh : {Shape{8, 4, 2, 3}, Shape{8, 4, 1, 2}, Shape{16, 4, 2, 4}, Shape{64, 8, 4, 8}, Shape{256, 8, 4, 8},
+                         Shape{32, 4, 4, 6}})
+    for (float bias_center : {-1.5f, -0.5f, 0.0f, 0.8f})
+      for (bool renorm : {true, false}) {
+        RouterConfig rc;
+        rc.method = RoutingMethod::sigmoid_grouped_topk;
+        rc.top_k = sh.k;
+        rc.n_group = sh.G;
+        rc.topk_group = sh.kg;
+        rc.renormalize = renorm;
+        rc.routed_scaling_factor = 2.5f;
+        std::uniform_real_distribution<float> ud(bias_center - 0.3f, bias_center + 0.3f);
+        rc.correction_bias.resize(sh.E);
+        for (index_t e = 0; e < sh.E; ++e) rc.correction_bias[e] = ud(rng);
+        SCOPED_TRACE(testing::Message() << "E " << sh.E << " groups " << sh.G << " kept " << sh.kg << " k " << sh.k
+                                        << " bias ~ " << bias_center << " renormalize " << renorm);
+        EXPECT_GE(check_against_reference(rc, sh.E, rng, 1.5f, 64), 56);
+      }
+}
+
+TEST(RoutingProperty, NegativeChoiceScoresNeverPickADiscardedGroup) {
+  // The failure a 0.0 mask causes, stated directly: every chosen expert lies in a kept group, and the
+  // kept groups are the topk_group best by their top-2 sums, even when every choice score is < 0.
+  RouterConfig rc;
+  rc.method = RoutingMethod::sigmoid_grouped_topk;
+  rc.top_k = 4;
+  rc.n_group = 4;
+  rc.topk_group = 2;
+  rc.correction_bias = Vector::Constant(16, -2.0f);  // sigmoid < 1: every choice score is negative
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  Matrix z(256, 16);
+  for (index_t t = 0; t < z.rows(); ++t)
+    for (index_t e = 0; e < 16; ++e) z(t, e) = nd(rng);
+  const Routing r = route(rc, 16, z);
+  for (index_t t = 0; t < z.rows(); ++t) {
+    std::vector<double> gs(4);
+    for (index_t g = 0; g < 4; ++g) {
+      std::vector<double> v;
+      for (index_t e = 4 * g; e < 4 * g + 4; ++e) v.push_back(1.0 / (1.0 + std::exp(-double(z(t, e)))) - 2.0);
+      std::sort(v.begin(), v.end(), std::greater<>());
+      gs[g] = v[0] + v[1];
+    }
+    const auto go = ref_order(gs);
+    for (index_t j = 0; j < 4; ++j) {
+      const index_t g = r.ids(t, j) / 4;
+      EXPECT_TRUE(g == go[0] || g == go[1]) << "token " << t << " routed to expert " << r.ids(t, j) << " of group " << g
+                                            << ", kept groups " << go[0] << " and " << go[1];
+    }
+  }
 }

@@ -1,4 +1,5 @@
-// Every valid triple against the Hugging Face transformers results in ../shared/fixtures/hf.
+// Every valid triple against the Hugging Face transformers results in ../shared/fixtures/hf and
+// tests/data/hf.
 #include <boost/mp11/algorithm.hpp>
 #include <gtest/gtest.h>
 
@@ -35,5 +36,9 @@ TEST_P(HfFixture, OracleIsNotTrivial) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfFixture, ::testing::Values("mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"));
+// DeepSeek-V3 with a correction bias that drives choice scores negative (groups of 4 and of 2):
+// the experts of discarded groups must stay out (transformers 5.x masks them with -inf).
+INSTANTIATE_TEST_SUITE_P(NegativeChoiceScores, HfFixture,
+                         ::testing::Values("deepseek_v3_negbias", "deepseek_v3_negbias_g2"));
 
 }  // namespace

@@ -18,7 +18,7 @@
 namespace polymoe::kernels::quantize {
 
 /// max |x[i]| over n values (0 for n = 0). A NaN is ignored by the comparison; callers that must
-/// not see one check with require_finite first. With AVX-512, sixteen running maxima: the same
+/// not see one check the weights first (ExpertWeights::validate). With AVX-512, sixteen running maxima: the same
 /// value (max is exact and order-free, and _mm512_max_ps keeps the running maximum when |x| is
 /// NaN, as the comparison does), without the scalar loop's chain of dependent vmaxss.
 [[nodiscard]] inline float amax(const float* x, index_t n) noexcept {
@@ -73,15 +73,6 @@ namespace polymoe::kernels::quantize {
     m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
   }
   return m;
-}
-
-/// polymoe::error naming the first non-finite entry of `m` (a quantizer has no code for it, and a
-/// NaN or infinity would silently poison a whole block's scale).
-inline void require_finite(const Matrix& m, std::string_view what, std::string_view tensor) {
-  for (index_t r = 0; r < m.rows(); ++r)
-    for (index_t c = 0; c < m.cols(); ++c)
-      require(std::isfinite(m(r, c)), what, ": ", tensor, "[", r, ", ", c, "] = ", m(r, c),
-              " is not finite; only finite weights can be quantized");
 }
 
 /// GPT-OSS order -> canonical order, in place: in each of `experts` groups of `rows` stored rows

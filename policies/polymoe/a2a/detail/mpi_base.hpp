@@ -1,6 +1,7 @@
 #pragma once
 // What the MPI dispatchers share: the communicator, the check that MoeConfig's expert parallelism
-// matches it, collective agreement on errors, and the per-slot token exchange of the ragged and
+// matches it, collective agreement on errors and on what the ranks' layers must share (their
+// fingerprint, compared before any token moves), and the per-slot token exchange of the ragged and
 // masked dispatchers (tokens out, per-slot results back, activations on a quantized wire where the
 // scheme has one). Requires MPI (the polymoe::mpi CMake target); MPI_Init is the caller's.
 #include <mpi.h>
@@ -8,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
@@ -16,8 +16,10 @@
 
 #include <boost/mp11/list.hpp>
 
+#include <polymoe/a2a/fingerprint.hpp>
 #include <polymoe/core/config.hpp>
 #include <polymoe/core/error.hpp>
+#include <polymoe/core/expert_weights.hpp>
 #include <polymoe/core/formats.hpp>
 #include <polymoe/core/wire.hpp>
 #include <polymoe/kernels/quantize/wire.hpp>
@@ -26,6 +28,55 @@ namespace polymoe::a2a::detail {
 
 inline void mpi_check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw error(std::string("MPI call ") + what + " failed");
+}
+
+[[nodiscard]] constexpr std::string_view method_name(RoutingMethod m) noexcept {
+  switch (m) {
+    case RoutingMethod::softmax_topk: return "softmax_topk";
+    case RoutingMethod::topk_softmax: return "topk_softmax";
+    case RoutingMethod::sigmoid_grouped_topk: return "sigmoid_grouped_topk";
+  }
+  return "?";
+}
+
+/// What the ranks of one expert-parallel layer must share, in the order it is compared: the
+/// policies, the MoeConfig fields every rank's result depends on (not ep_rank, nor the tokens and
+/// their count: each rank has its own), and checksums of the weights every rank holds whole (the
+/// router, the shared expert and its gate; the routed experts are each rank's own share). A field
+/// that only some layers have follows the field that decides it, so the field lists of two layers
+/// stay aligned up to their first difference.
+template <class A2A, class Quant, class Kernel, class Store>
+fingerprint layer_fingerprint(const MoeConfig& c, const BasicMoeWeights<Store>& w) {
+  const auto values = [](const auto& m) { return fingerprint::values(m); };
+  fingerprint f;
+  f.add("dispatcher", A2A::name).add("quant", Quant::name).add("kernel", Kernel::name);
+  f.add("hidden", c.hidden).add("intermediate", c.intermediate).add("num_experts", c.num_experts);
+  f.add("activation", to_string(c.activation));
+  if (c.activation == Activation::swiglu_oai) f.add("swiglu_alpha", c.swiglu_alpha).add("swiglu_limit", c.swiglu_limit);
+  f.add("expert_bias", c.expert_bias).add("router_weight_on_input", c.router_weight_on_input);
+  const RouterConfig& r = c.router;
+  f.add("router.method", method_name(r.method)).add("top_k", r.top_k).add("router.renormalize", r.renormalize);
+  f.add("router.routed_scaling_factor", r.routed_scaling_factor);
+  if (r.method == RoutingMethod::sigmoid_grouped_topk) {
+    f.add("router.n_group", r.n_group).add("router.topk_group", r.topk_group);
+    f.add_checksum("router.correction_bias", {values(r.correction_bias)});
+  }
+  f.add("shared_intermediate", c.shared_intermediate).add("shared_expert_gate", c.shared_expert_gate);
+  f.add_checksum("router_weight", {values(w.router_weight)});
+  f.add_checksum("router_bias", {values(w.router_bias)});
+  f.add_checksum("shared_gate", {values(w.shared_gate)});
+  if (!w.shared) {
+    f.add_checksum("shared expert weights", {});
+  } else if constexpr (std::is_same_v<Store, ExpertWeights>) {
+    const ExpertWeights& s = *w.shared;
+    f.add_checksum("shared expert weights", {values(s.w13), values(s.w2), values(s.b13), values(s.b2)});
+  } else {  // a stored form: its values, as the scheme decodes them
+    const Store& s = *w.shared;
+    ExpertWeights d(ExpertShape{1, s.shape().hidden, s.shape().intermediate, s.shape().gated, false});
+    Quant::dequantize(s, 0, d.w13_of(0), d.w2_of(0));
+    f.add_checksum("shared expert weights", {values(d.w13), values(d.w2), values(s.b13), values(s.b2)});
+  }
+  return f;
 }
 
 class mpi_base {
@@ -61,23 +112,24 @@ class mpi_base {
     throw error(polymoe::detail::concat("rank ", first, " of ", size_, ": ", msg));
   }
 
-  /// Collective, once per layer: every rank passes the same fields (name, value) of its layer; if
-  /// any value differs between ranks (a rank built with another hidden size or top_k would send
-  /// records of another size), every rank throws the same polymoe::error naming the first such
-  /// field, before any token moves.
-  void agree_fields(std::initializer_list<std::pair<const char*, std::int64_t>> fields) const {
-    std::vector<std::int64_t> v;  // [min of each field..., min of each negated field...]
-    for (const auto& f : fields) v.push_back(f.second);
-    for (const auto& f : fields) v.push_back(-f.second);
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MIN, comm_),
-              "MPI_Allreduce");
-    std::size_t i = 0;
-    for (const auto& f : fields) {
-      const std::int64_t lo = v[i], hi = -v[fields.size() + i];
-      require(lo == hi, "the ranks' layers disagree on ", f.first, ": ", lo, " on one rank, ", hi, " on another");
-      ++i;
-    }
+  /// Collective, with the same fixed-size message on every rank whatever its layer or dispatcher:
+  /// every rank compares its fingerprint with rank 0's; if any differs, every rank throws the same
+  /// polymoe::error, "rank N of S: <field> is <value> here but <value> on rank 0", N being the
+  /// lowest rank that differs and <field> the first field in which it does.
+  void agree_fingerprint(const fingerprint& mine) const {
+    fingerprint root = mine;
+    mpi_check(MPI_Bcast(&root, static_cast<int>(sizeof root), MPI_BYTE, 0, comm_), "MPI_Bcast");
+    agree(rank_ == 0 ? std::string() : mine.difference_from(root));
   }
+
+  /// Called by the layer inside its agreed build step, before the weights move into the kernel's
+  /// form: notes what every rank's layer must share (layer_fingerprint).
+  template <class A2A, class Quant, class Kernel, class Store>
+  void describe_layer(const MoeConfig& cfg, const BasicMoeWeights<Store>& w) {
+    layer_ = layer_fingerprint<A2A, Quant, Kernel>(cfg, w);
+  }
+  /// Collective, once per layer, after every rank has built its own and before any token moves.
+  void agree_on_layer() const { agree_fingerprint(layer_); }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
@@ -99,6 +151,7 @@ class mpi_base {
   int rank_ = 0, size_ = 1;
   index_t local_experts_ = 0;
   bool weight_on_input_ = false;
+  fingerprint layer_;
 };
 
 /// A contiguous MPI datatype of a given size in bytes (a row, a record), made when first needed
@@ -149,10 +202,14 @@ class contiguous_type {
 /// The receiver expands each record into one row per slot it serves, in (source rank, record,
 /// slot) order.
 ///
-/// Combine. Each slot's result row travels back and the token's owner sums them in slot order, so
-/// the layer's result is bitwise the single-process one for kernels whose per-row result does not
-/// depend on the batch (the reference kernel), on every wire: the wire formats are exact for their
-/// scheme (<polymoe/kernels/quantize/wire.hpp>).
+/// Combine. Each slot's result row travels back and the token's owner sums them in slot order,
+/// starting from zero, as a single process's kernel sums a token's slots; each expert sees the
+/// same rows in the same order as in a single process (the ranks' tokens in rank order), so the
+/// routed experts' result is bitwise the single-process one, on every wire and with every kernel:
+/// the wire formats are exact for their scheme (<polymoe/kernels/quantize/wire.hpp>). (The shared
+/// expert runs on each rank's own tokens: bitwise too where the kernel's result for a row does
+/// not depend on the rows batched with it.) mpi_allgather moves the tokens its own
+/// way and returns the slots' results through the same combine (plan, return_rows, sum_slots).
 class slot_exchange : public mpi_base {
  public:
   using mpi_base::mpi_base;
@@ -333,6 +390,9 @@ class slot_exchange : public mpi_base {
 
   std::vector<int> expert_counts_;        ///< slots per (destination rank, local expert)
   std::vector<std::int32_t> slot_ids_;    ///< local expert of each received slot row
+  std::vector<int> recv_slot_counts_;     ///< slot rows this rank computes for each source rank
+  std::size_t dispatch_bytes_ = 0;        ///< see dispatch_bytes()
+  index_t dispatch_rows_ = 0;             ///< see dispatch_rows()
 
  private:
   /// The row wire row w carries: the token's hidden row, or a copy scaled by its slot's weight.
@@ -358,15 +418,14 @@ class slot_exchange : public mpi_base {
   }
 
   index_t k_ = 1;
-  std::vector<int> slot_counts_, wire_counts_, raw_counts_, recv_wire_counts_, recv_raw_counts_, recv_slot_counts_;
+  std::vector<int> slot_counts_, wire_counts_, raw_counts_, recv_wire_counts_, recv_raw_counts_;
   std::vector<int> counts_out_, counts_in_, sdispl_, rdispl_;
   std::vector<index_t> position_, wire_token_, wire_slot_, raw_rows_, fill_;
   std::vector<std::int32_t> wire_ids_;
   std::vector<std::byte> send_records_, recv_records_;
   Matrix scaled_, raw_send_, raw_recv_;
   contiguous_type record_type_, row_type_;
-  std::size_t dispatch_bytes_ = 0, combine_bytes_ = 0;
-  index_t dispatch_rows_ = 0;
+  std::size_t combine_bytes_ = 0;
 };
 
 }  // namespace polymoe::a2a::detail
