@@ -90,7 +90,7 @@ bool still_char_device(const fs::path& p) { return fs::is_character_file(fs::sym
 
 const std::vector<float> values = {1.0f, 2.0f, 3.0f};
 
-// ---- reading: regular files only, bounded (cause 7)
+// ---- reading: regular files only, bounded
 
 // The message of the polymoe::error `read` throws on the FIFO `p` ("no error" when none); a
 // failure, not a hang, when it blocks.
@@ -156,7 +156,7 @@ TEST_F(file_io, safetensors_reader_refuses_a_fifo_without_blocking) {
   EXPECT_NE(what.find("not a regular file (a FIFO)"), std::string::npos) << what;
 }
 
-// ---- a NUL byte in a shard name (cause 9)
+// ---- a NUL byte in a shard name
 
 TEST_F(file_io, nul_byte_in_a_shard_name_is_refused) {
   save_safetensors(file("model.safetensors"), {tensor_view<float>("w", {3}, std::span<const float>(values))});
@@ -167,7 +167,7 @@ TEST_F(file_io, nul_byte_in_a_shard_name_is_refused) {
   expect_error([&] { (void)checkpoint_files::open(dir_); }, {"is not a file name in the checkpoint directory"});
 }
 
-// ---- writing: a fresh temporary, removed on failure (cause 11)
+// ---- writing: a fresh temporary, removed on failure
 
 TEST_F(file_io, an_existing_tmp_link_or_file_is_left_alone) {
   const auto victim = text("victim", "precious");
@@ -210,7 +210,7 @@ TEST_F(file_io, outputs_are_created_with_the_umask_applied) {
             fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
 }
 
-// ---- outputs that are not regular files (cause 12)
+// ---- outputs that are not regular files
 
 TEST_F(file_io, an_output_that_is_a_fifo_or_device_is_refused_and_kept) {
   const auto p = fifo("out.safetensors");
@@ -239,7 +239,7 @@ TEST_F(file_io, an_output_that_is_a_directory_or_empty_names_the_cause) {
   EXPECT_EQ(listing(), std::vector<std::string>{"sub"});
 }
 
-// ---- outputs compared with the inputs by inode (cause 10)
+// ---- outputs compared with the inputs by inode
 
 TEST_F(file_io, same_file_follows_links_and_hard_links) {
   const auto a = text("a", "x");
