@@ -252,6 +252,27 @@ set_tests_properties(tool.malformed.huge_layers.quantize PROPERTIES TIMEOUT 60 P
 tool_expect_error(cli.make_checkpoint_layers "--layers must be in \\[1, 4096\\], got 1099511627776" ${tool}
                   make-checkpoint --preset tiny --out ${work}/never_ckpt --layers 1099511627776)
 
+# conveniences: experts in numeric order, integer tensors compared exactly, --repeat's mean after a
+# warm-up call, quantize takes the checkpoint's sample input along
+tool_test(cli.inspect_natural_order COMMAND ${tool} inspect ${hf}/qwen3_moe --tensors)
+set_tests_properties(tool.cli.inspect_natural_order PROPERTIES PASS_REGULAR_EXPRESSION
+                     "experts\\.9\\.up_proj\\.weight[^\n]*\n[^\n]*experts\\.10\\.down_proj\\.weight")
+tool_test(compare.topk_ids_identical REQUIRES "tool_mixtral;tool_mixtral_reference" COMMAND ${tool} compare
+          ${work}/mixtral.safetensors ${work}/mixtral_reference.safetensors --tensor topk_ids)
+set_tests_properties(tool.compare.topk_ids_identical PROPERTIES PASS_REGULAR_EXPRESSION
+                     "compare topk_ids: [0-9]+ integer values identical")
+tool_expect_error(compare.topk_ids_differ "compare: 'topk_ids': 2 of 4 values differ \\(the first at flat index 2: 2 vs 3\\)"
+                  ${tool} compare ${bad}/inputs/ids_a.safetensors ${bad}/inputs/ids_b.safetensors --tensor topk_ids
+                  REQUIRES tool_malformed)
+tool_test(run.repeat_after_warmup COMMAND ${tool} run --checkpoint ${hf}/mixtral --layer 0 --input
+          ${hf}/mixtral/io.safetensors --output ${work}/repeat.safetensors --repeat 3)
+set_tests_properties(tool.run.repeat_after_warmup PROPERTIES PASS_REGULAR_EXPRESSION "mean of 3 after a warm-up call")
+tool_test(quantize.copies_input.write SETUP tool_q_input REQUIRES tool_mk_tiny COMMAND ${tool} quantize --checkpoint
+          ${work}/ckpt_tiny --layer all --scheme int8 --out ${work}/ckpt_tiny_int8 --force)
+set_tests_properties(tool.quantize.copies_input.write PROPERTIES PASS_REGULAR_EXPRESSION "input.safetensors copied")
+tool_test(quantize.copies_input.same REQUIRES tool_q_input COMMAND ${CMAKE_COMMAND} -E compare_files
+          ${work}/ckpt_tiny/input.safetensors ${work}/ckpt_tiny_int8/input.safetensors)
+
 # the transformers fixtures kept in tests/data/hf: DeepSeek-V3 with a correction bias that makes
 # choice scores negative (the discarded groups must stay out), FP8 blocks over partial 128x128 tiles
 set(data_hf ${PROJECT_SOURCE_DIR}/tests/data/hf)

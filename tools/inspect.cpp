@@ -11,6 +11,52 @@
 #include "cli.hpp"
 
 namespace polymoe::cli {
+namespace {
+
+/// Names with their digit runs compared as numbers: "experts.2." before "experts.10.".
+bool natural_less(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t i2 = i, j2 = j;
+      while (i2 < a.size() && a[i2] == '0') ++i2;  // leading zeros do not make a number larger
+      while (j2 < b.size() && b[j2] == '0') ++j2;
+      std::size_t ie = i2, je = j2;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      if (ie - i2 != je - j2) return ie - i2 < je - j2;
+      if (const int c = a.compare(i2, ie - i2, b, j2, je - j2); c != 0) return c < 0;
+      i = ie, j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j || (a.size() - i == b.size() - j && a < b);
+}
+
+bool is_integer(io::dtype d) {
+  return d == io::dtype::U8 || d == io::dtype::I8 || d == io::dtype::I16 || d == io::dtype::I32 || d == io::dtype::I64;
+}
+
+/// An integer tensor's values, widened.
+std::vector<std::int64_t> integers(const io::safetensors_file& f, const io::tensor_info& t) {
+  const auto widen = [](const auto& v) { return std::vector<std::int64_t>(v.begin(), v.end()); };
+  switch (t.dtype) {
+    case io::dtype::U8: return widen(f.u8(t.name));
+    case io::dtype::I8: return widen(f.i8(t.name));
+    case io::dtype::I16: return widen(f.i16(t.name));
+    case io::dtype::I32: return widen(f.i32(t.name));
+    case io::dtype::I64: return f.i64(t.name);
+    default:
+      throw error(detail::concat("compare: tensor '", t.name, "' is ", io::dtype_name(t.dtype), " in one file and an ",
+                                 "integer tensor in the other"));
+  }
+}
+
+}  // namespace
+
 
 int cmd_inspect(int argc, char** argv) {
   const args a = parse_args("inspect", argc, argv, 2, {"layer"}, {"tensors"});
@@ -49,7 +95,8 @@ int8), its MoE shapes and routing, and its tensor inventory (count and bytes; ev
     std::printf("layer %lld: not in these files\n", static_cast<long long>(only));
   for (const index_t n : present) {
     if (only >= 0 && n != only) continue;
-    const auto tensors = files.names_with_prefix(names.layer(n));
+    auto tensors = files.names_with_prefix(names.layer(n));
+    std::sort(tensors.begin(), tensors.end(), natural_less);  // experts 1, 2, ..., 10, not 1, 10, 11, 2
     std::uint64_t bytes = 0;
     for (const auto& t : tensors) bytes += files.info(t).nbytes();
     std::printf("layer %lld: %zu tensors, %.3f MB", static_cast<long long>(n), tensors.size(), bytes / 1e6);
@@ -120,6 +167,18 @@ shape and bytes.
     tol = std::strtod(t.c_str(), &end);
     require(!t.empty() && end == t.c_str() + t.size() && tol >= 0, "compare: --tol must be a non-negative number, got '",
             t, "'");
+  }
+  if (const auto& g = got.info(name), &r = ref.info(name); is_integer(g.dtype) || is_integer(r.dtype)) {
+    // ids and counts: equal or not; a tolerance means nothing for them
+    require(g.shape == r.shape, "compare: '", name, "' is ", g.shape_string(), " vs ", r.shape_string());
+    const auto x = integers(got, g), y = integers(ref, r);
+    std::size_t differ = 0, first = 0;
+    for (std::size_t i = x.size(); i-- > 0;)
+      if (x[i] != y[i]) ++differ, first = i;
+    require(differ == 0, "compare: '", name, "': ", differ, " of ", x.size(), " values differ (the first at flat index ",
+            first, ": ", differ ? x[first] : 0, " vs ", differ ? y[first] : 0, ")");
+    std::printf("compare %s: %zu integer values identical\n", name.c_str(), x.size());
+    return 0;
   }
   const Matrix x = got.matrix(name), y = ref.matrix(name);
   require(x.rows() == y.rows() && x.cols() == y.cols(), "compare: '", name, "' is [", x.rows(), ", ", x.cols(),

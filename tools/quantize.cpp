@@ -108,11 +108,21 @@ new one does not replace; nothing else in DIR is touched.
   io::json config = ckpt->config();
   config.set("quantization_config", quantization_config(scheme, ckpt->family()));
   io::write_text_file(std::filesystem::path(out_dir) / "config.json", config.dump());
+  // The checkpoint's sample input (make-checkpoint writes one) goes along, so that `run` on the
+  // quantized checkpoint takes the same command as on the original.
+  const std::filesystem::path sample = std::filesystem::path(in_dir) / "input.safetensors";
+  bool copied_input = false;
+  if (std::filesystem::is_regular_file(sample, ec)) {
+    io::atomic_output_file copy(std::filesystem::path(out_dir) / "input.safetensors");
+    copy.write(io::read_regular_file(sample, "quantize: cannot copy '" + sample.string() + "'", std::uint64_t{1} << 40));
+    copy.commit();
+    copied_input = true;
+  }
   for (const auto& f : previous)  // the previous checkpoint's files that the new one does not replace
     if (f != "config.json" && std::find(files.begin(), files.end(), f) == files.end()) remove_stale(out_dir, f);
-  std::printf("polymoe quantize: %s -> %s (%s, %zu layer%s, %zu file%s)\n", in_dir.c_str(), out_dir.c_str(),
+  std::printf("polymoe quantize: %s -> %s (%s, %zu layer%s, %zu file%s%s)\n", in_dir.c_str(), out_dir.c_str(),
               a.get("scheme").c_str(), layers.size(), layers.size() == 1 ? "" : "s", files.size(),
-              files.size() == 1 ? "" : "s");
+              files.size() == 1 ? "" : "s", copied_input ? ", input.safetensors copied" : "");
   return 0;
 }
 

@@ -39,7 +39,8 @@ Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharde
              for DeepSeek FP8 blocks, mxfp4, nvfp4, int8_w8a8). Float weights are quantized on load;
              stored weights of another scheme are dequantized first.
   --kernel   expert kernel (default tbb_grouped).
-  --threads  oneTBB threads (default: all).   --repeat  forward passes to time (default 1).
+  --threads  oneTBB threads (default: all).   --repeat  forward passes to time (default 1; with more,
+             their mean after one untimed warm-up call).
   --capacity mpi_masked rows per local expert (default: T * top_k, which no batch exceeds).
 `polymoe list` prints every valid (a2a, quant, kernel) triple.
 )";
@@ -247,9 +248,10 @@ int cmd_run(int argc, char** argv) {
                     std::string(names.quant).c_str(), std::string(names.kernel).c_str(),
                     mpi.size > 1 ? (" on " + std::to_string(mpi.size) + " ranks").c_str() : "",
                     ctx.note.empty() ? "" : ("\n  weights    " + ctx.note).c_str());
-        std::printf("  timing     open %.3f s, load layer %.3f s, quantize+prepare %.3f s, forward %.3f ms (%.1f tokens/s)\n",
+        std::printf("  timing     open %.3f s, load layer %.3f s, quantize+prepare %.3f s, forward %.3f ms (%.1f tokens/s; %s)\n",
                     secs(t_open - t_start), secs(t_loaded - t_open), ctx.prepare_seconds, ctx.forward_seconds * 1e3,
-                    ctx.forward_seconds > 0 ? static_cast<double>(e - b) / ctx.forward_seconds : 0.0);
+                    ctx.forward_seconds > 0 ? static_cast<double>(e - b) / ctx.forward_seconds : 0.0,
+                    repeat > 1 ? ("mean of " + std::to_string(repeat) + " after a warm-up call").c_str() : "one cold call");
         std::printf("  output     %s (output [%lld, %lld], topk_ids, topk_weights); max |output| = %.6g\n",
                     out_path.c_str(), static_cast<long long>(T), static_cast<long long>(L.cfg.hidden),
                     out.allFinite() && T ? static_cast<double>(out.cwiseAbs().maxCoeff())

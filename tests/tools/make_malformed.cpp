@@ -155,6 +155,12 @@ int main(int argc, char** argv) {
       for (auto& x : v) x = 1e30f;
     });
     with(d / "nan_reference.safetensors", "output", [](std::vector<float>& v) { v[5] = std::nanf(""); });
+    // two topk_ids that differ in two places
+    const std::vector<std::int32_t> ids_a{0, 1, 2, 3}, ids_b{0, 1, 3, 2};
+    polymoe::io::save_safetensors(d / "ids_a.safetensors",
+                                  {polymoe::io::tensor_view<std::int32_t>("topk_ids", {2, 2}, std::span(ids_a))});
+    polymoe::io::save_safetensors(d / "ids_b.safetensors",
+                                  {polymoe::io::tensor_view<std::int32_t>("topk_ids", {2, 2}, std::span(ids_b))});
   }
   // a NaN in one expert weight; config.json sizes its tensors contradict; num_hidden_layers = 2^40
   {
