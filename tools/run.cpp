@@ -101,7 +101,7 @@ struct mpi_session {
 #endif
   }
   /// The ranks split one input between them: they must run the same layer on the same tokens.
-  /// Compared before the layer is built; a difference is every rank's error (agreed()).
+  /// Compared before the layer is built; a difference is every rank's a2a::collective_error.
   void agree(const a2a::fingerprint& same) const {
 #if defined(POLYMOE_WITH_MPI)
     if (active && size > 1) a2a::detail::mpi_base(MPI_COMM_WORLD).agree_fingerprint(same);
@@ -113,13 +113,6 @@ struct mpi_session {
 #if defined(POLYMOE_WITH_MPI)
     if (active) MPI_Barrier(MPI_COMM_WORLD);
 #endif
-  }
-  /// Whether every rank holds this error ("polymoe: rank N of S: ...", from the ranks' agreement).
-  [[nodiscard]] bool agreed(const std::string& what) const {
-    const std::string head = "polymoe: rank ", of = " of " + std::to_string(size) + ": ";
-    if (!active || size == 1 || what.rfind(head, 0) != 0) return false;
-    const auto n = what.find_first_not_of("0123456789", head.size());
-    return n != std::string::npos && n > head.size() && what.compare(n, of.size(), of) == 0;
   }
   /// Rows [begin, end) of T for this rank.
   [[nodiscard]] std::pair<index_t, index_t> share(index_t T) const {
@@ -165,11 +158,6 @@ int cmd_run(int argc, char** argv) {
   const std::string ckpt_dir = a.need("checkpoint"), in_path = a.need("input"), out_path = a.need("output");
   const index_t layer_n = a.parse_int(a.need("layer"), "layer");
   const int repeat = static_cast<int>(a.integer_in("repeat", 1, 1, std::numeric_limits<int>::max()));
-  {
-    std::error_code ec;  // the input is read before the output is written: never the same file
-    require(!std::filesystem::exists(out_path, ec) || !std::filesystem::equivalent(in_path, out_path, ec),
-            "run: --output must differ from --input (it would be overwritten)");
-  }
   std::optional<tbb::global_control> threads;
   if (a.has("threads")) {
     const auto n = a.integer("threads", 0);
@@ -236,6 +224,8 @@ int cmd_run(int argc, char** argv) {
                            {io::tensor_view<float>("output", {T, L.cfg.hidden}, std::span<const float>(out.data(), out.size())),
                             io::tensor_view<std::int32_t>("topk_ids", {T, k}, std::span<const std::int32_t>(ids.data(), ids.size())),
                             io::tensor_view<float>("topk_weights", {T, k}, std::span<const float>(wts.data(), wts.size()))});
+      // A maximum skips NaN; the count does not. The file is kept for inspection, the run fails.
+      const auto bad = out.size() - out.array().isFinite().count();
       if (!a.flag("quiet")) {
         const auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
         std::printf("polymoe run: %s layer %lld (%s, stored %s): T=%lld H=%lld I=%lld E=%lld k=%lld%s\n",
@@ -254,20 +244,17 @@ int cmd_run(int argc, char** argv) {
                     repeat > 1 ? ("mean of " + std::to_string(repeat) + " after a warm-up call").c_str() : "one cold call");
         std::printf("  output     %s (output [%lld, %lld], topk_ids, topk_weights); max |output| = %.6g\n",
                     out_path.c_str(), static_cast<long long>(T), static_cast<long long>(L.cfg.hidden),
-                    out.allFinite() && T ? static_cast<double>(out.cwiseAbs().maxCoeff())
-                                         : (T ? std::numeric_limits<double>::quiet_NaN() : 0.0));
+                    bad ? std::numeric_limits<double>::quiet_NaN()
+                        : (T ? static_cast<double>(out.cwiseAbs().maxCoeff()) : 0.0));
       }
-      // A maximum skips NaN; the count does not. The file is kept for inspection, the run fails.
-      const auto bad = out.size() - out.array().isFinite().count();
       require(bad == 0, "run: the output holds ", bad, " non-finite values of ", out.size(), " (written to '", out_path,
               "' for inspection)");
     }
+  } catch (const a2a::collective_error& ex) {  // every rank has it and none waits: rank 0 reports it, all end
+    if (mpi.rank == 0) std::cerr << ex.what() << std::endl;
+    mpi.barrier();  // no rank ends (which mpirun reports) before rank 0 has written it
+    return 1;
   } catch (const std::exception& ex) {
-    if (mpi.agreed(ex.what())) {  // every rank has it and none waits: rank 0 reports it, all end
-      if (mpi.rank == 0) std::cerr << ex.what() << std::endl;
-      mpi.barrier();  // no rank ends (which mpirun reports) before rank 0 has written it
-      return 1;
-    }
     if (mpi.active && mpi.size > 1) {  // other ranks may be waiting in a collective: end them all
       const std::string what = ex.what();
       std::cerr << (what.rfind("polymoe: ", 0) == 0 ? "" : "polymoe: ") << what << " (rank " << mpi.rank << ")"

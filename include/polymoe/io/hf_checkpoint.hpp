@@ -309,7 +309,7 @@ class hf_checkpoint {
       std::size_t i = prefix.size(), digits = 0;
       for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 18; ++i, ++digits) v = v * 10 + (name[i] - '0');
       if (digits == 0 || digits == 18 || i >= name.size() || name[i] != '.' || v >= L) continue;
-      if (out.empty() || out.back() != v) out.push_back(v);
+      out.push_back(v);
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -1,7 +1,8 @@
 #pragma once
 // a2a::fingerprint: what the ranks of one expert-parallel layer (or of one tool run) must share,
 // as named fields that every rank compares with rank 0's before any token moves
-// (a2a::detail::mpi_base::agree_fingerprint). Needs no MPI itself.
+// (a2a::detail::mpi_base::agree_fingerprint), and the error type of such agreements. Needs no MPI
+// itself.
 #include <array>
 #include <charconv>
 #include <concepts>
@@ -16,6 +17,14 @@
 #include <polymoe/core/error.hpp>
 
 namespace polymoe::a2a {
+
+/// The error a collective dispatcher's ranks agreed on: every rank of the communicator throws the
+/// same one ("rank N of S: ..."), so none is left waiting in a collective and a caller may end
+/// normally on every rank.
+class collective_error : public error {
+ public:
+  using error::error;
+};
 
 /// Named fields, each a 64-bit hash of its value and a short text that names the value in a
 /// message. Fixed-size and trivially copyable: ranks that disagree on anything, even on the

@@ -98,7 +98,7 @@ class mpi_base {
   }
 
   /// Every rank calls this with its own failure ("" if none). If any rank failed, every rank throws
-  /// the same polymoe::error: the lowest failing rank's message, prefixed with that rank.
+  /// the same a2a::collective_error: the lowest failing rank's message, prefixed with that rank.
   void agree(const std::string& failure) const {
     int mine = failure.empty() ? size_ : rank_, first = size_;
     mpi_check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
@@ -109,7 +109,7 @@ class mpi_base {
     msg.resize(static_cast<std::size_t>(len));
     mpi_check(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm_), "MPI_Bcast");
     if (msg.rfind("polymoe: ", 0) == 0) msg.erase(0, 9);
-    throw error(polymoe::detail::concat("rank ", first, " of ", size_, ": ", msg));
+    throw collective_error(polymoe::detail::concat("rank ", first, " of ", size_, ": ", msg));
   }
 
   /// Collective, with the same fixed-size message on every rank whatever its layer or dispatcher:
