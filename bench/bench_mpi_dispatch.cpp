@@ -22,7 +22,7 @@
 #include <vector>
 
 #include <boost/mp11/algorithm.hpp>
-#include <polymoe/polymoe.hpp>
+#include <polymoe/mpi.hpp>
 
 using namespace polymoe;
 using clk = std::chrono::steady_clock;

@@ -1,5 +1,5 @@
 // bench_ratio: int8 W8A8 (or, with --second, DeepSeek-V3's fp8 blocks, MXFP4 or NVFP4) against bf16 on
-// kernel::tiled_amx, the two layers' forwards interleaved (issue 10's target: int8 >= 2x our bf16).
+// kernel::tiled_amx, the two layers' forwards interleaved (the target: int8 >= 2x our bf16).
 // Below, "int8" stands for the second format. polymoe_bench times every forward of one layer before
 // the next layer's; on a machine whose DRAM and tile rates move by 2x within seconds, the ratio of
 // two such medians is as much the machine's as the kernels'. Here each round times `--forwards`
@@ -50,10 +50,8 @@ using namespace polymoe::bench;
 
 namespace {
 
-/// The formats --second selects (by their names).
-using second_schemes = boost::mp11::mp_list<quant::int8_w8a8, quant::fp8_block, quant::fp8_block_weight_only,
-                                            quant::mxfp4, quant::mxfp4_w4a16, quant::nvfp4, quant::nvfp4_w4a4,
-                                            quant::nvfp4_w4a16>;
+/// The formats --second selects (by their names): every other scheme the AMX kernel runs.
+using second_schemes = boost::mp11::mp_remove<pairing::kernel_schemes<core_table, kernel::tiled_amx>, quant::bf16>;
 
 /// Copies of one layer, cycled so that every timed pass reads its weights from DRAM.
 template <class Q>

@@ -1,4 +1,4 @@
-// polymoe_bench: microbenchmark of instantiated layers (issue 7). Sweeps the valid (a2a, quant,
+// polymoe_bench: microbenchmark of instantiated layers. Sweeps the valid (a2a, quant,
 // kernel) triples of polymoe::valid_triples (all local ones or those named), shape presets, token
 // counts and thread counts; reports per point the median / min / max time, tokens/s, GFLOP/s,
 // effective weight GB/s and the ratios to this machine's limits measured in the same run (fp32 FMA
@@ -32,26 +32,8 @@ using namespace polymoe::bench;
 
 namespace {
 
-static_assert(boost::mp11::mp_size<pairing_table::kernels>::value == 4,
-              "polymoe_bench: a kernel was added to the pairing table; add its polymoe_bench_k_<kernel>.cpp and "
-              "its line in kernel_runners (bench/polymoe_bench.cpp)");
-
-struct kernel_runner {
-  std::string_view name;
-  void (*run)(const sweep&);
-};
-constexpr kernel_runner kernel_runners[] = {{"reference", bench_kernel_reference},
-                                            {"tbb_grouped", bench_kernel_tbb_grouped},
-                                            {"tiled", bench_kernel_tiled},
-                                            {"tiled_amx", bench_kernel_tiled_amx}};
-
-const preset presets[] = {
-    {"tiny", 256, 128, 16, 4},          {"mixtral-8x7b", 4096, 14336, 8, 2}, {"qwen3-30b-a3b", 2048, 768, 128, 8},
-    {"deepseek-v3", 7168, 2048, 256, 8}, {"gpt-oss-20b", 2880, 2880, 32, 4},
-};
-
 const char* usage = R"(usage: polymoe_bench [options]
-  --preset LIST    tiny, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-20b (default tiny); real
+  --preset LIST    shapes of io/model_presets.hpp (tiny, qwen3-30b-a3b, deepseek-v3, ...; default tiny): real
                    H/I/E/k, silu-gated, no biases, random weights
   --experts N      cap the number of experts E (quick runs; said in the output)
   --tokens LIST    default 1,16,64,512
@@ -433,10 +415,9 @@ int main(int argc, char** argv) try {
     fail("--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
   std::vector<preset> shapes;
   for (const auto& name : o.presets) {
-    const auto it = std::find_if(std::begin(presets), std::end(presets), [&](const preset& p) { return p.name == name; });
-    if (it == std::end(presets))
-      fail("--preset: unknown '" + name + "'; valid: tiny, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, gpt-oss-20b");
-    preset p = *it;
+    const io::model_preset* m = io::find_model_preset(name);
+    if (m == nullptr) fail("--preset: unknown '" + name + "'; valid: " + io::model_preset_names());
+    preset p = preset_of(*m);
     if (o.max_experts > 0 && o.max_experts < p.experts) p.experts = std::max(o.max_experts, p.top_k);
     shapes.push_back(p);
   }
@@ -448,7 +429,7 @@ int main(int argc, char** argv) try {
   for (auto t : o.threads) std::printf(" %d", t);
   std::printf(", %d reps; LLC %.1f MB, Eigen threads %d\n", o.reps, static_cast<double>(llc) / 1e6, Eigen::nbThreads());
   for (const auto& p : shapes) {
-    const auto* it = std::find_if(std::begin(presets), std::end(presets), [&](const preset& q) { return q.name == p.name; });
+    const io::model_preset* it = io::find_model_preset(p.name);
     std::printf("preset %s: H=%ld I=%ld E=%ld%s k=%ld, silu-gated, no biases, random weights\n", p.name.c_str(),
                 static_cast<long>(p.hidden), static_cast<long>(p.intermediate), static_cast<long>(p.experts),
                 p.experts != it->experts ? (" (capped by --experts from " + std::to_string(it->experts) + ")").c_str() : "",
@@ -551,8 +532,10 @@ int main(int argc, char** argv) try {
     s.selected = selected;
     s.report = add;
     s.info = info;
-    for (const auto& k : kernel_runners)
-      if (std::any_of(chosen.begin(), chosen.end(), [&](const names& n) { return n.k == k.name; })) k.run(s);
+    boost::mp11::mp_for_each<pairing::kernels_of<core_table>>([&]<class K>(K) {
+      if (std::any_of(chosen.begin(), chosen.end(), [&](const names& n) { return n.k == K::name; }))
+        bench_kernel<K>(s);
+    });
     if (!peer.empty()) {
       const int thr = o.threads.back();
       info(detail::concat("[peer: bench/peer_torch.py, PyTorch HF expert loop, ", peer_dtype, ", ", thr,

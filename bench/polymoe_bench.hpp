@@ -1,7 +1,7 @@
 #pragma once
-// polymoe_bench: what the main program (polymoe_bench.cpp) and the per-kernel translation units
-// (polymoe_bench_k_<kernel>.cpp, which instantiate bench_kernel<Kernel> over the valid triples of
-// that kernel) share. No translation unit instantiates every layer.
+// polymoe_bench: what the main program (polymoe_bench.cpp) and the parts (polymoe_bench_part.cpp,
+// which instantiate bench_kernel<Kernel> for some of the table's kernels) share. No translation
+// unit instantiates every layer.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +18,8 @@
 #include <polymoe/kernels/codecs/bf16.hpp>
 #include <polymoe/kernels/tiled/phases.hpp>
 
+#include <polymoe/io/model_presets.hpp>
+
 #include "limits.hpp"
 
 namespace polymoe::bench {
@@ -26,6 +28,11 @@ struct preset {
   std::string name;
   index_t hidden, intermediate, experts, top_k;
 };
+
+/// A model's shapes (io/model_presets.hpp, the list the tool's make-checkpoint uses too).
+inline preset preset_of(const io::model_preset& m) {
+  return {std::string(m.name), m.hidden, m.intermediate, m.experts, m.top_k};
+}
 
 struct options {
   std::vector<std::string> presets{"tiny"}, a2as, quants, kernels;  // empty: all
@@ -71,12 +78,10 @@ struct sweep {
   std::function<void(std::string)> info;  // a line for the log (stdout)
 };
 
+/// Benches every selected valid triple whose kernel is Kernel (explicitly instantiated, one part
+/// of the table's kernels per translation unit, in polymoe_bench_part.cpp).
 template <class Kernel>
 void bench_kernel(const sweep& s);
-void bench_kernel_reference(const sweep& s);
-void bench_kernel_tbb_grouped(const sweep& s);
-void bench_kernel_tiled(const sweep& s);
-void bench_kernel_tiled_amx(const sweep& s);
 
 /// Nominal stored bits per weight of a scheme, scales included (the bytes a forward must read).
 inline double bits_per_weight(std::string_view quant, index_t hidden) {

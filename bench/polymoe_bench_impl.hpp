@@ -1,7 +1,7 @@
 #pragma once
 // bench_kernel<Kernel>: every selected valid triple (over polymoe::valid_triples) whose kernel is
 // Kernel, on one preset, over the thread counts and token counts of the options. Included only by
-// polymoe_bench_k_<kernel>.cpp, one kernel per translation unit.
+// polymoe_bench_part.cpp.
 #include <memory>
 #include <type_traits>
 

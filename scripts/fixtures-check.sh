@@ -5,11 +5,12 @@
 # test, each output compared with transformers' (the tolerances of tests/tools.cmake) and the two
 # kernels' outputs with each other. Both passes run twice: as built, and with POLYMOE_AMX_MIN_ROWS=1,
 # which puts every row block of kernel::tiled_amx on the AMX tiles (these layers are small).
-# Written for the AMX device machine (docs/benchmarks.md, issue 10, run 103), where the binaries
-# come in a bundle of /work/shared/scripts/device-bundle.sh:
-#   scripts/fixtures-check.sh --bin .dev/bundle/run --fixtures .dev/fixtures/hf
-# and on a build folder here:
+# Written for an AMX machine (docs/benchmarks.md, "Correctness on the AMX machine"), where the tiles
+# themselves run. On a build folder:
 #   scripts/fixtures-check.sh --bin build
+# or with the binaries behind a launcher that takes the program's name (a bundle copied to the
+# machine):
+#   scripts/fixtures-check.sh --bin BUNDLE/run --fixtures FIXTURES/hf
 # Options: --kernel K (default tiled_amx), --quant LIST (default bf16,int8_w8a8; also fp32,
 # fp8_block, fp8_block_weight_only, mxfp4, nvfp4), --threads N (default: all cores). Exit status 1 when any test, run or comparison fails.
 set -uo pipefail

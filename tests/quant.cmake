@@ -1,4 +1,4 @@
-# Tests of the quant schemes (issue 3): bit-exact quantizers, checkpoint factories and re-layout,
+# Tests of the quant schemes: bit-exact quantizers, checkpoint factories and re-layout,
 # the pre-quantized Hugging Face fixtures, accuracy on random data, bad input.
 polymoe_add_test(test_quant
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/quant/test_fp8.cpp

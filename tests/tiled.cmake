@@ -1,4 +1,4 @@
-# Tests of kernel::tiled (issue 4): the AVX-512 build (when the compiler targets it) and the
+# Tests of kernel::tiled: the AVX-512 build (when the compiler targets it) and the
 # portable build of the same kernel.
 polymoe_add_test(test_tiled ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled.cpp)
 polymoe_add_test(test_tiled_portable NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled.cpp)
@@ -7,7 +7,7 @@ target_compile_definitions(test_tiled_portable PRIVATE POLYMOE_TILED_PORTABLE)
 # choose by the target (on AMD Zen bf16 runs vdpbf16ps instead): tested whatever the machine.
 polymoe_add_test(test_tiled_tall NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled.cpp)
 target_compile_definitions(test_tiled_tall PRIVATE POLYMOE_TILED_TALL=1 POLYMOE_TILED_DPBF16=0)
-# kernel::tiled_amx (issue 10): as the project builds it (here -march=native: AMX-targeted on an AMX
+# kernel::tiled_amx: as the project builds it (here -march=native: AMX-targeted on an AMX
 # machine, no run-time test) and a build without AMX in the target, which detects it at run time.
 polymoe_add_test(test_tiled_amx ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled_amx.cpp)
 polymoe_add_test(test_tiled_amx_dispatch NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_tiled_amx.cpp)

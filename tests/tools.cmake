@@ -67,7 +67,8 @@ tool_expect_error(cli.unknown_quant "unknown --quant 'nope'.*fp32" ${tool} run -
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --quant nope)
 tool_expect_error(cli.unknown_kernel "unknown --kernel 'fast'.*reference" ${tool} run --checkpoint ${hf}/mixtral
                   --layer 0 --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --kernel fast)
-tool_expect_error(cli.invalid_triple "not a valid triple.*valid --kernel for the other two: reference, tbb_grouped, tiled"
+string(REPLACE ";" ", " kernels_of_fp32 "${POLYMOE_TABLE_KERNELS_OF_fp32}")
+tool_expect_error(cli.invalid_triple "not a valid triple.*valid --kernel for the other two: ${kernels_of_fp32}"
                   ${tool} run --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
                   --output ${work}/never.safetensors --quant fp32 --kernel tiled_amx)
 tool_expect_error(cli.missing_option "missing the option --layer" ${tool} run --checkpoint ${hf}/mixtral
@@ -118,14 +119,8 @@ run_case(gpt_oss_mxfp4_w4a16 gpt_oss_mxfp4 1e-2 --quant mxfp4_w4a16 --kernel til
 
 # --- quantize, then run the quantized checkpoint: the stored weights must give exactly what
 # quantizing on load gives, and stay close to the transformers output.
-foreach(spec "mixtral:fp8-block:fp8_block_weight_only:8e-2" "mixtral:int8:int8_w8a8:5e-2" "mixtral:mxfp4:mxfp4:0.25"
-             "mixtral:nvfp4:nvfp4:0.25" "deepseek_v3:fp8-block:fp8_block_weight_only:8e-2"
-             "deepseek_v3:nvfp4:nvfp4:0.25" "qwen3_moe:int8:int8_w8a8:5e-2" "gpt_oss:mxfp4:mxfp4:0.25")
-  string(REPLACE ":" ";" spec "${spec}")
-  list(GET spec 0 case)
-  list(GET spec 1 scheme)
-  list(GET spec 2 quant)
-  list(GET spec 3 tol)
+# quantize_case(fixture, quantize's --scheme, the run's --quant, tolerance against transformers)
+function(quantize_case case scheme quant tol)
   set(id ${case}_${quant})
   set(q ${work}/quantized_${id})
   # --force: a second run of the suite finds the first's output there
@@ -141,7 +136,15 @@ foreach(spec "mixtral:fp8-block:fp8_block_weight_only:8e-2" "mixtral:int8:int8_w
   tool_test(quantize.${id}.accuracy REQUIRES tool_qs_${id} COMMAND ${tool} compare ${work}/q_stored_${id}.safetensors
             ${hf}/${case}/io.safetensors --tol ${tol})
   tool_test(quantize.${id}.inspect REQUIRES tool_q_${id} COMMAND ${tool} inspect ${q})
-endforeach()
+endfunction()
+quantize_case(mixtral fp8-block fp8_block_weight_only 8e-2)
+quantize_case(mixtral int8 int8_w8a8 5e-2)
+quantize_case(mixtral mxfp4 mxfp4 0.25)
+quantize_case(mixtral nvfp4 nvfp4 0.25)
+quantize_case(deepseek_v3 fp8-block fp8_block_weight_only 8e-2)
+quantize_case(deepseek_v3 nvfp4 nvfp4 0.25)
+quantize_case(qwen3_moe int8 int8_w8a8 5e-2)
+quantize_case(gpt_oss mxfp4 mxfp4 0.25)
 # one layer only: layer 0 becomes mxfp4, layer 1 stays float and runs exactly as before
 tool_test(quantize.one_layer.write SETUP tool_q1 COMMAND ${tool} quantize --checkpoint ${hf}/gpt_oss --layer 0
           --scheme mxfp4 --out ${work}/quantized_one_layer --force)
@@ -278,7 +281,7 @@ tool_test(quantize.copies_input.same REQUIRES tool_q_input COMMAND ${CMAKE_COMMA
 # choice scores negative (the discarded groups must stay out), FP8 blocks over partial 128x128 tiles
 set(data_hf ${PROJECT_SOURCE_DIR}/tests/data/hf)
 foreach(case deepseek_v3_negbias deepseek_v3_negbias_g2)
-  foreach(kernel reference tbb_grouped tiled)
+  foreach(kernel ${POLYMOE_TABLE_KERNELS_OF_fp32})  # the float fixtures at their own precision
     run_case_at(${data_hf} ${case}_${kernel} ${case} 1e-5 --kernel ${kernel})
   endforeach()
   run_case_at(${data_hf} ${case}_router ${case} 1e-5 --ignore-input-logits)

@@ -25,11 +25,13 @@
 
 #include <polymoe/io/checkpoint_files.hpp>
 #include <polymoe/io/hf_checkpoint.hpp>
+#include <polymoe/io/model_presets.hpp>
 #include <polymoe/kernels/codecs/bf16.hpp>
 
 namespace polymoe::cli {
 
-enum class out_scheme { f32, bf16, fp8_block, mxfp4, nvfp4, int8 };
+/// How the written checkpoint stores its experts.
+using out_scheme = io::stored_dtype;
 
 /// `--scheme` of quantize: mxfp4, nvfp4, fp8-block, int8 (also fp8_block, int8_w8a8).
 inline out_scheme parse_out_scheme(std::string_view s) {

@@ -14,7 +14,7 @@ namespace polymoe::cli {
 int cmd_list(int argc, char** argv) {
   const args a = parse_args("list", argc, argv, 2, {});
   if (a.flag("help")) {
-    std::cout << "usage: polymoe list\n\nPrints every valid (a2a, quant, kernel) triple, from polymoe::valid_triples\n"
+    std::cout << "usage: polymoe list\n\nPrints every valid (a2a, quant, kernel) triple of the pairing table\n"
                  "(the names `polymoe run` accepts for --a2a, --quant and --kernel).\n";
     return 0;
   }

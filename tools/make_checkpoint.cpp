@@ -9,35 +9,7 @@
 namespace polymoe::cli {
 namespace {
 
-struct preset {
-  const char* name;
-  io::hf_family family;
-  index_t hidden, intermediate, experts, top_k, layers;
-  index_t shared = 0;            // deepseek: n_shared_experts; qwen2_moe: shared_expert_intermediate_size
-  index_t n_group = 1, topk_group = 1;
-  double scaling = 1.0;
-  out_scheme scheme = out_scheme::bf16;
-  const char* about = "";
-};
-
-constexpr preset presets[] = {
-    {"tiny", io::hf_family::qwen3_moe, 256, 128, 16, 4, 2, 0, 1, 1, 1.0, out_scheme::bf16, "Qwen3-MoE layout, BF16"},
-    {"tiny-mixtral", io::hf_family::mixtral, 128, 256, 8, 2, 2, 0, 1, 1, 1.0, out_scheme::bf16, "Mixtral layout, BF16"},
-    {"tiny-qwen2-moe", io::hf_family::qwen2_moe, 128, 64, 8, 2, 2, 256, 1, 1, 1.0, out_scheme::f32,
-     "Qwen2-MoE layout, shared expert with sigmoid gate, F32"},
-    {"tiny-deepseek-v3", io::hf_family::deepseek_v3, 256, 128, 16, 4, 2, 1, 4, 2, 2.5, out_scheme::fp8_block,
-     "DeepSeek-V3 layout, grouped routing, shared expert, FP8 128x128 blocks"},
-    {"tiny-gpt-oss", io::hf_family::gpt_oss, 128, 128, 8, 2, 2, 0, 1, 1, 1.0, out_scheme::mxfp4,
-     "GPT-OSS layout, MXFP4 experts"},
-    {"mixtral-8x7b", io::hf_family::mixtral, 4096, 14336, 8, 2, 1, 0, 1, 1, 1.0, out_scheme::bf16,
-     "Mixtral-8x7B shapes (32 layers in the real model), BF16"},
-    {"qwen3-30b-a3b", io::hf_family::qwen3_moe, 2048, 768, 128, 8, 1, 0, 1, 1, 1.0, out_scheme::bf16,
-     "Qwen3-30B-A3B shapes (48 layers in the real model), BF16"},
-    {"deepseek-v3", io::hf_family::deepseek_v3, 7168, 2048, 256, 8, 1, 1, 8, 4, 2.5, out_scheme::fp8_block,
-     "DeepSeek-V3 shapes (61 layers in the real model), FP8 blocks"},
-    {"gpt-oss-20b", io::hf_family::gpt_oss, 2880, 2880, 32, 4, 1, 0, 1, 1, 1.0, out_scheme::mxfp4,
-     "GPT-OSS-20B shapes (24 layers in the real model), MXFP4"},
-};
+using preset = io::model_preset;
 
 /// Counter-based random numbers: the value of (seed, stream, i) never depends on the order of
 /// generation, so tensors can be produced one at a time.
@@ -74,8 +46,8 @@ io::json make_config(const preset& p, index_t layers) {
   c.set("num_hidden_layers", layers);
   c.set("num_experts_per_tok", p.top_k);
   c.set("hidden_act", "silu");
-  c.set("torch_dtype", p.scheme == out_scheme::f32 ? "float32" : "bfloat16");
-  c.set("polymoe_synthetic", json(std::string("random weights written by polymoe make-checkpoint --preset ") + p.name));
+  c.set("torch_dtype", p.stored == out_scheme::f32 ? "float32" : "bfloat16");
+  c.set("polymoe_synthetic", json("random weights written by polymoe make-checkpoint --preset " + std::string(p.name)));
   switch (p.family) {
     case io::hf_family::mixtral:
       c.set("num_local_experts", p.experts), c.set("intermediate_size", p.intermediate);
@@ -98,8 +70,8 @@ io::json make_config(const preset& p, index_t layers) {
       c.set("num_local_experts", p.experts), c.set("intermediate_size", p.intermediate), c.set("swiglu_limit", 7.0);
       break;
   }
-  if (p.scheme != out_scheme::bf16 && p.scheme != out_scheme::f32)
-    c.set("quantization_config", quantization_config(p.scheme, p.family));
+  if (p.stored != out_scheme::bf16 && p.stored != out_scheme::f32)
+    c.set("quantization_config", quantization_config(p.stored, p.family));
   return c;
 }
 
@@ -115,18 +87,13 @@ int cmd_make_checkpoint(int argc, char** argv) {
                  "and seeded random weights: only the MoE tensors (router, experts, shared experts) of each\n"
                  "layer. Also writes DIR/input.safetensors with hidden_states [T, H] (--tokens, default 16).\n"
                  "Tensors are generated and written one at a time. Presets:\n";
-    for (const auto& p : presets) std::printf("  %-18s %s\n", p.name, p.about);
+    for (const auto& p : io::model_presets)
+      std::printf("  %-18s %s\n", std::string(p.name).c_str(), std::string(p.about).c_str());
     return 0;
   }
   const std::string name = a.need("preset"), out_dir = a.need("out");
-  const preset* p = nullptr;
-  std::string known;
-  for (const auto& q : presets) {
-    if (name == q.name) p = &q;
-    if (!known.empty()) known += ", ";
-    known += q.name;
-  }
-  require(p != nullptr, "make-checkpoint: unknown --preset '", name, "' (valid: ", known, ")");
+  const preset* p = io::find_model_preset(name);
+  require(p != nullptr, "make-checkpoint: unknown --preset '", name, "' (valid: ", io::model_preset_names(), ")");
   // Real models have at most a few hundred layers; more is a typo that would write for hours.
   const index_t layers = a.integer_in("layers", p->layers, 1, 4096), tokens = a.integer_in("tokens", 16, 0, std::int64_t{1} << 24);
   const auto seed = static_cast<std::uint64_t>(a.integer("seed", 0));
@@ -141,7 +108,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
   const io::hf_names names{p->family};
   const index_t H = p->hidden;
   std::vector<io::tensor_source> out;
-  const io::dtype fdt = p->scheme == out_scheme::bf16 ? io::dtype::BF16 : io::dtype::F32;
+  const io::dtype fdt = p->stored == out_scheme::bf16 ? io::dtype::BF16 : io::dtype::F32;
   auto random_tensor = [&](std::string tname, std::vector<std::int64_t> shape, io::dtype d, std::uint64_t stream,
                            float scale) {
     out.push_back({std::move(tname), d, shape, [=](std::span<std::byte> b) {
@@ -154,7 +121,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
   };
   for (index_t n = 0; n < layers; ++n) {
     const std::uint64_t L = static_cast<std::uint64_t>(n) << 32;
-    random_tensor(names.router(n), {p->experts, H}, gpt || p->scheme == out_scheme::fp8_block ? io::dtype::F32 : fdt,
+    random_tensor(names.router(n), {p->experts, H}, gpt || p->stored == out_scheme::fp8_block ? io::dtype::F32 : fdt,
                   L | 0xFFFF0001u, std::sqrt(3.0f / static_cast<float>(H)));
     if (gpt) random_tensor(names.router_bias(n), {p->experts}, io::dtype::F32, L | 0xFFFF0002u, 0.1f);
     if (p->family == io::hf_family::deepseek_v3)
@@ -174,12 +141,13 @@ int cmd_make_checkpoint(int argc, char** argv) {
     };
     const index_t I = p->intermediate, SI = c.shared_intermediate;
     auto P = std::make_shared<expert_provider>(
-        p->scheme, [=](index_t e) { return expert(e, I); }, [=]() { return expert(0xFFFFFF, SI); });
+        p->stored, [=](index_t e) { return expert(e, I); }, [=]() { return expert(0xFFFFFF, SI); });
     add_expert_tensors(out, names, n, c, std::move(P));
   }
   std::uint64_t total = 0;
   for (const auto& t : out) total += t.nbytes();
-  std::printf("polymoe make-checkpoint: preset %s (%s), %lld layer%s, %zu tensors, %.3f GB -> %s\n", p->name, p->about,
+  std::printf("polymoe make-checkpoint: preset %s (%s), %lld layer%s, %zu tensors, %.3f GB -> %s\n", std::string(p->name).c_str(),
+              std::string(p->about).c_str(),
               static_cast<long long>(layers), layers == 1 ? "" : "s", out.size(), static_cast<double>(total) / 1e9,
               out_dir.c_str());
   std::fflush(stdout);

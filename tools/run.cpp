@@ -213,7 +213,7 @@ int cmd_run(int argc, char** argv) {
     ctx.weights = std::move(L.weights);
     mpi.agree(same);
 
-    std::visit([&](auto t) { run_with_quant<typename decltype(t)::quant>(selected, ctx); }, selected);
+    run_selected(selected, ctx);
 
     const Matrix out = mpi.gather_rows(ctx.out, T);
     const IdMatrix ids = mpi.gather_rows(ctx.topk_ids, T);

@@ -1,8 +1,9 @@
 #pragma once
-// `polymoe run`: what the layer runner gets and gives back. run_with_quant<Q> is defined in
-// run_layer_impl.hpp and explicitly instantiated in run_q_<scheme>.cpp, one file per quant scheme
-// (a scheme added to the pairing table needs its file, else the link fails naming it), so no
-// translation unit instantiates every layer.
+// `polymoe run`: what the layer runner gets and gives back. run_part<P> is defined in
+// run_layer_impl.hpp and explicitly instantiated in run_part.cpp, which CMake compiles once per
+// part: part P holds the layers of the (scheme, kernel) pairs whose index in the table is P modulo
+// run_parts, so no translation unit instantiates every layer and the parts build in parallel.
+#include <cstddef>
 #include <string>
 
 #include <polymoe/io/hf_checkpoint.hpp>
@@ -27,8 +28,28 @@ struct run_context {
   std::string note;  ///< e.g. how the weights were brought into the scheme's form
 };
 
-/// Builds MoeLayer<A2A, Q, Kernel> for the selected alternative (whose quant must be Q) and runs it.
-template <class Q>
-void run_with_quant(const triple_variant& selected, run_context& ctx);
+/// The number of translation units the layers are split over (the build's POLYMOE_CLI_PARTS).
+inline constexpr std::size_t run_parts = POLYMOE_CLI_PARTS;
+
+/// The part that instantiates triple T (a triple_tag): its (scheme, kernel) pair's index.
+template <class T>
+inline constexpr std::size_t part_of =
+    (boost::mp11::mp_find<pairing::quants_of<tool_table>, typename T::quant>::value *
+         boost::mp11::mp_size<pairing::kernels_of<tool_table>>::value +
+     boost::mp11::mp_find<pairing::kernels_of<tool_table>, typename T::kernel>::value) %
+    run_parts;
+
+/// Builds the layer of the selected alternative (whose part must be P) and runs it.
+template <std::size_t P>
+void run_part(const triple_variant& selected, run_context& ctx);
+
+/// Runs the selected triple, in the part that instantiates it.
+inline void run_selected(const triple_variant& selected, run_context& ctx) {
+  std::visit(
+      [&](auto t) {
+        boost::mp11::mp_with_index<run_parts>(part_of<decltype(t)>, [&](auto P) { run_part<P>(selected, ctx); });
+      },
+      selected);
+}
 
 }  // namespace polymoe::cli

@@ -1,5 +1,5 @@
 #pragma once
-// The definition of run_with_quant<Q>; included only by the run_q_*.cpp instantiation files.
+// The definition of run_part<P>; included only by run_part.cpp.
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -23,7 +23,7 @@ template <class A2A, class Q, class Kernel>
 void run_triple(run_context& ctx) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  std::optional<MoeLayer<A2A, Q, Kernel>> layer;
+  std::optional<tool_layer<A2A, Q, Kernel>> layer;
   std::visit(
       [&](auto& w) {
         using W = std::decay_t<decltype(w)>;
@@ -58,15 +58,15 @@ void run_triple(run_context& ctx) {
   ctx.forward_seconds = std::chrono::duration<double>(t2 - t_warm).count() / ctx.repeat;
 }
 
-template <class Q>
-void run_with_quant(const triple_variant& selected, run_context& ctx) {
+template <std::size_t P>
+void run_part(const triple_variant& selected, run_context& ctx) {
   std::visit(
       [&](auto t) {
         using T = decltype(t);
-        if constexpr (std::is_same_v<typename T::quant, Q>)
-          run_triple<typename T::a2a, Q, typename T::kernel>(ctx);
+        if constexpr (part_of<T> == P)
+          run_triple<typename T::a2a, typename T::quant, typename T::kernel>(ctx);
         else
-          throw error("run_with_quant: the selected triple's quant is not this instantiation's");
+          throw error("run_part: the selected triple is not this part's");
       },
       selected);
 }

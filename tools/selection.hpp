@@ -1,7 +1,8 @@
 #pragma once
-// Run-time selection of a layer: (a2a, quant, kernel) names -> a std::variant over the compile-time
-// list polymoe::valid_triples. The variant is the only registry; an unknown name or an invalid
-// pairing is a polymoe::error that lists the valid choices for that axis given the other two.
+// Run-time selection of a layer: (a2a, quant, kernel) names -> a std::variant over the valid
+// triples of the tool's table (the core table, or with the MPI component the MPI table). The
+// variant is the only registry; an unknown name or an invalid pairing is a polymoe::error that
+// lists the valid choices for that axis given the other two.
 #include <array>
 #include <string>
 #include <string_view>
@@ -12,8 +13,23 @@
 #include <boost/mp11/list.hpp>
 
 #include <polymoe/polymoe.hpp>
+#if defined(POLYMOE_WITH_MPI)
+#include <polymoe/mpi.hpp>
+#endif
 
 namespace polymoe::cli {
+
+/// The table the tool selects from: the program links the MPI component or it does not.
+#if defined(POLYMOE_WITH_MPI)
+using tool_table = mpi_table;
+#else
+using tool_table = core_table;
+#endif
+using tool_triples = pairing::valid_triples_of<tool_table>;
+
+/// The layer type of a triple of the tool's table.
+template <class A2A, class Quant, class Kernel>
+using tool_layer = basic_moe_layer<tool_table, A2A, Quant, Kernel>;
 
 /// A valid triple as a value: T is mp_list<A2A, Quant, Kernel>.
 template <class T>
@@ -24,16 +40,16 @@ struct triple_tag {
   using kernel = boost::mp11::mp_at_c<T, 2>;
 };
 
-using triple_variant = boost::mp11::mp_rename<boost::mp11::mp_transform<triple_tag, valid_triples>, std::variant>;
+using triple_variant = boost::mp11::mp_rename<boost::mp11::mp_transform<triple_tag, tool_triples>, std::variant>;
 
 struct triple_names {
   std::string_view a2a, quant, kernel;
 };
 
-/// The names of every valid triple, in valid_triples order.
+/// The names of every valid triple, in tool_triples order.
 inline std::vector<triple_names> all_triple_names() {
   std::vector<triple_names> v;
-  boost::mp11::mp_for_each<boost::mp11::mp_transform<triple_tag, valid_triples>>([&](auto t) {
+  boost::mp11::mp_for_each<boost::mp11::mp_transform<triple_tag, tool_triples>>([&](auto t) {
     using T = decltype(t);
     v.push_back({T::a2a::name, T::quant::name, T::kernel::name});
   });

@@ -1,4 +1,4 @@
 #pragma once
 // Umbrella header: the core and every policy in the pairing table.
-#include <polymoe/core/moe_layer.hpp>
+#include <polymoe/moe_layer.hpp>
 #include <polymoe/policies.hpp>

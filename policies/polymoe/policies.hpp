@@ -1,15 +1,11 @@
 #pragma once
-// Every policy listed in the pairing table.
+// Every policy of the core pairing table (the MPI component's are in <polymoe/mpi.hpp>).
 #include <polymoe/a2a/local.hpp>
-#if defined(POLYMOE_WITH_MPI)
-#include <polymoe/a2a/mpi_allgather.hpp>
-#include <polymoe/a2a/mpi_masked.hpp>
-#include <polymoe/a2a/mpi_ragged.hpp>
-#endif
 #include <polymoe/kernel/reference.hpp>
 #include <polymoe/kernel/tbb_grouped.hpp>
 #include <polymoe/kernel/tiled.hpp>
 #include <polymoe/kernel/tiled_amx.hpp>
+#include <polymoe/pairing_table.hpp>
 #include <polymoe/quant/bf16.hpp>
 #include <polymoe/quant/fp32.hpp>
 #include <polymoe/quant/fp8.hpp>
@@ -18,10 +14,8 @@
 #include <polymoe/quant/mxfp4.hpp>
 #include <polymoe/quant/nvfp4.hpp>
 
-#include <polymoe/core/pairing.hpp>
-
 namespace polymoe {
-/// Every valid (A2A, Quant, Kernel) triple, each an mp_list<A2A, Quant, Kernel>; tests, benchmarks
-/// and the command-line tool iterate it with boost::mp11::mp_for_each.
-using valid_triples = pairing::valid_triples_of<>;
+/// Every valid (A2A, Quant, Kernel) triple of the core table, each an mp_list<A2A, Quant, Kernel>;
+/// tests, benchmarks and the command-line tool iterate it with boost::mp11::mp_for_each.
+using valid_triples = pairing::valid_triples_of<core_table>;
 }  // namespace polymoe

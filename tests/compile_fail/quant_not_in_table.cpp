@@ -1,4 +1,4 @@
-// ko: a scheme that opts into the role but is not in pairing_table::quants.
+// ko: a scheme that opts into the role but has no scheme_row in the core table.
 #include <polymoe/polymoe.hpp>
 struct my_scheme : polymoe::quant::fp32 {
   static constexpr std::string_view name = "mine";

@@ -1,14 +1,22 @@
 # Installs the polymoe build tree into a scratch prefix, then configures, builds and runs the
-# consumer project against it.  -DPOLYMOE_BUILD= -DCONSUMER_SRC= -DWORK=
+# consumer project against it, and checks that its invalid triple is rejected with one error.
+#   -DPOLYMOE_BUILD= -DCONSUMER_SRC= -DWORK=
 file(REMOVE_RECURSE ${WORK})
 foreach(step
     "${CMAKE_COMMAND};--install;${POLYMOE_BUILD};--prefix;${WORK}/prefix"
     "${CMAKE_COMMAND};-S;${CONSUMER_SRC};-B;${WORK}/build;-DCMAKE_PREFIX_PATH=${WORK}/prefix;-DCMAKE_BUILD_TYPE=Release"
     "${CMAKE_COMMAND};--build;${WORK}/build"
-    "${WORK}/build/consumer")
+    "${WORK}/build/consumer"
+    "${WORK}/build/extension")
   execute_process(COMMAND ${step} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   message(STATUS "${out}")
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "consumer step failed: ${step}")
   endif()
 endforeach()
+
+# the compile-fail harness's own check: rejected, with this message, and one error only
+set(BUILD_DIR ${WORK}/build)
+set(TARGET invalid_triple)
+set(EXPECT "kernel_does_not_implement_quant_scheme<toy::loop_kernel, polymoe::quant::fp32, polymoe::diagnostic::schemes_this_kernel_implements<polymoe::quant::bf16, toy::grid16>.*polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis does not implement the Quant scheme")
+include(${CMAKE_CURRENT_LIST_DIR}/../compile_fail/run_case.cmake)

@@ -11,7 +11,7 @@
 #include <string>
 #include <type_traits>
 
-#include <polymoe/polymoe.hpp>
+#include <polymoe/mpi.hpp>
 
 namespace polymoe::mpi_test {
 

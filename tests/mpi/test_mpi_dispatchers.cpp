@@ -43,7 +43,7 @@ void agreement(Variant v = {}) {
     MoeLayer<a2a::local, Q, K> shared(p.cfg, shared_only);
     want += shared.forward(h, logits);
   }
-  MoeLayer<A, Q, K> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  MpiMoeLayer<A, Q, K> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   const Matrix got = layer.forward(h, logits);
   const bool same_shape = got.rows() == want.rows() && got.cols() == want.cols();
   // Bits, not values: a token holding an infinity has NaN outputs, which must match too.
@@ -68,7 +68,7 @@ void construction_error_on_one_rank() {
   if (rank_ == bad) w.experts.w13(2, 5) = std::numeric_limits<float>::quiet_NaN();
   std::string msg;
   try {
-    MoeLayer<A, quant::int8_w8a8, kernel::reference> layer(ep_config(p.cfg), w, make_dispatcher<A>());
+    MpiMoeLayer<A, quant::int8_w8a8, kernel::reference> layer(ep_config(p.cfg), w, make_dispatcher<A>());
   } catch (const error& e) {
     msg = e.what();
   }
@@ -87,7 +87,7 @@ void layers_that_disagree() {
   if (rank_ == size_ - 1) p.cfg.router.top_k = 2;
   std::string msg;
   try {
-    MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+    MpiMoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   } catch (const error& e) {
     msg = e.what();
   }
@@ -105,7 +105,7 @@ void top_k_width() {
   const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
   const IdMatrix ids = single.last_topk_ids().middleRows(p.first, p.count);
   const Matrix w = single.last_topk_weights().middleRows(p.first, p.count);
-  MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  MpiMoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   const Matrix h = p.hidden.middleRows(p.first, p.count);
   const Matrix got = p.count ? layer.forward_routed(h, ids, w) : layer.forward_routed(h, IdMatrix(0, 0), Matrix(0, 0));
   const bool close = got.rows() == want.rows() && got.cols() == want.cols() &&
@@ -133,7 +133,7 @@ void strided_output() {
   const Problem p = make_problem({});
   MoeLayer<a2a::local, quant::fp32, kernel::reference> single(p.cfg, p.w);
   const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
-  MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  MpiMoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   const index_t H = p.cfg.hidden;
   Matrix big = Matrix::Constant(p.count, H + 5, 7.0f);
   layer.forward_into(p.hidden.middleRows(p.first, p.count), p.logits.middleRows(p.first, p.count), big.leftCols(H));
@@ -145,7 +145,7 @@ void strided_output() {
 template <class A>
 void bad_input_on_one_rank() {
   const Problem p = make_problem({});
-  MoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  MpiMoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   const index_t T = 3;
   Matrix h = Matrix::Zero(T, 24), w = Matrix::Constant(T, 3, 0.3f);
   IdMatrix ids(T, 3);
@@ -175,7 +175,7 @@ void bad_input_on_one_rank() {
 
 void masked_capacity() {
   const Problem p = make_problem({});
-  MoeLayer<a2a::mpi_masked, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p),
+  MpiMoeLayer<a2a::mpi_masked, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p),
                                                                    a2a::mpi_masked(2));
   Matrix h = Matrix::Zero(3, 24), w = Matrix::Constant(3, 3, 0.3f);
   IdMatrix ids(3, 3);
@@ -198,7 +198,7 @@ template <class A, class Q>
 void wire_traffic() {
   const index_t H = 300, k = 3, T = 20, El = E / size_;
   const Problem p = make_problem({.hidden = H});
-  MoeLayer<A, Q, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
+  MpiMoeLayer<A, Q, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   std::mt19937 rng(5 + rank_);
   IdMatrix ids(T, k);
   for (index_t t = 0; t < T; ++t)
@@ -231,7 +231,7 @@ void config_mismatch() {
   try {
     c.ep_rank = (rank_ + 1) % size_;
     if (size_ == 1) c.ep_size = 2;
-    MoeLayer<a2a::mpi_ragged, quant::fp32, kernel::reference> layer(c, local_share(p));
+    MpiMoeLayer<a2a::mpi_ragged, quant::fp32, kernel::reference> layer(c, local_share(p));
   } catch (const error& e) {
     msg = e.what();
   }
@@ -242,7 +242,7 @@ void config_mismatch() {
 
 int main(int argc, char** argv) {
   start(argc, argv);
-  mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
+  mp::mp_for_each<mpi_valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
     if constexpr (!std::is_same_v<A, a2a::local> &&
                   (std::is_same_v<Q, quant::fp32> || std::is_same_v<Q, quant::bf16>)) {
       agreement<A, Q, K>();
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   bad_input_on_one_rank<a2a::mpi_masked>();
   masked_capacity();
   config_mismatch();
-  mp::mp_for_each<mp::mp_list<a2a::mpi_allgather, a2a::mpi_ragged, a2a::mpi_masked>>([]<class A>(A) {
+  mp::mp_for_each<mp::mp_remove<pairing::dispatchers_of<mpi_table>, a2a::local>>([]<class A>(A) {
     construction_error_on_one_rank<A>();
     layers_that_disagree<A>();
     top_k_width<A>();

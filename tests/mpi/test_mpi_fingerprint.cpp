@@ -21,13 +21,13 @@ namespace {
 
 std::string prefix(int rank) { return "polymoe: rank " + std::to_string(rank) + " of " + std::to_string(size_) + ": "; }
 
-/// Builds MoeLayer<A, Q, K> from this rank's config and weights and runs one forward of its tokens
+/// Builds MpiMoeLayer<A, Q, K> from this rank's config and weights and runs one forward of its tokens
 /// (router logits given, or computed by the layer's router when `p.logits` is empty); returns the
 /// error, "" when there is none.
 template <class A, class Q, class K, class W = MoeWeights>
 std::string build_and_run(const Problem& p, const MoeConfig& cfg, W w) {
   try {
-    MoeLayer<A, Q, K> layer(ep_config(cfg), std::move(w), make_dispatcher<A>());
+    MpiMoeLayer<A, Q, K> layer(ep_config(cfg), std::move(w), make_dispatcher<A>());
     const Matrix h = p.hidden.middleRows(p.first, p.count);
     const Matrix out = p.logits.size() ? layer.forward(h, p.logits.middleRows(p.first, p.count)) : layer.forward(h);
     (void)out;
@@ -174,7 +174,7 @@ void what_may_differ() {
     return got.rows() == want.rows() && std::memcmp(got.data(), want.data(), sizeof(float) * got.size()) == 0;
   };
   {
-    MoeLayer<a2a::mpi_masked, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p),
+    MpiMoeLayer<a2a::mpi_masked, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p),
                                                                      a2a::mpi_masked(64 + 16 * rank_));
     check(same(layer.forward(p.hidden.middleRows(p.first, p.count), p.logits.middleRows(p.first, p.count))),
           "mpi_masked with another capacity on each rank gives the single-process rows");
@@ -184,7 +184,7 @@ void what_may_differ() {
   if (rank_ == bad_rank()) q.cfg.router.top_k = 1;
   const std::string msg = build_and_run<a2a::mpi_allgather, quant::fp32, kernel::reference>(q, q.cfg, local_share(q));
   expect_refusal("top_k 1 on the last rank", msg, prefix(bad_rank()) + "top_k is 1 here but 3 on rank 0");
-  MoeLayer<a2a::mpi_allgather, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p));
+  MpiMoeLayer<a2a::mpi_allgather, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p));
   check(same(layer.forward(p.hidden.middleRows(p.first, p.count), p.logits.middleRows(p.first, p.count))),
         "a layer built after a refused one gives the single-process rows");
 }

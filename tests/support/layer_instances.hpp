@@ -1,43 +1,57 @@
 #pragma once
-// Compile once, link everywhere: every local triple of the pairing table is explicitly instantiated
-// in tests/support/instances/*.cpp (the polymoe_test_instances library), and declared extern here,
-// so the test translation units that iterate polymoe::valid_triples do not each compile every
-// kernel again. A triple missing from this list still works (it is then instantiated implicitly);
-// the static_assert below keeps the list complete so that never costs compile time unnoticed.
+// Compile once, link everywhere: every valid triple of the core table is explicitly instantiated
+// in polymoe_test_instances (support/layer_instances.cpp, compiled once per part) and declared
+// extern here, so the test translation units that iterate polymoe::valid_triples do not each
+// compile every kernel again.
+//
+// The list is polymoe::valid_triples itself: slot I names the I-th valid triple's layer type, and
+// slots past the end name an empty stand-in (a distinct harmless type per slot), so a fixed
+// number of slots covers a table of any size up to POLYMOE_LAYER_SLOTS.
+#include <cstddef>
+
+#include <boost/mp11/algorithm.hpp>
+#include <boost/preprocessor/arithmetic/mod.hpp>
+#include <boost/preprocessor/comparison/equal.hpp>
+#include <boost/preprocessor/control/if.hpp>
+#include <boost/preprocessor/repetition/repeat.hpp>
+
 #include <polymoe/polymoe.hpp>
 
-// X(dispatcher, scheme, kernel) for every valid triple of the local dispatcher.
-#define POLYMOE_LOCAL_TRIPLES(X)                                                                     \
-  X(local, fp32, reference) X(local, bf16, reference) X(local, fp8, reference)                     \
-  X(local, fp8_block, reference) X(local, fp8_block_weight_only, reference)                        \
-  X(local, int8_w8a8, reference) X(local, mxfp4, reference) X(local, nvfp4, reference)             \
-  X(local, nvfp4_w4a4, reference) X(local, mxfp4_w4a16, reference) X(local, nvfp4_w4a16, reference) \
-  X(local, fp32, tbb_grouped) X(local, bf16, tbb_grouped) X(local, fp8, tbb_grouped)               \
-  X(local, fp8_block, tbb_grouped) X(local, fp8_block_weight_only, tbb_grouped)                    \
-  X(local, int8_w8a8, tbb_grouped) X(local, mxfp4, tbb_grouped) X(local, nvfp4, tbb_grouped)       \
-  X(local, nvfp4_w4a4, tbb_grouped) X(local, mxfp4_w4a16, tbb_grouped)                            \
-  X(local, nvfp4_w4a16, tbb_grouped)                                                               \
-  X(local, fp32, tiled) X(local, bf16, tiled) X(local, fp8, tiled) X(local, fp8_block, tiled)        \
-  X(local, fp8_block_weight_only, tiled) X(local, int8_w8a8, tiled) X(local, mxfp4, tiled)          \
-  X(local, nvfp4, tiled) X(local, nvfp4_w4a4, tiled) X(local, bf16, tiled_amx)                      \
-  X(local, int8_w8a8, tiled_amx) X(local, mxfp4, tiled_amx) X(local, fp8, tiled_amx)                 \
-  X(local, fp8_block, tiled_amx) X(local, fp8_block_weight_only, tiled_amx) X(local, nvfp4, tiled_amx) \
-  X(local, nvfp4_w4a4, tiled_amx) X(local, mxfp4_w4a16, tiled) X(local, nvfp4_w4a16, tiled)          \
-  X(local, mxfp4_w4a16, tiled_amx) X(local, nvfp4_w4a16, tiled_amx)
+#define POLYMOE_LAYER_SLOTS 96
 
-#define POLYMOE_LAYER_IMPL(A, Q, K)                                                                  \
-  polymoe::detail::moe_layer_impl<polymoe::a2a::A, polymoe::quant::Q, polymoe::kernel::K,          \
-                                  polymoe::pairing::resolve<polymoe::a2a::A, polymoe::quant::Q, polymoe::kernel::K>>
-#define POLYMOE_EXTERN_LAYER(A, Q, K) extern template class POLYMOE_LAYER_IMPL(A, Q, K);
-#define POLYMOE_COUNT_LAYER(A, Q, K) +1
+namespace polymoe::test::instances {
+namespace mp = boost::mp11;
+
+template <std::size_t I>
+struct unused_slot {};  ///< complete, no static_assert: what an unused slot's "diagnostic" is
+
+template <std::size_t I, bool Used = (I < mp::mp_size<valid_triples>::value)>
+struct slot {
+  using triple = mp::mp_at_c<valid_triples, I>;
+  using a2a = mp::mp_at_c<triple, 0>;
+  using quant = mp::mp_at_c<triple, 1>;
+  using kernel = mp::mp_at_c<triple, 2>;
+  using resolution = pairing::resolve<core_table, a2a, quant, kernel>;
+};
+template <std::size_t I>
+struct slot<I, false> {
+  using a2a = unused_slot<I>;
+  using quant = unused_slot<I>;
+  using kernel = unused_slot<I>;
+  using resolution = pairing::failure<unused_slot<I>>;
+};
+
+static_assert(mp::mp_size<valid_triples>::value <= POLYMOE_LAYER_SLOTS,
+              "polymoe tests: more valid triples than POLYMOE_LAYER_SLOTS (tests/support/layer_instances.hpp); raise it");
+}  // namespace polymoe::test::instances
+
+#define POLYMOE_LAYER_SLOT(I)                                                                        \
+  polymoe::detail::moe_layer_impl<                                                                   \
+      polymoe::test::instances::slot<I>::a2a, polymoe::test::instances::slot<I>::quant,              \
+      polymoe::test::instances::slot<I>::kernel, polymoe::test::instances::slot<I>::resolution>
 
 #if !defined(POLYMOE_DEFINE_LAYER_INSTANCES) && !defined(POLYMOE_NO_LAYER_INSTANCES)
-POLYMOE_LOCAL_TRIPLES(POLYMOE_EXTERN_LAYER)
+#define POLYMOE_EXTERN_LAYER_SLOT(z, I, data) extern template class POLYMOE_LAYER_SLOT(I);
+BOOST_PP_REPEAT(POLYMOE_LAYER_SLOTS, POLYMOE_EXTERN_LAYER_SLOT, ~)
+#undef POLYMOE_EXTERN_LAYER_SLOT
 #endif
-
-namespace polymoe::test {
-template <class Triple>
-using is_local_triple = std::is_same<boost::mp11::mp_front<Triple>, a2a::local>;
-static_assert(boost::mp11::mp_count_if<valid_triples, is_local_triple>::value == 0 POLYMOE_LOCAL_TRIPLES(POLYMOE_COUNT_LAYER),
-              "polymoe tests: tests/support/layer_instances.hpp must list every valid local triple");
-}  // namespace polymoe::test

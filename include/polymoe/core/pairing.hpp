@@ -1,5 +1,6 @@
 #pragma once
-// Computes, from the pairing table, whether MoeLayer<A2A, Quant, Kernel> is valid and how it runs:
+// Computes, from a pairing table (a type made of rows, pairing_rows.hpp), whether a layer of
+// (A2A, Quant, Kernel) is valid and how it runs:
 // natively, through an adapter, or on a fused path. An invalid triple resolves to a diagnostic type
 // whose instantiation is the one compile error the user sees; its template arguments name the
 // offending policies and list what would work instead.
@@ -12,7 +13,8 @@
 
 #include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
-#include <polymoe/pairing_table.hpp>
+#include <polymoe/core/formats.hpp>
+#include <polymoe/core/pairing_rows.hpp>
 
 namespace polymoe {
 
@@ -42,12 +44,14 @@ struct a2a_axis_is_not_a_dispatcher {
                 "`using a2a_concept = polymoe::a2a_tag;`); use one of the dispatchers listed in "
                 "polymoe::diagnostic::valid_dispatchers<...> in the instantiation above");
 };
-template <class A2A, class Valid>
+template <class A2A, class Valid, class Table>
 struct dispatcher_not_in_pairing_table {
   static_assert(detail::dependent_false<A2A>,
-                "polymoe: MoeLayer<A2A, Quant, Kernel>: the A2A axis is a dispatcher but is not listed in "
-                "polymoe::pairing_table::dispatchers (policies/polymoe/pairing_table.hpp); add it there or use "
-                "one of polymoe::diagnostic::valid_dispatchers<...> in the instantiation above");
+                "polymoe: MoeLayer<A2A, Quant, Kernel>: the A2A axis is a dispatcher but has no dispatcher_row in "
+                "the layer's pairing table (the Table argument above); use a table that has one (MoeLayer is "
+                "polymoe::core_table's; polymoe::MpiMoeLayer has the MPI dispatchers), extend one with "
+                "polymoe::pairing::extend<Table, polymoe::pairing::dispatcher_row<A2A>>, or use one of "
+                "polymoe::diagnostic::valid_dispatchers<...> in the instantiation above");
 };
 template <class Quant, class Valid>
 struct quant_axis_is_not_a_quant_scheme {
@@ -56,11 +60,12 @@ struct quant_axis_is_not_a_quant_scheme {
                 "`using quant_concept = polymoe::quant_tag;`); use one of the schemes listed in "
                 "polymoe::diagnostic::valid_quant_schemes<...> in the instantiation above");
 };
-template <class Quant, class Valid>
+template <class Quant, class Valid, class Table>
 struct quant_scheme_not_in_pairing_table {
   static_assert(detail::dependent_false<Quant>,
                 "polymoe: MoeLayer<A2A, Quant, Kernel>: the Quant axis is a quant scheme but is not listed in "
-                "polymoe::pairing_table::quants (policies/polymoe/pairing_table.hpp); add it there or use one of "
+                "the layer's pairing table (the Table argument above) as a scheme_row; extend the table with "
+                "polymoe::pairing::extend<Table, polymoe::pairing::scheme_row<Quant>> or use one of "
                 "polymoe::diagnostic::valid_quant_schemes<...> in the instantiation above");
 };
 template <class Kernel, class Valid>
@@ -70,11 +75,12 @@ struct kernel_axis_is_not_an_expert_kernel {
                 "`using kernel_concept = polymoe::kernel_tag;`); use one of the kernels listed in "
                 "polymoe::diagnostic::valid_kernels<...> in the instantiation above");
 };
-template <class Kernel, class Valid>
+template <class Kernel, class Valid, class Table>
 struct kernel_not_in_pairing_table {
   static_assert(detail::dependent_false<Kernel>,
                 "polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis is an expert kernel but has no kernel_row "
-                "in polymoe::pairing_table::kernels (policies/polymoe/pairing_table.hpp); add one or use one of "
+                "in the layer's pairing table (the Table argument above); extend the table with "
+                "polymoe::pairing::extend<Table, polymoe::pairing::kernel_row<Kernel, ...>> or use one of "
                 "polymoe::diagnostic::valid_kernels<...> in the instantiation above");
 };
 template <class Kernel, class Quant, class SchemesOfKernel, class KernelsOfScheme>
@@ -88,7 +94,7 @@ template <class A2A, class Format, class Kernel, class FormatsOfKernel, class Ke
 struct kernel_cannot_run_dispatch_format {
   static_assert(detail::dependent_false<A2A>,
                 "polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis cannot run the dispatch format the A2A "
-                "axis produces, natively or through an adapter in polymoe::pairing_table::adapters; choose a "
+                "axis produces, natively or through an adapter_row of the table; choose a "
                 "kernel from polymoe::diagnostic::kernels_that_can_run_this_format<...> or a dispatcher whose "
                 "format is in polymoe::diagnostic::formats_this_kernel_runs<...> (both in the instantiation above)");
 };
@@ -96,143 +102,199 @@ struct kernel_cannot_run_dispatch_format {
 
 namespace pairing {
 
-/// The result of resolving a triple: ok<Path> or failure<Diagnostic>. The diagnostic is named but
-/// not instantiated until someone asks for the layer itself.
-template <class Path>
+/// The result of resolving a triple: ok<Path, SharedPath> or failure<Diagnostic>. SharedPath is
+/// how the kernel runs the standard format (shared experts run locally, in that format). The
+/// diagnostic is named but not instantiated until someone asks for the layer itself.
+template <class Path, class SharedPath = path::native>
 struct ok {
   using path = Path;
+  using shared_path = SharedPath;
 };
 template <class Diagnostic>
 struct failure {
   using diagnostic = Diagnostic;
 };
 
-namespace mp = boost::mp11;
-using table = pairing_table;
+// ---- what a table's rows say -------------------------------------------------------------------
 
-template <class S>
-struct scheme_list;
-template <class... Qs>
-struct scheme_list<schemes<Qs...>> {
-  using type = mp::mp_list<Qs...>;
-};
-template <>
-struct scheme_list<every_scheme> {
-  using type = table::quants;
-};
+template <class Row> struct is_dispatcher_row : std::false_type {};
+template <class A> struct is_dispatcher_row<dispatcher_row<A>> : std::true_type {};
+template <class Row> struct is_scheme_row : std::false_type {};
+template <class Q, class On> struct is_scheme_row<scheme_row<Q, On>> : std::true_type {};
+template <class Row> struct is_kernel_row : std::false_type {};
+template <class K, class N, class S> struct is_kernel_row<kernel_row<K, N, S>> : std::true_type {};
+template <class Row> struct is_adapter_row : std::false_type {};
+template <class From, class To> struct is_adapter_row<adapter_row<From, To>> : std::true_type {};
+template <class Row> struct is_fused_row : std::false_type {};
+template <class A, class Q, class K> struct is_fused_row<fused_row<A, Q, K>> : std::true_type {};
 
-template <class Row>
-struct row_traits;
+template <class Row> struct row_policy;
+template <class A> struct row_policy<dispatcher_row<A>> { using type = A; };
+template <class Q, class On> struct row_policy<scheme_row<Q, On>> { using type = Q; };
+template <class K, class N, class S> struct row_policy<kernel_row<K, N, S>> { using type = K; };
+template <class Row> using row_policy_t = typename row_policy<Row>::type;
+
+template <class Table> using dispatcher_rows = mp::mp_copy_if<typename Table::rows, is_dispatcher_row>;
+template <class Table> using scheme_rows = mp::mp_copy_if<typename Table::rows, is_scheme_row>;
+template <class Table> using kernel_rows = mp::mp_copy_if<typename Table::rows, is_kernel_row>;
+template <class Table> using adapter_rows = mp::mp_copy_if<typename Table::rows, is_adapter_row>;
+template <class Table> using fused_rows = mp::mp_copy_if<typename Table::rows, is_fused_row>;
+
+/// The table's policies of each axis, in row order.
+template <class Table> using dispatchers_of = mp::mp_transform<row_policy_t, dispatcher_rows<Table>>;
+template <class Table> using quants_of = mp::mp_transform<row_policy_t, scheme_rows<Table>>;
+template <class Table> using kernels_of = mp::mp_transform<row_policy_t, kernel_rows<Table>>;
+
+template <class Table, class K>
+using kernel_row_of = mp::mp_at<kernel_rows<Table>, mp::mp_find<kernels_of<Table>, K>>;
+
+template <class Row> struct row_traits;
 template <class K, class... Fs, class S>
 struct row_traits<kernel_row<K, natives<Fs...>, S>> {
-  using kernel = K;
   using formats = mp::mp_list<Fs...>;
-  using schemes = typename scheme_list<S>::type;
+  using own_schemes = S;
+};
+template <class Q, class... Ks>
+struct row_traits<scheme_row<Q, on<Ks...>>> {
+  using kernels = mp::mp_list<Ks...>;
 };
 
-template <class Row>
-using row_kernel = typename row_traits<Row>::kernel;
-using kernel_policies = mp::mp_transform<row_kernel, table::kernels>;
+template <class Own, class Q> struct names_scheme : std::false_type {};
+template <class Q> struct names_scheme<every_scheme, Q> : std::true_type {};
+template <class... Qs, class Q> struct names_scheme<schemes<Qs...>, Q> : mp::mp_contains<mp::mp_list<Qs...>, Q> {};
 
-template <class K>
-using kernel_row_of = mp::mp_at<table::kernels, mp::mp_find<kernel_policies, K>>;
-template <class K>
-using kernel_schemes = typename row_traits<kernel_row_of<K>>::schemes;
-template <class K>
-using kernel_formats = typename row_traits<kernel_row_of<K>>::formats;
+/// Whether the table says kernel K implements scheme Q: K's row runs every scheme or names Q, or
+/// Q's scheme row names K.
+template <class Table, class K, class Q>
+struct implements_impl {
+  using own = typename row_traits<kernel_row_of<Table, K>>::own_schemes;
+  template <class Row>
+  using names_k = mp::mp_and<std::is_same<row_policy_t<Row>, Q>, mp::mp_contains<typename row_traits<Row>::kernels, K>>;
+  static constexpr bool by_scheme_row = mp::mp_any_of<scheme_rows<Table>, names_k>::value;
+  static constexpr bool value = names_scheme<own, Q>::value || by_scheme_row;
+};
+template <class Table, class K, class Q>
+using implements = mp::mp_bool<implements_impl<Table, K, Q>::value>;
 
-template <class K, class Q>
-using implements = mp::mp_contains<kernel_schemes<K>, Q>;
-template <class From, class To>
-using has_adapter = mp::mp_contains<table::adapters, adapter_row<From, To>>;
+/// The schemes kernel K implements, in the table's scheme order.
+template <class Table, class K>
+using kernel_schemes = mp::mp_copy_if_q<quants_of<Table>, mp::mp_bind_front<implements, Table, K>>;
+template <class Table, class K>
+using kernel_formats = typename row_traits<kernel_row_of<Table, K>>::formats;
+
+template <class Table, class From, class To>
+using has_adapter = mp::mp_contains<adapter_rows<Table>, adapter_row<From, To>>;
 
 /// The first format the kernel runs natively that `From` can be adapted to (void if none).
-template <class K, class From>
+template <class Table, class K, class From>
 struct adapter_target {
   template <class To>
-  using reachable = has_adapter<From, To>;
-  using formats = kernel_formats<K>;
+  using reachable = has_adapter<Table, From, To>;
+  using formats = kernel_formats<Table, K>;
   using index = mp::mp_find_if<formats, reachable>;
   using type = mp::mp_eval_if_c<index::value == mp::mp_size<formats>::value, void, mp::mp_at, formats, index>;
 };
 
-template <class F, class K>
-using can_run = mp::mp_bool<mp::mp_contains<kernel_formats<K>, F>::value ||
-                            !std::is_void_v<typename adapter_target<K, F>::type>>;
+template <class Table, class F, class K>
+using can_run = mp::mp_bool<mp::mp_contains<kernel_formats<Table, K>, F>::value ||
+                            !std::is_void_v<typename adapter_target<Table, K, F>::type>>;
+
+/// How kernel K runs dispatch format F: natively, or through the first adapter to a native format.
+template <class Table, class K, class F>
+using path_for = std::conditional_t<mp::mp_contains<kernel_formats<Table, K>, F>::value, path::native,
+                                    path::adapted<typename adapter_target<Table, K, F>::type>>;
+
+/// A table is well formed when no policy has two rows and every kernel a scheme row names has a
+/// row of its own (checked once per table, where a layer of it is resolved).
+template <class Table>
+struct well_formed {
+  template <class K>
+  using listed_kernel = mp::mp_contains<kernels_of<Table>, K>;
+  template <class Row>
+  using names_listed_kernels = mp::mp_all_of<typename row_traits<Row>::kernels, listed_kernel>;
+  static_assert(mp::mp_is_set<dispatchers_of<Table>>::value,
+                "polymoe: pairing table: a dispatcher has two dispatcher_rows");
+  static_assert(mp::mp_is_set<quants_of<Table>>::value, "polymoe: pairing table: a quant scheme has two scheme_rows");
+  static_assert(mp::mp_is_set<kernels_of<Table>>::value, "polymoe: pairing table: a kernel has two kernel_rows");
+  static_assert(mp::mp_all_of<scheme_rows<Table>, names_listed_kernels>::value,
+                "polymoe: pairing table: a scheme_row names in on<...> a kernel that has no kernel_row");
+  static constexpr bool value = true;
+};
 
 template <class List, template <class...> class As>
 using as = mp::mp_rename<List, As>;
 
-template <class A2A, class Quant, class Kernel>
+template <class Table, class A2A, class Quant, class Kernel>
 consteval auto resolve_fn() {
   namespace d = diagnostic;
-  if constexpr (!mp::mp_contains<table::dispatchers, A2A>::value) {
+  static_assert(well_formed<Table>::value);
+  using dispatchers = dispatchers_of<Table>;
+  using quants = quants_of<Table>;
+  using kernels = kernels_of<Table>;
+  if constexpr (!mp::mp_contains<dispatchers, A2A>::value) {
     if constexpr (opts_into_a2a<A2A>)
-      return std::type_identity<failure<d::dispatcher_not_in_pairing_table<A2A, as<table::dispatchers, d::valid_dispatchers>>>>{};
+      return std::type_identity<failure<d::dispatcher_not_in_pairing_table<A2A, as<dispatchers, d::valid_dispatchers>, Table>>>{};
     else
-      return std::type_identity<failure<d::a2a_axis_is_not_a_dispatcher<A2A, as<table::dispatchers, d::valid_dispatchers>>>>{};
-  } else if constexpr (!mp::mp_contains<table::quants, Quant>::value) {
+      return std::type_identity<failure<d::a2a_axis_is_not_a_dispatcher<A2A, as<dispatchers, d::valid_dispatchers>>>>{};
+  } else if constexpr (!mp::mp_contains<quants, Quant>::value) {
     if constexpr (opts_into_quant<Quant>)
-      return std::type_identity<failure<d::quant_scheme_not_in_pairing_table<Quant, as<table::quants, d::valid_quant_schemes>>>>{};
+      return std::type_identity<failure<d::quant_scheme_not_in_pairing_table<Quant, as<quants, d::valid_quant_schemes>, Table>>>{};
     else
-      return std::type_identity<failure<d::quant_axis_is_not_a_quant_scheme<Quant, as<table::quants, d::valid_quant_schemes>>>>{};
-  } else if constexpr (!mp::mp_contains<kernel_policies, Kernel>::value) {
+      return std::type_identity<failure<d::quant_axis_is_not_a_quant_scheme<Quant, as<quants, d::valid_quant_schemes>>>>{};
+  } else if constexpr (!mp::mp_contains<kernels, Kernel>::value) {
     if constexpr (opts_into_kernel<Kernel>)
-      return std::type_identity<failure<d::kernel_not_in_pairing_table<Kernel, as<kernel_policies, d::valid_kernels>>>>{};
+      return std::type_identity<failure<d::kernel_not_in_pairing_table<Kernel, as<kernels, d::valid_kernels>, Table>>>{};
     else
-      return std::type_identity<failure<d::kernel_axis_is_not_an_expert_kernel<Kernel, as<kernel_policies, d::valid_kernels>>>>{};
-  } else if constexpr (mp::mp_contains<table::fused, fused_row<A2A, Quant, Kernel>>::value) {
-    return std::type_identity<ok<path::fused>>{};
-  } else if constexpr (!implements<Kernel, Quant>::value) {
-    using kernels_of_scheme = mp::mp_copy_if_q<kernel_policies, mp::mp_bind_back<implements, Quant>>;
+      return std::type_identity<failure<d::kernel_axis_is_not_an_expert_kernel<Kernel, as<kernels, d::valid_kernels>>>>{};
+  } else if constexpr (mp::mp_contains<fused_rows<Table>, fused_row<A2A, Quant, Kernel>>::value) {
+    return std::type_identity<ok<path::fused, path_for<Table, Kernel, format::standard>>>{};
+  } else if constexpr (!implements<Table, Kernel, Quant>::value) {
+    using kernels_of_scheme = mp::mp_copy_if_q<kernels, mp::mp_bind<implements, Table, mp::_1, Quant>>;
     return std::type_identity<failure<d::kernel_does_not_implement_quant_scheme<
-        Kernel, Quant, as<kernel_schemes<Kernel>, d::schemes_this_kernel_implements>,
+        Kernel, Quant, as<kernel_schemes<Table, Kernel>, d::schemes_this_kernel_implements>,
         as<kernels_of_scheme, d::kernels_that_implement_this_scheme>>>>{};
   } else {
     using F = typename A2A::format;
-    if constexpr (mp::mp_contains<kernel_formats<Kernel>, F>::value) {
-      return std::type_identity<ok<path::native>>{};
-    } else if constexpr (!std::is_void_v<typename adapter_target<Kernel, F>::type>) {
-      return std::type_identity<ok<path::adapted<typename adapter_target<Kernel, F>::type>>>{};
+    if constexpr (can_run<Table, F, Kernel>::value) {
+      return std::type_identity<ok<path_for<Table, Kernel, F>, path_for<Table, Kernel, format::standard>>>{};
     } else {
-      using kernels_of_format = mp::mp_copy_if_q<kernel_policies, mp::mp_bind_front<can_run, F>>;
+      using kernels_of_format = mp::mp_copy_if_q<kernels, mp::mp_bind_front<can_run, Table, F>>;
       return std::type_identity<failure<d::kernel_cannot_run_dispatch_format<
-          A2A, F, Kernel, as<kernel_formats<Kernel>, d::formats_this_kernel_runs>,
+          A2A, F, Kernel, as<kernel_formats<Table, Kernel>, d::formats_this_kernel_runs>,
           as<kernels_of_format, d::kernels_that_can_run_this_format>>>>{};
     }
   }
 }
 
-template <class A2A, class Quant, class Kernel>
-using resolve = typename decltype(resolve_fn<A2A, Quant, Kernel>())::type;
+template <class Table, class A2A, class Quant, class Kernel>
+using resolve = typename decltype(resolve_fn<Table, A2A, Quant, Kernel>())::type;
 
 template <class T>
 struct is_ok : std::false_type {};
-template <class P>
-struct is_ok<ok<P>> : std::true_type {};
+template <class P, class S>
+struct is_ok<ok<P, S>> : std::true_type {};
 
-}  // namespace pairing
-
-/// True when MoeLayer<A2A, Quant, Kernel> is a valid layer (the soft, SFINAE-friendly check).
-template <class A2A, class Quant, class Kernel>
-inline constexpr bool can_make_layer = pairing::is_ok<pairing::resolve<A2A, Quant, Kernel>>::value;
-
-/// How a valid triple runs (path::native, path::adapted<F> or path::fused).
-template <class A2A, class Quant, class Kernel>
-using pairing_path = typename pairing::resolve<A2A, Quant, Kernel>::path;
-
-namespace pairing {
-template <class Triple>
+template <class Table, class Triple>
 struct triple_ok;
-template <class A, class Q, class K>
-struct triple_ok<mp::mp_list<A, Q, K>> : is_ok<resolve<A, Q, K>> {};
+template <class Table, class A, class Q, class K>
+struct triple_ok<Table, mp::mp_list<A, Q, K>> : is_ok<resolve<Table, A, Q, K>> {};
 
-/// Every valid triple, as mp_list<A2A, Quant, Kernel> elements: the cartesian product of the
-/// table's policies filtered by validity. (Evaluated where the policies are complete: see
-/// polymoe::valid_triples in <polymoe/policies.hpp>.)
-template <class Table = table>
-using valid_triples_of = mp::mp_copy_if<
-    mp::mp_product<mp::mp_list, typename Table::dispatchers, typename Table::quants, kernel_policies>, triple_ok>;
+/// Every valid triple of the table, as mp_list<A2A, Quant, Kernel> elements: the cartesian product
+/// of its policies filtered by validity, dispatcher-major, then scheme, then kernel, each in row
+/// order. (Evaluated where the policies are complete: the dispatchers' formats are needed.)
+template <class Table>
+using valid_triples_of = mp::mp_copy_if_q<mp::mp_product<mp::mp_list, dispatchers_of<Table>, quants_of<Table>, kernels_of<Table>>,
+                                          mp::mp_bind_front<triple_ok, Table>>;
+
 }  // namespace pairing
+
+/// True when basic_moe_layer<Table, A2A, Quant, Kernel> is a valid layer (the soft, SFINAE-friendly
+/// check); can_make_layer<A, Q, K> (pairing_table.hpp) asks it of the core table.
+template <class Table, class A2A, class Quant, class Kernel>
+inline constexpr bool can_make_layer_in = pairing::is_ok<pairing::resolve<Table, A2A, Quant, Kernel>>::value;
+
+/// How a valid triple of the table runs (path::native, path::adapted<F> or path::fused).
+template <class Table, class A2A, class Quant, class Kernel>
+using pairing_path_in = typename pairing::resolve<Table, A2A, Quant, Kernel>::path;
 
 }  // namespace polymoe

@@ -27,10 +27,9 @@ namespace tiled_detail {
 template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
-                "polymoe: kernel::tiled does not implement this quant scheme (it runs fp32, bf16, fp8, fp8_block, "
-                "fp8_block_weight_only, int8_w8a8, mxfp4, mxfp4_w4a16, nvfp4, nvfp4_w4a4 and nvfp4_w4a16); use "
-                "kernel::reference or "
-                "kernel::tbb_grouped for it");
+                "polymoe: kernel::tiled has no specialisation for this quant scheme; a scheme_row that names "
+                "kernel::tiled in on<...> needs one. Through MoeLayer, the pairing table's diagnostic lists the "
+                "schemes it implements (kernel::reference and kernel::tbb_grouped run every scheme)");
 };
 
 namespace kt = kernels::tiled;

@@ -17,10 +17,9 @@ namespace tiled_amx_detail {
 template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
-                "polymoe: kernel::tiled_amx implements quant::bf16, quant::int8_w8a8, quant::fp8, quant::fp8_block, "
-                "quant::fp8_block_weight_only, quant::mxfp4, quant::mxfp4_w4a16, quant::nvfp4, quant::nvfp4_w4a4 and "
-                "quant::nvfp4_w4a16 only (AMX has bf16 and int8 tiles); use kernel::tiled or kernel::reference for "
-                "other schemes");
+                "polymoe: kernel::tiled_amx has no specialisation for this quant scheme (AMX has bf16 and int8 "
+                "tiles); a scheme_row that names kernel::tiled_amx in on<...> needs one. Through MoeLayer, the "
+                "pairing table's diagnostic lists the schemes it implements");
 };
 
 template <>

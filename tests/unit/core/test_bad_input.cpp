@@ -258,7 +258,7 @@ TEST_F(BadInput, NonFiniteExpertWeightsAreRefusedByEveryScheme) {
       ++schemes;
     }
   });
-  EXPECT_EQ(schemes, static_cast<int>(boost::mp11::mp_size<pairing_table::quants>::value));  // the reference runs every scheme
+  EXPECT_EQ(schemes, static_cast<int>(boost::mp11::mp_size<pairing::quants_of<core_table>>::value));  // the reference runs every scheme
 }
 
 TEST_F(BadInput, NonFiniteRouterAndBiasesAreRefused) {

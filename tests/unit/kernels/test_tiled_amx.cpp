@@ -1,4 +1,4 @@
-// kernel::tiled_amx (issue 10) against the reference kernel, and its AMX tile kernels against the
+// kernel::tiled_amx against the reference kernel, and its AMX tile kernels against the
 // AVX-512 kernels they replace. Built twice: test_tiled_amx with the project's flags (an AMX-targeted
 // build on an AMX machine: no run-time test) and test_tiled_amx_dispatch without AMX in the target
 // (-mno-amx-*: AMX detected at run time). On a machine without AMX the tests of the tiles themselves
@@ -832,12 +832,13 @@ TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
     b = static_cast<std::uint8_t>(rng());
     if ((b & 0x7F) == 0x7F) b = 0;
   }
-  std::vector<float> scales(static_cast<std::size_t>(groups * 64));
-  for (auto& s : scales) s = std::exp2(nd(rng)) * 1e-2f;
+  // 64-byte aligned, as the packed panels' scales are (the kernel loads them with aligned loads)
+  kt::AlignedBuffer<float> scales(static_cast<std::size_t>(groups * 64));
+  for (std::size_t i = 0; i < scales.size(); ++i) scales.data()[i] = std::exp2(nd(rng)) * 1e-2f;
   const kt::QPanel<kt::fp8_format> panel{codes.data(), scales.data(), 1.0f};
   const auto weight = [&](index_t k, index_t c) {
     return double(codecs::e4m3_to_float(codes[static_cast<std::size_t>(k * 64 + c)]) *
-                  scales[static_cast<std::size_t>((k / 128) * 64 + c)]);
+                  scales.data()[(k / 128) * 64 + c]);
   };
   for (const bool w8a8 : {true, false})
     for (const index_t m : {index_t{1}, index_t{4}, index_t{16}, index_t{17}, index_t{48}, index_t{100}}) {
@@ -963,8 +964,8 @@ TEST(TiledAmx, HiTermAloneGivesTheBitsOfBothTermsOnBf16Rows) {
   std::vector<std::uint8_t> e8m0(static_cast<std::size_t>(10 * 64)), e4m3(static_cast<std::size_t>(19 * 64));
   for (auto& s : e8m0) s = static_cast<std::uint8_t>(120 + rng() % 10);
   for (auto& s : e4m3) s = static_cast<std::uint8_t>(rng() % 127);
-  std::vector<float> fp8_scales(static_cast<std::size_t>(3 * 64));
-  for (auto& s : fp8_scales) s = std::exp2(nd(rng)) * 1e-2f;
+  kt::AlignedBuffer<float> fp8_scales(static_cast<std::size_t>(3 * 64));  // aligned, as packed panels' are
+  for (std::size_t i = 0; i < fp8_scales.size(); ++i) fp8_scales.data()[i] = std::exp2(nd(rng)) * 1e-2f;
   const kt::QPanel<kt::mxfp4_format> mx{codes4.data(), e8m0.data(), 1.0f};
   const kt::QPanel<kt::nvfp4_format> nv{codes4.data(), e4m3.data(), 0.37f};
   const kt::QPanel<kt::fp8_format> f8{codes8.data(), fp8_scales.data(), 1.0f};

@@ -23,7 +23,7 @@
 //
 // Few rows per block (decode) do not fill a tile: below amx_min_rows a block runs an AVX-512 FMA
 // loop over the same AMX layout (bf16) or the VNNI kernel over the int8 tile layout. The threshold was measured
-// (docs/benchmarks.md, issue 10).
+// (docs/decisions.md#amx-min-rows).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -51,7 +51,7 @@ inline constexpr bool amx_target = false;
 #endif
 
 /// Rows per block from which the tiles are used (below: AVX-512), bf16 and int8. Measured
-/// (docs/benchmarks.md, issue 10): on the 2-core machine bf16 blocks of 8 rows ran faster on tiles
+/// (docs/decisions.md#amx-min-rows): on the 2-core machine bf16 blocks of 8 rows ran faster on tiles
 /// than on the FMA loop, blocks of 4 slower; on the device machine (2 threads, three alternating
 /// runs) int8 blocks of about 32 rows ran 6-28 % faster on tiles than on VNNI, blocks of 16 as
 /// fast either way (both on the VNNI layout, before int8 had a tile layout).
@@ -162,15 +162,16 @@ POLYMOE_AMX_TARGET inline void configure() noexcept {
 
 /// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block): what block and
 /// block22 run per pass over a row block. For block22, 4, 16 and 32 were measured too (16 faster
-/// with L2-resident weights, slower with streamed ones; 4 and 32 no better; docs/benchmarks.md,
-/// issue 10, runs 14-15 and 20).
+/// with L2-resident weights, slower with streamed ones; 4 and 32 no better;
+/// docs/decisions.md#amx-loop).
 inline constexpr index_t slab_kb = 8;
 
 /// Bytes of one k-block of a panel (4 column tiles of 1 KiB, bf16 and int8 alike).
 inline constexpr index_t kb_bytes = 4096;
 
 /// How many k-blocks ahead the A tile is prefetched (device machine, alternating in one process:
-/// 2 was as fast as 1 or up to 5.5 % faster in five pairs; 3 no better than 2).
+/// 2 was as fast as 1 or up to 5.5 % faster in five pairs; 3 no better than 2;
+/// docs/decisions.md#amx-prefetch).
 inline constexpr index_t a_prefetch_kb = 2;
 
 /// Fetches the 16 rows of one A tile into L1 (the rows are lda_bytes apart: each its own line).
@@ -289,7 +290,7 @@ struct bf16x2_hi_ops : bf16_ops {
 /// two thirds of an int8 one). nullptr past both. Measured on the device machine, paired against
 /// the loop without it (bench_amx --pair, streamed, 16 threads): int8 +0 to +23 %, bf16 +3 to +10 %
 /// at 128 rows and -3 to -6 % at 32; the forward of Qwen3-30B-A3B, old and new build alternating:
-/// int8 prefill 7-14 % faster, bf16 -5 to +9 % (docs/benchmarks.md, issue 10, runs 26-29).
+/// int8 prefill 7-14 % faster, bf16 -5 to +9 % (docs/decisions.md#next-panel-prefetch).
 template <class Ops>
 inline const typename Ops::b_type* kblock_ahead(const typename Ops::b_type* panel, const typename Ops::b_type* next,
                                                 index_t j, index_t nkb) noexcept {
@@ -343,7 +344,7 @@ POLYMOE_AMX_TARGET inline void store_c(C* c0, C* c1, bool two) noexcept {
 ///     the loads run (on into the next row group at the end of a slab, and into the next slab).
 /// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
 /// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
-/// process: +5 to +26 % in ten pairs (docs/benchmarks.md, issue 10, run 6).
+/// process: +5 to +26 % in ten pairs (docs/decisions.md#amx-prefetch).
 template <class Ops, class C>
 POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                      const typename Ops::b_type* panel, const typename Ops::b_type* next,
@@ -454,10 +455,10 @@ POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t ld
 /// The loop that bf16_block and int8_block run: POLYMOE_AMX_LOOP, a tuning knob for the benchmark,
 /// `1x4` block, `2x2` (the default) block22 row pairs outer, `2x2c` block22 column pairs outer.
 /// Chosen on the device machine (bench_amx, 16 threads, variants alternating in one process;
-/// docs/benchmarks.md, issue 10, runs 14-15): with the weights streamed from DRAM and 128-row
-/// blocks (the forward at T = 2048), block22 with 8-k-block slabs ran 1-28 % faster than block;
-/// with 32-row blocks bf16 10-22 % faster, int8 -14 % to +7 %; with L2-resident weights -13 % to
-/// +19 %. The forward did not tell the two apart beyond its run-to-run spread (run 16).
+/// docs/decisions.md#amx-loop): with the weights streamed from DRAM and 128-row blocks (the
+/// forward at T = 2048), block22 with 8-k-block slabs ran 1-28 % faster than block; with 32-row
+/// blocks bf16 10-22 % faster, int8 -14 % to +7 %; with L2-resident weights -13 % to +19 %. The
+/// forward did not tell the two apart beyond its run-to-run spread.
 enum class Loop { one_by_four, two_by_two, two_by_two_cols };
 
 inline Loop loop() noexcept {

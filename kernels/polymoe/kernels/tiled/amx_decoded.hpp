@@ -110,7 +110,8 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   // Inputs in sorted order: tile rows (and scales) for the blocks on tiles; for the others fp32
   // rows, the caller's or copies (weighted, and quantized as the scheme does). Quantized tile rows
   // without a routing weight on the input are quantized once per token and copied to each of the
-  // token's sorted rows (the quantizer costs several times the copy: run 128).
+  // token's sorted rows (the quantizer costs several times the copy;
+  // docs/decisions.md#quantize-once-per-token).
   if (some_tiles) {
     ws.a16.resize(at((N + spare) * ldh));
     if (qact) ws.a_scales.resize(at(N * gH));

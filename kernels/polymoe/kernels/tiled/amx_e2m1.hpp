@@ -53,11 +53,11 @@
 namespace polymoe::kernels::tiled {
 
 /// Rows per block from which MXFP4 blocks run the tiles (below: kernel::tiled's path; 1-2 rows its
-/// decode loop). Measured on the 16-core device machine (16 threads, two rounds of the knob at 4,
-/// 8, 16 and never; docs/benchmarks.md, issue 10, run 112), time over the time with 4: about 4 rows
+/// decode loop). Measured on the 16-core device machine (docs/decisions.md#amx-min-rows-e2m1; 16
+/// threads, two rounds of the knob at 4, 8, 16 and never), time over the time with 4: about 4 rows
 /// per expert (GPT-OSS-20B T=32, Qwen3-30B-A3B T=64), the FMA path 1.02-1.26; about 8 (T=64,
 /// T=128), 8 rows 1.03-1.21 and the FMA path 1.25-1.59; about 16, the FMA path 1.57-1.67 (the
-/// threshold was 4). Since kernel::tiled runs blocks of 3-4 rows in registers (qtile, run 140),
+/// threshold was 4). Since kernel::tiled runs blocks of 3-4 rows in registers (qtile),
 /// bench_amx --threshold mxfp4 (16 threads, K = 2048, 5 paired rounds) gives kernel::tiled's time
 /// over the tiles' (amx::decoded_row_group) at 3 rows 0.68, at 4 rows 0.76, at 6 rows 1.44 (medians).
 /// POLYMOE_AMX_MIN_ROWS overrides it, as it does bf16's and int8's.
@@ -65,30 +65,30 @@ inline constexpr index_t amx_min_rows_e2m1 = 5;
 
 /// The same for NVFP4, whose decode costs more per weight (a 64-entry table, and the scale's
 /// mantissa in each index). Measured with bench_amx --threshold (16 threads, K = 2048 and 768,
-/// paired rounds; docs/benchmarks.md, issue 10): with the slab loop (runs 124-125), time of
+/// paired rounds; docs/decisions.md#amx-min-rows-e2m1): with the slab loop, time of
 /// kernel::tiled's path over the tiles' at 4 rows 0.80-1.04, at 6 rows 0.98-1.21 (the threshold
-/// was 6); with the row-group loop (amx::decoded_row_group, runs 135 and 137), at 3 rows 0.94 and
-/// 0.90, at 4 rows 1.31 and 1.04 (medians), at 6 rows 1.16 and 1.02, at 8 rows 1.30 and 1.37; with
-/// kernel::tiled's blocks of 3-4 rows in registers (qtile, run 140), at 3 rows 0.59, at 4 rows 0.68,
+/// was 6); with the row-group loop (amx::decoded_row_group), in two measurements, at 3 rows 0.94
+/// and 0.90, at 4 rows 1.31 and 1.04 (medians), at 6 rows 1.16 and 1.02, at 8 rows 1.30 and 1.37;
+/// with kernel::tiled's blocks of 3-4 rows in registers (qtile), at 3 rows 0.59, at 4 rows 0.68,
 /// at 6 rows 0.93, at 8 rows 1.41.
 inline constexpr index_t amx_min_rows_nvfp4 = 5;
 
 /// The same for NVFP4 W4A4 (quant::nvfp4_w4a4), whose rows enter the tiles as one bf16 term, not
 /// two: half the tiles' work per weight beside the same decode. Measured with bench_amx --threshold
-/// nvfp4_w4a4 (16 threads, K = 2048, paired rounds; docs/benchmarks.md, issue 10): with the slab
-/// loop (run 128), time of kernel::tiled's path over the tiles' at 2 rows 0.42-0.44, at 3 rows
-/// 1.05-1.12, at 4 rows 1.07-1.16 (quartiles; the threshold was 4); with the row-group loop (runs
-/// 135 and 137), at 2 rows 0.53 and 0.52, at 3 rows 1.67 and 1.46, at 4 rows 1.45 and 1.12 (medians);
-/// with kernel::tiled's blocks of 3-4 rows in registers (qtile, run 141), at 3 rows 0.58, at 4 rows
-/// 0.74, at 6 rows 1.25.
+/// nvfp4_w4a4 (16 threads, K = 2048, paired rounds; docs/decisions.md#amx-min-rows-e2m1): with
+/// the slab loop, time of kernel::tiled's path over the tiles' at 2 rows 0.42-0.44, at 3 rows
+/// 1.05-1.12, at 4 rows 1.07-1.16 (quartiles; the threshold was 4); with the row-group loop, in two
+/// measurements, at 2 rows 0.53 and 0.52, at 3 rows 1.67 and 1.46, at 4 rows 1.45 and 1.12
+/// (medians); with kernel::tiled's blocks of 3-4 rows in registers (qtile), at 3 rows 0.58, at 4
+/// rows 0.74, at 6 rows 1.25.
 inline constexpr index_t amx_min_rows_nvfp4_w4a4 = 5;
 
 /// The same for W4A16 (quant::mxfp4_w4a16, nvfp4_w4a16), whose rows enter the tiles as one bf16
 /// term in both GEMMs. bench_amx --threshold mxfp4_bf16 / nvfp4_bf16 (rows of bf16 values on the
-/// tiles' one-term loop against kernel::tiled's path; 16 threads, K = 2048, 5 paired rounds;
-/// docs/benchmarks.md, issue 10, runs 154 and 159), kernel::tiled's time over the tiles', medians:
-/// MXFP4 at 2 rows 0.87 (run 159), at 3 rows 1.17 and 1.30, at 4 rows 1.12 and 1.57; NVFP4 at 3
-/// rows 0.75 and 1.05, at 4 rows 1.06 and 1.22, at 6 rows 1.45 and 1.62.
+/// tiles' one-term loop against kernel::tiled's path; 16 threads, K = 2048, 5 paired rounds, two
+/// measurements; docs/decisions.md#amx-min-rows-w4a16), kernel::tiled's time over the tiles',
+/// medians: MXFP4 at 2 rows 0.87 (the second), at 3 rows 1.17 and 1.30, at 4 rows 1.12 and 1.57;
+/// NVFP4 at 3 rows 0.75 and 1.05, at 4 rows 1.06 and 1.22, at 6 rows 1.45 and 1.62.
 inline constexpr index_t amx_min_rows_e2m1_w4a16 = 3;
 inline constexpr index_t amx_min_rows_nvfp4_w4a16 = 4;
 
@@ -181,8 +181,7 @@ inline void load_kpair_vbmi(const std::uint8_t* codes, index_t k, index_t K, __m
 
 /// The decoders' k-pair load: load_kpair_vbmi where the build targets AVX512-VBMI (every AMX CPU
 /// has it), else load_kpair_shuffled. The VBMI load took the decode alone from about 230 to 155-183
-/// ns per k-block per thread at 16 threads on the device machine (docs/benchmarks.md, issue 10, runs
-/// 146 and 148).
+/// ns per k-block per thread at 16 threads on the device machine (docs/decisions.md#e2m1-decode).
 inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
 #if defined(__AVX512VBMI__)
   load_kpair_vbmi(codes, k, K, half);
@@ -203,8 +202,8 @@ inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i 
 /// + (e - 127) << 7) for a nonzero code (no borrow leaves the magnitude: the result is the normal
 /// bf16 value) and 0 for a zero one whatever the scale. (The masked add of (e - 127) << 7 to the
 /// nonzero codes that it replaced, a test and a masked add, ran 2-14 % slower in the forward on
-/// GPT-OSS-20B's shape; run 149.) vpermw reads index bits 0-4, so the table repeats at 16 and the
-/// low nibble's word needs no mask.
+/// GPT-OSS-20B's shape; docs/decisions.md#e2m1-decode.) vpermw reads index bits 0-4, so the table
+/// repeats at 16 and the low nibble's word needs no mask.
 class mxfp4_decoder {
  public:
   mxfp4_decoder(const QPanel<mxfp4_format>& p, index_t K) noexcept : p_(p), K_(K) {}

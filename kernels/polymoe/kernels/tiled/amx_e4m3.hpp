@@ -44,23 +44,23 @@
 namespace polymoe::kernels::tiled {
 
 /// Rows per block from which E4M3 blocks run the tiles (below: kernel::tiled's fp8 path).
-/// Measured on the 16-core device machine (fp8_block, DeepSeek-V3's expert shape with 16 experts,
-/// 16 threads, two rounds of the knob at 2, 4, 8, 16 and never; docs/benchmarks.md, issue 10, run
-/// 117), forward ms: about 2 rows per expert, tiles 9.4-9.5 against the FMA path's 8.2-8.9; about
+/// Measured on the 16-core device machine (docs/decisions.md#amx-min-rows-e4m3; fp8_block,
+/// DeepSeek-V3's expert shape with 16 experts, 16 threads, two rounds of the knob at 2, 4, 8, 16 and
+/// never), forward ms: about 2 rows per expert, tiles 9.4-9.5 against the FMA path's 8.2-8.9; about
 /// 4, tiles 10.8-11.9 against 12.5-14.8; about 8, tiles 10.8-14.3 against 16.5-18.8 (the threshold
 /// was 4). Since kernel::tiled runs blocks of 3-4 rows in registers (qtile), bench_amx --threshold
-/// (16 threads, K = 2048, 5 paired rounds; runs 140 and 144) gives kernel::tiled's time over the
+/// (16 threads, K = 2048, 5 paired rounds, two measurements) gives kernel::tiled's time over the
 /// tiles', medians: weight-only (split rows on the tiles) at 4 rows 0.78 and 0.80, at 6 rows 1.28
 /// and 1.38; W8A8 (E4M3 rows in groups of 128, one term) at 3 rows 0.65, at 4 rows 0.91, at 6 rows
-/// 1.52. With blocks of up to 16 rows in the row-group loop (amx::decoded_row_group_groups, run
-/// 155): weight-only at 4 rows 0.91, at 6 rows 1.60.
+/// 1.52. With blocks of up to 16 rows in the row-group loop (amx::decoded_row_group_groups):
+/// weight-only at 4 rows 0.91, at 6 rows 1.60.
 /// POLYMOE_AMX_MIN_ROWS overrides it, as it does the others.
 inline constexpr index_t amx_min_rows_e4m3 = 5;
 
 /// The same for W8A8 (quant::fp8, fp8_block: E4M3 rows in groups of 128, one term on the tiles).
-/// With the row-group loop (bench_amx --threshold fp8_w8a8, 16 threads, K = 2048, 5 paired rounds,
-/// run 155): kernel::tiled's time over the tiles' at 2 rows 1.01, at 3 rows 1.03 (quartiles
-/// 1.02-1.10), at 4 rows 1.22 (1.19-1.22), at 6 rows 1.90.
+/// With the row-group loop (bench_amx --threshold fp8_w8a8, 16 threads, K = 2048, 5 paired rounds;
+/// docs/decisions.md#amx-min-rows-e4m3): kernel::tiled's time over the tiles' at 2 rows 1.01, at 3
+/// rows 1.03 (quartiles 1.02-1.10), at 4 rows 1.22 (1.19-1.22), at 6 rows 1.90.
 inline constexpr index_t amx_min_rows_e4m3_w8a8 = 4;
 
 /// Tile k-blocks per scale group (128 k).
@@ -182,7 +182,7 @@ namespace detail {
 /// decode, then (row pair, column pair) steps, each summed on the tiles from zero into a 32 x 32
 /// buffer; after a step's tile instructions the core scales the previous step's buffer into c
 /// while the tiles compute. (Decoding the next group a share after each step instead, into a
-/// second slab, was measured and not kept: docs/benchmarks.md, issue 10, run 118.) Both sum and
+/// second slab, was measured and not kept: docs/decisions.md#row-group-loop.) Both sum and
 /// scale in the same order: the same bits.
 template <class Ops>
 inline void fp8_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds, index_t K,

@@ -6,7 +6,8 @@
 // and, on Linux, offered transparent huge pages (madvise MADV_HUGEPAGE, before the first touch):
 // where the kernel's THP mode is "madvise" (Debian's default), 4 KiB pages are otherwise all they
 // get, and a forward that streams a gigabyte of weights walks the page tables for every 4 KiB of
-// it. POLYMOE_HUGE_PAGES=0 in the environment turns the advice off (for measuring it).
+// it. POLYMOE_HUGE_PAGES=0 in the environment turns the advice off (for measuring it;
+// docs/decisions.md#huge-pages).
 #include <cctype>
 #include <charconv>
 #include <cstddef>

@@ -47,7 +47,8 @@ namespace polymoe::kernels::tiled {
 /// compile-time choice by the target: on Intel cores the widening shares the FMA ports, and the
 /// tall tile halves it per FMA (16-core device machine, one thread, Qwen3-30B-A3B T=512: 76 % of
 /// the FMA peak against 50 %); on AMD Zen 4 it runs on ports of its own, and the 6 x 64 tile,
-/// with half the broadcasts, was faster (one thread, T=2048: 106-109 against 98 GFLOP/s).
+/// with half the broadcasts, was faster (one thread, T=2048: 106-109 against 98 GFLOP/s;
+/// docs/decisions.md#tall-tiles).
 /// -DPOLYMOE_TILED_TALL=0/1 overrides.
 #ifndef POLYMOE_TILED_TALL
 #define POLYMOE_TILED_TALL (!POLYMOE_TILED_ZEN)
@@ -67,16 +68,16 @@ inline constexpr index_t block_rows = 48;
 /// Rows per row block when AMX tiles run it (in row groups of 16), both formats: every row group
 /// after the first reads the panel from L1, so the more rows one pass over a panel serves, the
 /// less each waits on memory. With 128 (and amx_row_stride_bytes), bf16 T=2048 on 2 threads of the
-/// device machine went from a median 535 to 628 GFLOP/s over noisy runs (docs/benchmarks.md,
-/// issue 10). 256: at T = 2048 on Qwen3-30B-A3B an expert gets about 128 ± 11 rows, so 128 cut
-/// about half of the experts in two, and GEMM 1 by block (detail::gemm1_by_block) streamed those
-/// experts' W13 panels once per block. 256 was no faster while GEMM 1 ran by panel (run 30); with
-/// GEMM 1 by block, measured on the 16-core device machine with the cut as a knob of one build, in
-/// paired rounds: int8 (runs 50-51) T=2048 4-15 % faster in all four rounds, T=512 (about 32 rows
-/// an expert, the same blocks either way) 0.95-1.04, and at 2 threads (run 53) nothing resolved;
-/// bf16 (run 95, `bench_ratio --ab bf16-block-rows`, time with 128 over time with 256, medians of
-/// 11 rounds) T=2048 1.071 and 1.098, T=512 0.984. The tiles of a block live on the stack of the
-/// thread that runs it (2 x 64 KiB in GEMM 1 by block, either format).
+/// device machine went from a median 535 to 628 GFLOP/s over noisy invocations. 256: at T = 2048
+/// on Qwen3-30B-A3B an expert gets about 128 ± 11 rows, so 128 cut about half of the experts in
+/// two, and GEMM 1 by block (detail::gemm1_by_block) streamed those experts' W13 panels once per
+/// block. 256 was no faster while GEMM 1 ran by panel; with GEMM 1 by block, measured on the
+/// 16-core device machine with the cut as a knob of one build, in paired rounds: int8 T=2048 4-15 %
+/// faster in all four rounds, T=512 (about 32 rows an expert, the same blocks either way)
+/// 0.95-1.04, and at 2 threads nothing resolved; bf16 (`bench_ratio --ab bf16-block-rows`, time
+/// with 128 over time with 256, medians of 11 rounds) T=2048 1.071 and 1.098, T=512 0.984. See
+/// docs/decisions.md#amx-row-blocks. The tiles of a block live on the stack of the thread that runs
+/// it (2 x 64 KiB in GEMM 1 by block, either format).
 inline constexpr index_t amx_block_rows = 256;
 /// k per pass over a row block: a slab of the panel (32 KiB) that the block's tiles share from L1.
 template <class W>
@@ -303,13 +304,12 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
 /// expert with rows (`weight_bytes`) through the caches after the first rows of y are written: when
 /// the two together are larger than the last-level cache (`llc_bytes`), y's lines cannot all stay
 /// cached until the sum, and an ordinary store first reads each line from memory (for ownership)
-/// only to write it back. Measured on the 16-core device machine with the Qwen3-30B-A3B layer
-/// (docs/benchmarks.md, issue 10): with a 105 MiB LLC (runs 40-41) streaming only a y larger than
-/// the LLC, int8 T=2048 was 1-19 % faster in seven of seven rounds; with a 300 MiB LLC (runs 66-68,
-/// the knob off and on in paired rounds in one process, weights 0.6-1.2 GB) streaming was 0.6-5 %
-/// faster at T=512 (y 34 MB) and 4-22 % at T=2048 (134 MB) in both formats, at 16 and at 2
-/// threads. Decode (8 experts, 75 MB of bf16 weights, y 64 KiB) stays under the LLC and is not
-/// streamed.
+/// only to write it back. Measured on the 16-core device machine with the Qwen3-30B-A3B layer: with
+/// a 105 MiB LLC, streaming only a y larger than the LLC, int8 T=2048 was 1-19 % faster in seven of
+/// seven rounds; with a 300 MiB LLC (the knob off and on in paired rounds in one process, weights
+/// 0.6-1.2 GB) streaming was 0.6-5 % faster at T=512 (y 34 MB) and 4-22 % at T=2048 (134 MB) in
+/// both formats, at 16 and at 2 threads (docs/decisions.md#y-streaming). Decode (8 experts, 75 MB
+/// of bf16 weights, y 64 KiB) stays under the LLC and is not streamed.
 [[nodiscard]] inline bool streams_y(std::size_t y_bytes, std::size_t weight_bytes, std::size_t llc_bytes) noexcept {
   return y_bytes + weight_bytes > llc_bytes;
 }
@@ -415,13 +415,13 @@ inline int& gemm1_by_block_knob() noexcept {
 /// activations [N, I] (50 MB) are written to memory and read back. It needs the pipeline's worker
 /// slots (pipeline_on), and enough rows per block: with few, a task per block leaves threads idle
 /// (decode: 8 blocks at T = 1) and there is little to save. Measured on the 16-core device machine
-/// (Qwen3-30B-A3B, 128 experts, paired A B B A rounds; docs/benchmarks.md, issue 10), time by panel
-/// over time by block: int8 before the interleaved epilogues (runs 42-44), 16 and more rows per
-/// block on average (T = 256, 512, 2048) 1.10-1.47 in all eight rounds; 8 and fewer (T = 1-128)
-/// 0.84-1.05 in the quieter rounds of 41 forwards (T = 16-128), decode 0.68 and 0.70; at 2
-/// threads, T = 512 and 2048, 0.90-1.24 in three rounds, unresolved (run 47). With the interleaved
-/// epilogues (run 88, medians of 7 rounds): int8 1.125 at T = 512 and 1.099 at T = 2048, bf16 1.049
-/// and 1.018 (bf16 had gained nothing from by block without them: 0.96-1.00, run 45).
+/// (Qwen3-30B-A3B, 128 experts, paired A B B A rounds; docs/decisions.md#gemm1-by-block), time by
+/// panel over time by block: int8 before the interleaved epilogues, 16 and more rows per block on
+/// average (T = 256, 512, 2048) 1.10-1.47 in all eight rounds; 8 and fewer (T = 1-128) 0.84-1.05
+/// in the quieter rounds of 41 forwards (T = 16-128), decode 0.68 and 0.70; at 2 threads, T = 512
+/// and 2048, 0.90-1.24 in three rounds, unresolved. With the interleaved epilogues (medians of 7
+/// rounds): int8 1.125 at T = 512 and 1.099 at T = 2048, bf16 1.049 and 1.018 (bf16 had gained
+/// nothing from by block without them: 0.96-1.00).
 /// POLYMOE_GEMM1_BY_BLOCK=0 / 1 turns it off / on wherever the pipeline runs.
 inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks) noexcept {
   constexpr index_t rows_per_block = 16;
@@ -436,9 +436,9 @@ inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks) noex
 /// their k-blocks (side, amx::block22_side: vector work while the tiles compute), and what is left
 /// of it after them; the last panel's after its tiles. Measured on the 16-core device machine (int8,
 /// Qwen3-30B-A3B, T = 2048, invocations alternating with the build that finished each panel after
-/// its tiles; docs/benchmarks.md, issue 10, run 87): GEMM 1's tasks 10-17 % less thread-time, of
-/// their 32-33 thread-ms of epilogue 1.7-1.9 left after the tiles. (Tried first in a separate
-/// program, runs 84-85: a row every k-block, not every fourth.)
+/// its tiles; docs/decisions.md#gemm1-epilogue-interleaved): GEMM 1's tasks 10-17 % less
+/// thread-time, of their 32-33 thread-ms of epilogue 1.7-1.9 left after the tiles. (Tried first in
+/// a separate program: a row every k-block paid, a row every fourth did not.)
 template <class C, class Tiles, class Finish>
 inline void gemm1_panels_interleaved(index_t panels, index_t rows, C* buf0, C* buf1, Tiles tiles, Finish finish) {
   index_t pending = -1, next_row = rows;  // the panel whose epilogue is under way, its next row
@@ -469,7 +469,7 @@ inline void gemm1_panels_interleaved(index_t panels, index_t rows, C* buf0, C* b
 /// decode, where a phase is tens of tasks a thread) is a large part of a phase. Measured on the
 /// device machine (16 threads, Qwen3-30B-A3B, alternating with POLYMOE_PIPELINE=0, with which
 /// run_gemms runs the phases instead): bf16 decode 0.632 and 0.672 ms against 0.680 and 0.855; prefill not told
-/// apart from the run-to-run spread (docs/benchmarks.md, issue 10, run 18).
+/// apart from the run-to-run spread (docs/decisions.md#pipeline).
 ///
 /// No deadlock: tasks are claimed in order (runs of consecutive tasks, none across the end of GEMM
 /// 1), so every GEMM 1 task that a GEMM 2 task waits for has been claimed by a thread that runs
@@ -528,7 +528,7 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
   // GEMM (at least one), so that a thread keeps an expert's A rows and panels while there is much
   // to do, and the last claims are single tasks (one task per claim lost the locality that
   // parallel_tasks' ranges have: prefill ran up to 20 % slower than the phases on the device
-  // machine, in two alternating pairs; docs/benchmarks.md, issue 10, run 17).
+  // machine, in two alternating pairs; docs/decisions.md#pipeline).
   // (the worker's slot: the first index of its range, which no other running worker holds)
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, threads, 1), [&](const tbb::blocked_range<std::size_t>& w) {
     std::int64_t local[PhaseTimes::task_kinds] = {};
@@ -623,11 +623,11 @@ inline int& sum_span_knob() noexcept {
 /// slot after slot, so that k streams of y are in flight at once rather than one; y is read from
 /// memory (streamed: stream_y) at the prefill sizes, where the sum is a phase of its own after the
 /// pipeline. Measured on the 16-core device machine (Qwen3-30B-A3B, 16 threads, the sum phase of
-/// polymoe_bench --phases in invocations alternating the span; docs/benchmarks.md, issue 10, run
-/// 74): whole rows (8 KiB each) 0.43-1.06 ms at T=512 and 1.54-2.24 at T=2048, 64 columns 0.33-0.39
-/// and 1.17-1.35, 256 columns in between; 16 to 128 columns were not told apart (run 75). The
-/// forward, 5-10 % of which is the sum, moved by less than the paired rounds resolve (bench_ratio
-/// --ab sum-span, run 73: 0.99-1.03).
+/// polymoe_bench --phases in invocations alternating the span; docs/decisions.md#sum-span): whole
+/// rows (8 KiB each) 0.43-1.06 ms at T=512 and 1.54-2.24 at T=2048, 64 columns 0.33-0.39 and
+/// 1.17-1.35, 256 columns in between; 16 to 128 columns were not told apart. The forward, 5-10 % of
+/// which is the sum, moved by less than the paired rounds resolve (bench_ratio --ab sum-span:
+/// 0.99-1.03).
 inline index_t sum_span() noexcept {
   const int knob = sum_span_knob();
   return knob > 0 ? knob : 64;

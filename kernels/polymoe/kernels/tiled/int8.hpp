@@ -15,7 +15,7 @@
 //     to a multiple of 64. A B tile of tdpbusd is then 1 KiB in one piece, as bf16's layout, where
 //     in the VNNI layout its 16 lines lie 256 bytes apart. Measured on the device machine (bench_amx
 //     --pair, streamed, 16 threads, paired A B B A rounds): 128-row blocks 5-20 % faster, 32-row
-//     blocks unchanged (docs/benchmarks.md, issue 10, run 31).
+//     blocks unchanged (docs/decisions.md#int8-tile-layout).
 // Activations are quantized once per row into a padded buffer
 // (per token for the first GEMM, per sorted row for the second) as the policy's
 // quantize_activation does it: s = amax / 127, round to nearest even, saturate. A row holding a

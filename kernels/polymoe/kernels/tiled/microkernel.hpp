@@ -34,7 +34,7 @@
 // Whether bf16 GEMMs without AMX run vdpbf16ps (bf16 pairs, two products per lane) instead of
 // widening the weights and running fp32 FMAs: a compile-time choice by the target. On AMD Zen 4
 // vdpbf16ps issues at the FMA's rate, so it has twice the flops; on Intel cores it ran at a
-// quarter of the FMA's instruction rate (docs/benchmarks.md, issue 4), so there the FMAs stay.
+// quarter of the FMA's instruction rate, so there the FMAs stay (docs/decisions.md#bf16-instruction).
 // kernel::tiled's bf16 then runs the bf16-row pipeline of kernel::tiled_amx without tiles.
 // -DPOLYMOE_TILED_DPBF16=0/1 overrides.
 #ifndef POLYMOE_TILED_DPBF16

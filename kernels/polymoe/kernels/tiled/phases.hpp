@@ -71,7 +71,7 @@ inline std::chrono::steady_clock::time_point fenced_now() noexcept {
 /// that work still in flight is charged where it was issued: the tile instructions of a GEMM run
 /// long after the core has issued them, and without the fence an epilogue's clock could start
 /// while the tiles before it still ran. (On the device machine the split came out the same either
-/// way: docs/benchmarks.md, issue 10, runs 82-83.)
+/// way: docs/decisions.md#fenced-task-clocks.)
 class TaskClock {
  public:
   explicit TaskClock(PhaseTimes::task_kind kind) noexcept : sink_(task_ns), kind_(kind) {

@@ -8,9 +8,10 @@
 //     -> A2A::combine                   out [T,H]
 //     (+ shared expert)
 //
-// Whether a triple is valid, and which path it takes, is computed from the pairing table
-// (policies/polymoe/pairing_table.hpp). An invalid triple is one compile error naming the axis at
-// fault; a valid one has no virtual call and no run-time look-up anywhere in forward.
+// Whether a triple is valid, and which path it takes, is computed from the layer's pairing table:
+// basic_moe_layer<Table, A2A, Quant, Kernel>, and MoeLayer is the core table's (pairing_table.hpp).
+// An invalid triple is one compile error naming the axis at fault; a valid one has no virtual call
+// and no run-time look-up anywhere in forward.
 //
 //   using Layer = polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tbb_grouped>;
 //   Layer layer(cfg, weights);                      // quantizes and prepacks once
@@ -81,12 +82,6 @@ struct runner<path::adapted<To>, F> {
   }
 };
 
-/// The path a kernel takes for the standard format (shared experts run locally, in that format).
-template <class K>
-using standard_path = std::conditional_t<
-    boost::mp11::mp_contains<pairing::kernel_formats<K>, format::standard>::value, path::native,
-    path::adapted<typename pairing::adapter_target<K, format::standard>::type>>;
-
 /// The primary template exists only to fail: it is instantiated for invalid triples, reports the
 /// diagnostic once, and accepts any use so no second error follows.
 template <class A2A, class Quant, class Kernel, class Resolution>
@@ -107,8 +102,8 @@ class moe_layer_impl {
   }
 };
 
-template <class A2A, class Quant, class Kernel, class Path>
-class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
+template <class A2A, class Quant, class Kernel, class Path, class SharedPath>
+class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   static_assert(dispatcher<A2A>, "polymoe: the A2A policy is listed in the pairing table but does not model "
                                  "polymoe::dispatcher (dispatch / combine_input / combine)");
   static_assert(quant_scheme<Quant>, "polymoe: the Quant policy is listed in the pairing table but does not model "
@@ -312,7 +307,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   std::optional<prepared_type> prepared_;
   std::optional<prepared_type> shared_;
   runner<Path, format_type> runner_;
-  runner<standard_path<Kernel>, format::standard> shared_runner_;
+  runner<SharedPath, format::standard> shared_runner_;
   Matrix shared_gate_, router_weight_;
   Vector router_bias_;
   IdMatrix route_ids_;
@@ -323,22 +318,22 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>> {
   IdMatrix shared_ids_;
 };
 
-template <class A2A, class Quant, class Kernel, class Path>
-moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a, Kernel kernel)
+template <class A2A, class Quant, class Kernel, class Path, class SharedPath>
+moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a, Kernel kernel)
     : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
   build(w, [](const ExpertWeights& e) { return Quant::quantize(e); });
 }
 
-template <class A2A, class Quant, class Kernel, class Path>
-moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a, Kernel kernel)
+template <class A2A, class Quant, class Kernel, class Path, class SharedPath>
+moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a, Kernel kernel)
   requires(!std::is_same_v<typename Quant::weights, ExpertWeights>)
     : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
   build(w, [](quant_weights& e) -> quant_weights&& { return std::move(e); });
 }
 
-template <class A2A, class Quant, class Kernel, class Path>
+template <class A2A, class Quant, class Kernel, class Path, class SharedPath>
 template <class W, class ToStore>
-void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::build(W& w, ToStore to_store) {
+void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::build(W& w, ToStore to_store) {
   // One agreed step: one rank's bad config or weights (or a failed allocation) is every rank's error.
   detail::agree_on(a2a_, [&] {
     cfg_.validate();
@@ -358,8 +353,8 @@ void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::build(W& w, ToStore 
   if constexpr (requires { a2a_.agree_on_layer(); }) a2a_.agree_on_layer();
 }
 
-template <class A2A, class Quant, class Kernel, class Path>
-void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::run_into(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights,
+template <class A2A, class Quant, class Kernel, class Path, class SharedPath>
+void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::run_into(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights,
                                                               MatrixRef out) {
   if (hidden.rows() == 0 && !detail::is_collective<A2A>) return;  // other ranks may still send us work
   auto d = [&] {
@@ -374,8 +369,8 @@ void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::run_into(const Matri
   if (shared_) add_shared(hidden, out);
 }
 
-template <class A2A, class Quant, class Kernel, class Path>
-void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::add_shared(const MatrixCRef& hidden, MatrixRef out) {
+template <class A2A, class Quant, class Kernel, class Path, class SharedPath>
+void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::add_shared(const MatrixCRef& hidden, MatrixRef out) {
   const index_t T = hidden.rows();
   auto ids = top_rows(shared_ids_, T, 1);
   auto w = top_rows(shared_w_, T, 1);
@@ -396,13 +391,16 @@ void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path>>::add_shared(const Mat
 
 }  // namespace detail
 
-/// A Mixture-of-Experts layer: A2A dispatches tokens, Quant stores the weights, Kernel runs the
-/// experts. See the top of this header and docs/architecture.md.
-template <class A2A, class Quant, class Kernel>
-class MoeLayer : public detail::moe_layer_impl<A2A, Quant, Kernel, pairing::resolve<A2A, Quant, Kernel>> {
-  using base = detail::moe_layer_impl<A2A, Quant, Kernel, pairing::resolve<A2A, Quant, Kernel>>;
+/// A Mixture-of-Experts layer of the pairing table `Table`: A2A dispatches tokens, Quant stores the
+/// weights, Kernel runs the experts. polymoe::MoeLayer<A2A, Quant, Kernel> is the layer of
+/// polymoe::core_table (<polymoe/pairing_table.hpp>). See the top of this header and
+/// docs/architecture.md.
+template <class Table, class A2A, class Quant, class Kernel>
+class basic_moe_layer : public detail::moe_layer_impl<A2A, Quant, Kernel, pairing::resolve<Table, A2A, Quant, Kernel>> {
+  using base = detail::moe_layer_impl<A2A, Quant, Kernel, pairing::resolve<Table, A2A, Quant, Kernel>>;
 
  public:
+  using table_type = Table;
   using base::base;
 };
 
