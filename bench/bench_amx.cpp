@@ -5,11 +5,12 @@
 //   hot    : two panels, used alternately (operands in L1/L2): the kernel's compute rate;
 //   stream : the thread's share of 1 GiB of panels, walked in order (weights from DRAM, as the
 //            forward of a layer whose weights exceed the LLC).
-// Variants, alternating in rounds (each keeps its best round): amx::block (1x4 register blocking,
-// slabs of 8 k-blocks), amx::block22 (2x2) as the forward runs it (`lib`: after a panel's last
-// slab it fetches the first of the panel multiplied next) and a second copy of its code (`copy`),
-// without the next panel (`nonext`, the loop before), and other hints of the next slab's
-// prefetch; and for bf16 the decode path (one row, AVX-512) with its prefetch variants, streamed.
+// Variants, alternating in rounds (each keeps its best round): amx::block22 (2x2 register
+// blocking, slabs of 8 k-blocks) as the forward runs it (`lib`: after a panel's last slab it
+// fetches the first of the panel multiplied next) and a second copy of its code (`copy`), without
+// the next panel (`nonext`, the loop before), and other hints of the next slab's prefetch; and for
+// bf16 the decode path (one row, AVX-512) with its prefetch variants, streamed. (The 1x4 loop and
+// column pairs outer, which docs/decisions.md#amx-loop compared, are no longer in the tree.)
 // Before timing, every variant's result is compared bit for bit with the first of its list.
 //
 // With --peaks it prints only the tile peaks: limits.hpp's (the best of five short bursts on zero
@@ -102,21 +103,20 @@ __attribute__((target("amx-tile,amx-bf16,amx-int8"))) void lib_copy(const typena
                                                                       index_t m, index_t nkb,
                                                                       const typename L::b_type* panel,
                                                                       const typename L::b_type* next, C* c) {
-  amx::block22<L, false, Pf::t0, C>(a, lda, m, nkb, panel, Next ? next : nullptr, c);
+  amx::block22<L, Pf::t0, C>(a, lda, m, nkb, panel, Next ? next : nullptr, c);
 }
 
-/// The variants, named, the first (amx::block) the one the others are checked against.
+/// The variants, named, the first (the library's) the one the others are checked against.
 template <bool Int8>
 std::vector<std::pair<const char*, Kernel<Int8>>> variants() {
   using L = typename Ops<Int8>::lib;
   using C = typename Ops<Int8>::c_type;
   return {
-      {"1x4 s8", &amx::block<L, C>},
-      {"2x2 s8 lib", &amx::block22<L, false, Pf::t0, C>},
+      {"2x2 s8 lib", &amx::block22<L, Pf::t0, C>},
       {"2x2 s8 copy", &lib_copy<L, C, true>},
       {"2x2 s8 nonext", &lib_copy<L, C, false>},
-      {"2x2 s8 pfT2", &amx::block22<L, false, Pf::t2, C>},
-      {"2x2 s8 nopf", &amx::block22<L, false, Pf::none, C>},
+      {"2x2 s8 pfT2", &amx::block22<L, Pf::t2, C>},
+      {"2x2 s8 nopf", &amx::block22<L, Pf::none, C>},
   };
 }
 
@@ -243,12 +243,12 @@ void formats(const std::vector<long>& threads, int rounds) {
                   const char* p = base + pi(i) * d.panel_bytes;
                   const char* q = base + pi(i + 1) * d.panel_bytes;
                   if (s == 0)
-                    amx::block22<amx::bf16_ops, false, Pf::t0>(
+                    amx::block22<amx::bf16_ops, Pf::t0>(
                         reinterpret_cast<const std::uint16_t*>(d.as[static_cast<std::size_t>(id)].get()), lda_el(2), m,
                         nkb, reinterpret_cast<const std::uint16_t*>(p), reinterpret_cast<const std::uint16_t*>(q),
                         reinterpret_cast<float*>(d.cs[static_cast<std::size_t>(id)].get()));
                   else
-                    amx::block22<amx::int8_ops, false, Pf::t0>(
+                    amx::block22<amx::int8_ops, Pf::t0>(
                         reinterpret_cast<const std::uint8_t*>(d.as[static_cast<std::size_t>(id)].get()), lda_el(1), m,
                         nkb, reinterpret_cast<const std::int8_t*>(p), reinterpret_cast<const std::int8_t*>(q),
                         reinterpret_cast<std::int32_t*>(d.cs[static_cast<std::size_t>(id)].get()));

@@ -8,17 +8,21 @@
 // token count: the median and quartiles of the rounds' ratios, and each format's median time per
 // forward. Weights, routing and the cycling of layer copies past the LLC as polymoe_bench.
 //
-// With --ab KNOB, each round times each format with a kernel knob off and on (off on on off) and
-// reports, per format, the time off over the time on, and the bf16 / int8 ratio either way. Knobs:
-// y-stream (GEMM 2 stores y with non-temporal stores: detail::y_stream_knob; off 0, on 1) and
-// sum-span (the top-k sum reads a token's rows of y in steps: detail::sum_span_knob; off whole
-// rows, on the library's step, detail::sum_span) and gemm1-by-block (GEMM 1 one task per row block,
-// each panel's epilogue inside the next panel's tiles: detail::gemm1_by_block_knob; off 0, on 1)
-// and bf16-block-rows (bf16's AMX row-block cut: detail::bf16_block_rows_knob; off 128, on 256,
-// the library's; int8 always cuts at 256) and row-group (E2M1 and E4M3 row blocks of at most 16 rows in
-// amx::decoded_row_group: detail::row_group_knob; off 0, on 1, the library's; bf16 is the control)
-// and one-term (split GEMM 1 inputs whose lo terms are all zero run the hi term alone:
-// detail::one_term_knob; off 0, on 1, the library's; it acts only with --bf16-inputs 1).
+// With --ab KNOB, each format runs as two sets of layers whose kernels differ in one setting of
+// their tuning (kernels/tiled/tuning.hpp), "off" and "on"; each round times each format off, on, on,
+// off and reports, per format, the time off over the time on, and the bf16 / int8 ratio either
+// way. Knobs: y-stream (GEMM 2 stores y with non-temporal stores: tuning::y_stream; off / on at
+// every size) and sum-span (the top-k sum reads a token's rows of y in steps: tuning::sum_span; off
+// whole rows, on the library's step) and gemm1-by-block (GEMM 1 one task per row block, each
+// panel's epilogue inside the next panel's tiles: tuning::gemm1_by_block; off / on at every size)
+// and bf16-block-rows (bf16's AMX row-block cut: tuning::bf16_block_rows; off 128, on 256, the
+// library's; int8 always cuts at 256) and row-group (E2M1 and E4M3 row blocks of at most 16 rows in
+// amx::decoded_row_group: tuning::row_group; off, on the library's; bf16 is the control) and
+// one-term (split GEMM 1 inputs whose lo terms are all zero run the hi term alone:
+// tuning::one_term; off, on the library's; it acts only with --bf16-inputs 1).
+//
+// With --tuning KEY=VALUE,... every layer's kernel starts from that tuning instead of the
+// defaults (polymoe run --help lists the keys); --ab then changes its one setting on top.
 //
 // With --bf16-inputs 1 the hidden states are bf16 values (an engine running in bf16), not fp32 ones.
 //
@@ -30,12 +34,14 @@
 //                         nvfp4_w4a16]
 //               [--tokens 512,2048] [--threads 16] [--rounds 9] [--forwards 3]
 //               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows|row-group|one-term] [--phases 1]
-//               [--bf16-inputs 1]
+//               [--bf16-inputs 1] [--tuning KEY=VALUE,...]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/mp11/algorithm.hpp>
@@ -53,7 +59,8 @@ namespace {
 /// The formats --second selects (by their names): every other scheme the AMX kernel runs.
 using second_schemes = boost::mp11::mp_remove<pairing::kernel_schemes<core_table, kernel::tiled_amx>, quant::bf16>;
 
-/// Copies of one layer, cycled so that every timed pass reads its weights from DRAM.
+/// Copies of one layer, cycled so that every timed pass reads its weights from DRAM; their kernel
+/// `k` (its tuning, and where it records phase times).
 template <class Q>
 struct Layers {
   using Layer = MoeLayer<a2a::local, Q, kernel::tiled_amx>;
@@ -61,13 +68,13 @@ struct Layers {
   std::string note;
   int next = 0;
 
-  Layers(const preset& p, const ExpertWeights& fp32, std::size_t llc) {
+  Layers(const preset& p, const ExpertWeights& fp32, std::size_t llc, const kernel::tiled_amx& k) {
     const MoeConfig cfg = config_of(p);
     const double layer_bytes = expert_bytes(Q::name, p) * static_cast<double>(p.experts);
     const int n = instances_for(layer_bytes, 2 * layer_bytes + 1e6, llc, note);
     BasicMoeWeights<typename Q::weights> w;
     w.experts = Q::quantize(fp32);
-    for (int i = 0; i < n; ++i) copies.push_back(std::make_unique<Layer>(cfg, w));
+    for (int i = 0; i < n; ++i) copies.push_back(std::make_unique<Layer>(cfg, w, a2a::local{}, k));
   }
 
   /// Seconds for `count` forwards, each on the next copy and the next routing.
@@ -88,6 +95,29 @@ struct Layers {
   std::exit(2);
 }
 
+/// The tunings of --ab KNOB, off and on, each `base` but for the knob's setting; nothing for a knob
+/// it does not know.
+std::optional<std::pair<kernels::tiled::tuning, kernels::tiled::tuning>> ab_tunings(const std::string& knob,
+                                                                                   const kernels::tiled::tuning& base) {
+  using kernels::tiled::mode;
+  kernels::tiled::tuning off = base, on = base;
+  if (knob == "y-stream")
+    off.y_stream = mode::off, on.y_stream = mode::on;
+  else if (knob == "sum-span")
+    off.sum_span = index_t{1} << 30, on.sum_span = kernels::tiled::tuning{}.sum_span;
+  else if (knob == "gemm1-by-block")
+    off.gemm1_by_block = mode::off, on.gemm1_by_block = mode::on;
+  else if (knob == "bf16-block-rows")
+    off.bf16_block_rows = 128, on.bf16_block_rows = 256;
+  else if (knob == "row-group")
+    off.row_group = false, on.row_group = true;
+  else if (knob == "one-term")
+    off.one_term = false, on.one_term = true;
+  else
+    return std::nullopt;
+  return std::pair{off, on};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -95,9 +125,8 @@ int main(int argc, char** argv) try {
   std::vector<long> tokens = {512, 2048};
   int threads = 16, rounds = 9, forwards = 3;
   bool phases = false, bf16_inputs = false;
-  int* ab = nullptr;  // the knob of --ab, and its values off and on
-  int ab_off = 0, ab_on = 1;
-  std::string ab_name, second = "int8_w8a8";
+  kernels::tiled::tuning base;  // --tuning
+  std::string ab_name, second = "int8_w8a8";  // ab_name: the knob of --ab ("": none)
   long max_experts = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -136,25 +165,11 @@ int main(int argc, char** argv) try {
     } else if (a == "--bf16-inputs") {
       bf16_inputs = v != "0";
     } else if (a == "--ab") {
-      ab_name = v;
-      if (v == "y-stream") {
-        ab = &kernels::tiled::detail::y_stream_knob();
-      } else if (v == "sum-span") {
-        ab = &kernels::tiled::detail::sum_span_knob();
-        ab_off = 1 << 30, ab_on = -1;
-      } else if (v == "gemm1-by-block") {
-        ab = &kernels::tiled::detail::gemm1_by_block_knob();
-      } else if (v == "bf16-block-rows") {
-        ab = &kernels::tiled::detail::bf16_block_rows_knob();
-        ab_off = 128, ab_on = 256;
-      } else if (v == "row-group") {
-        ab = &kernels::tiled::detail::row_group_knob();
-      } else if (v == "one-term") {
-        ab = &kernels::tiled::detail::one_term_knob();
-
-      } else {
+      if (!ab_tunings(v, base))
         fail("--ab: y-stream, sum-span, gemm1-by-block, bf16-block-rows, row-group or one-term, not '" + v + "'");
-      }
+      ab_name = v;
+    } else if (a == "--tuning") {
+      base = kernels::tiled::parse_tuning(v);
     } else {
       fail("unknown option " + a);
     }
@@ -172,14 +187,28 @@ int main(int argc, char** argv) try {
   if (max_experts > 0 && max_experts < p.experts) p.experts = max_experts;
   const ExpertWeights fp32 = random_weights(p);
   const auto body = [&]<class Q2>() {
-    Layers<quant::bf16> bf16(p, fp32, llc);
-    Layers<Q2> int8(p, fp32, llc);
+    // with --phases (and no --ab), each format's kernels record into these (reset after each warm-up)
+    kernels::tiled::PhaseTimes p_bf16, p_int8;
+    const auto kernel_of = [&](const kernels::tiled::tuning& t, kernels::tiled::PhaseTimes& sink) {
+      return kernel::tiled_amx{t, phases && ab_name.empty() ? &sink : nullptr};
+    };
+    // the layers with the base tuning, or with --ab the knob off; with --ab a second set with it on
+    const auto [off, on] = ab_name.empty() ? std::pair{base, base} : *ab_tunings(ab_name, base);
+    Layers<quant::bf16> bf16(p, fp32, llc, kernel_of(off, p_bf16));
+    Layers<Q2> int8(p, fp32, llc, kernel_of(off, p_int8));
+    std::optional<Layers<quant::bf16>> bf16_on;
+    std::optional<Layers<Q2>> int8_on;
+    if (!ab_name.empty()) {
+      bf16_on.emplace(p, fp32, llc, kernel_of(on, p_bf16));
+      int8_on.emplace(p, fp32, llc, kernel_of(on, p_int8));
+    }
     const char* const name2 = Q2::name.data();
     std::printf("bench_ratio: %s (H=%ld I=%ld E=%ld k=%ld), %d threads, %d rounds of %d forwards each way; bf16 %s; "
-                "%s %s\n",
+                "%s %s%s\n",
                 p.name.c_str(), static_cast<long>(p.hidden), static_cast<long>(p.intermediate),
                 static_cast<long>(p.experts), static_cast<long>(p.top_k), threads, rounds, forwards, bf16.note.c_str(),
-                name2, int8.note.c_str());
+                name2, int8.note.c_str(),
+                base == kernels::tiled::tuning{} ? "" : ("; tuning " + kernels::tiled::to_string(base)).c_str());
     tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     for (const long T : tokens) {
       const Matrix hidden = random_hidden(T, p.hidden, static_cast<std::uint64_t>(T), bf16_inputs);
@@ -187,26 +216,26 @@ int main(int argc, char** argv) try {
       const int warm = static_cast<int>(r.ids.size()) * static_cast<int>(std::max(bf16.copies.size(), int8.copies.size()));
       bf16.time(hidden, r, warm);
       int8.time(hidden, r, warm);
+      if (bf16_on) bf16_on->time(hidden, r, warm), int8_on->time(hidden, r, warm);
+      p_bf16 = {}, p_int8 = {};  // the timed forwards' only
       const double dram_before = lim.dram(), amx_before = lim.amx();
-      if (ab) {
-        const int saved = *ab;
+      if (!ab_name.empty()) {
         std::vector<double> gain_bf16, gain_int8, ratio_off, ratio_on;
-        const auto pair = [&](auto& layers, double& off, double& on) {
-          *ab = ab_off, off = layers.time(hidden, r, forwards);
-          *ab = ab_on, on = layers.time(hidden, r, forwards);
-          on += layers.time(hidden, r, forwards);
-          *ab = ab_off, off += layers.time(hidden, r, forwards);
+        const auto pair = [&](auto& off_layers, auto& on_layers, double& off, double& on) {
+          off = off_layers.time(hidden, r, forwards);
+          on = on_layers.time(hidden, r, forwards);
+          on += on_layers.time(hidden, r, forwards);
+          off += off_layers.time(hidden, r, forwards);
         };
         for (int round = 0; round < rounds; ++round) {
           double b_off = 0, b_on = 0, i_off = 0, i_on = 0;
-          pair(bf16, b_off, b_on);
-          pair(int8, i_off, i_on);
+          pair(bf16, *bf16_on, b_off, b_on);
+          pair(int8, *int8_on, i_off, i_on);
           gain_bf16.push_back(b_off / b_on);
           gain_int8.push_back(i_off / i_on);
           ratio_off.push_back(b_off / i_off);
           ratio_on.push_back(b_on / i_on);
         }
-        *ab = saved;
         const auto med = [](const std::vector<double>& v) {
           char line[64];
           std::snprintf(line, sizeof line, "%.3f (quartiles %.3f-%.3f)", quantile(v, 0.5), quantile(v, 0.25),
@@ -221,16 +250,9 @@ int main(int argc, char** argv) try {
         continue;
       }
       std::vector<double> ratio, t_bf16, t_int8;
-      kernels::tiled::PhaseTimes p_bf16, p_int8;  // with --phases
-      const auto timed = [&](auto& layers, kernels::tiled::PhaseTimes& p) {
-        if (phases) kernels::tiled::phase_times = &p;
-        const double t = layers.time(hidden, r, forwards);
-        kernels::tiled::phase_times = nullptr;
-        return t;
-      };
       for (int round = 0; round < rounds; ++round) {
-        const double b1 = timed(bf16, p_bf16), i1 = timed(int8, p_int8);
-        const double i2 = timed(int8, p_int8), b2 = timed(bf16, p_bf16);
+        const double b1 = bf16.time(hidden, r, forwards), i1 = int8.time(hidden, r, forwards);
+        const double i2 = int8.time(hidden, r, forwards), b2 = bf16.time(hidden, r, forwards);
         ratio.push_back((b1 + b2) / (i1 + i2));
         t_bf16.push_back((b1 + b2) / (2 * forwards));
         t_int8.push_back((i1 + i2) / (2 * forwards));

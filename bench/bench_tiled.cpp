@@ -6,7 +6,11 @@
 //       weights touched exceed 2 x LLC and come from DRAM; ratio to (a);
 //   (d) prefill T tokens: 2·T·k·3·H·I flops / time; ratio to (b).
 //
+// --tuning KEY=VALUE,... builds the layer's kernel with that tuning (kernels/tiled/tuning.hpp;
+// polymoe run --help lists the keys), e.g. huge-pages=off.
+//
 //   bench_tiled [--threads N] [--quant bf16|fp32|both] [--tokens 1,16,64,512,2048] [--seconds S]
+//               [--tuning KEY=VALUE,...]
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,6 +102,7 @@ struct Options {
   std::vector<std::string> quants = {"bf16", "fp32"};
   std::vector<index_t> tokens = {1, 16, 64, 512, 2048};
   double seconds = 1.5;  // time per measurement (at least 3 runs)
+  kernels::tiled::tuning tuning;  // --tuning
 };
 
 template <class Q>
@@ -106,7 +111,7 @@ void bench_scheme(const Options& o, Limits& limits, std::size_t llc) {
   const auto t_prep = clock_type::now();
   BasicMoeWeights<typename Q::weights> w;
   w.experts = make_weights<Q>(42);
-  Layer layer(qwen3_config(), std::move(w));
+  Layer layer(qwen3_config(), std::move(w), {}, kernel::tiled{o.tuning});
   const auto& packed = layer.prepared().packed;
   std::printf("\n[%s] layer prepared in %.1f s: %.2f GB of packed expert weights\n", std::string(Q::name).c_str(),
               seconds_since(t_prep), static_cast<double>(packed.expert_bytes()) * E / 1e9);
@@ -195,16 +200,25 @@ int main(int argc, char** argv) {
       for (const long t : bench::comma_list(value())) o.tokens.push_back(t);
     } else if (a == "--seconds") {
       o.seconds = std::stod(value());
+    } else if (a == "--tuning") {
+      try {
+        o.tuning = kernels::tiled::parse_tuning(value(), o.tuning);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_tiled: %s\n", e.what());
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: bench_tiled [--threads N] [--quant bf16|fp32|both] [--tokens 1,16,...] [--seconds S]\n");
+      std::fprintf(stderr, "usage: bench_tiled [--threads N] [--quant bf16|fp32|both] [--tokens 1,16,...] [--seconds S] "
+                           "[--tuning KEY=VALUE,...]\n");
       return 2;
     }
   }
   tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(o.threads));
   const std::size_t llc = llc_bytes();
-  std::printf("bench_tiled: Qwen3-30B-A3B MoE layer H=%ld I=%ld E=%ld k=%ld, silu-gated; %d threads; LLC %.0f MB\n",
+  std::printf("bench_tiled: Qwen3-30B-A3B MoE layer H=%ld I=%ld E=%ld k=%ld, silu-gated; %d threads; LLC %.0f MB%s\n",
               static_cast<long>(H), static_cast<long>(I), static_cast<long>(E), static_cast<long>(K), o.threads,
-              static_cast<double>(llc) / 1e6);
+              static_cast<double>(llc) / 1e6,
+              o.tuning == kernels::tiled::tuning{} ? "" : ("; tuning " + kernels::tiled::to_string(o.tuning)).c_str());
   Limits limits{o.threads, std::max<std::size_t>(std::size_t{1} << 30, 4 * llc)};
   std::printf("(a) DRAM read bandwidth: %.1f GB/s\n(b) fp32 FMA peak: %.1f GFLOP/s\n", limits.dram(), limits.peak());
   for (const auto& q : o.quants) {

@@ -49,6 +49,9 @@ const char* usage = R"(usage: polymoe_bench [options]
   --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
                    same shapes: rows with a2a=peer, kernel=torch-hf-loop
   --peer-dtype bf16|fp32   (default bf16)   --peer-reps N (default 3)
+  --tuning LIST    kernels tiled and tiled_amx: settings that differ from the measured defaults
+                   (docs/decisions.md), KEY=VALUE separated by commas (the other kernels have none;
+                   the records' note says the tuning). The keys:
 )";
 
 [[noreturn]] void fail(const std::string& m) {
@@ -329,7 +332,7 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("%s", usage);
+      std::printf("%s%s", usage, std::string(kernels::tiled::tuning_keys).c_str());
       return 0;
     }
     if (a == "--phases") {
@@ -370,6 +373,7 @@ int main(int argc, char** argv) try {
     else if (a == "--peer") peer = v;
     else if (a == "--peer-dtype") peer_dtype = v;
     else if (a == "--peer-reps") peer_reps = static_cast<int>(ints().at(0));
+    else if (a == "--tuning") o.tuning = kernels::tiled::parse_tuning(v, o.tuning);
     else fail("unknown option " + a + " (see --help)");
   }
   if (!peer.empty() && peer != "torch") fail("--peer: only 'torch' is known");

@@ -17,6 +17,7 @@
 #include <polymoe/core/types.hpp>
 #include <polymoe/kernels/codecs/bf16.hpp>
 #include <polymoe/kernels/tiled/phases.hpp>
+#include <polymoe/kernels/tiled/tuning.hpp>
 
 #include <polymoe/io/model_presets.hpp>
 
@@ -43,6 +44,7 @@ struct options {
   bool phases = false;  // --phases: the tiled kernels' time per phase
   bool baseline = true;  // --no-baseline: skip the Eigen baseline (x base is then empty)
   bool bf16_inputs = false;  // --bf16-inputs: hidden states that are bf16 values
+  kernels::tiled::tuning tuning;  // --tuning: the tiled kernels' (the other kernels have none)
 };
 
 /// A layer's configuration for a preset: silu-gated experts, no biases, top-k routing.

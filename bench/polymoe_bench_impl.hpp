@@ -28,15 +28,24 @@ void bench_triple(const sweep& s) {
   // footprint: the scheme's store and the kernel's prepared copy
   const int n = instances_for(layer_bytes, 2 * layer_bytes + 1e6, s.llc, note);
 
+  // The kernel: the tiled kernels with --tuning's tuning and, with --phases, recording into
+  // `phases` (reset before each point's timed forwards).
+  kernels::tiled::PhaseTimes phases;
+  Kernel kernel{};
+  if constexpr (requires { kernel.tuning = s.opt->tuning; kernel.phases = &phases; }) {
+    kernel.tuning = s.opt->tuning;
+    if (s.opt->phases) kernel.phases = &phases;
+    if (s.opt->tuning != kernels::tiled::tuning{}) note += "; tuning " + kernels::tiled::to_string(s.opt->tuning);
+  }
   std::vector<std::unique_ptr<Layer>> layers;
   if constexpr (std::is_same_v<typename Q::weights, ExpertWeights>) {
     MoeWeights w;
     w.experts = *s.fp32;
-    for (int i = 0; i < n; ++i) layers.push_back(std::make_unique<Layer>(cfg, w));
+    for (int i = 0; i < n; ++i) layers.push_back(std::make_unique<Layer>(cfg, w, A2A{}, kernel));
   } else {
     BasicMoeWeights<typename Q::weights> w;
     w.experts = Q::quantize(*s.fp32);
-    for (int i = 0; i < n; ++i) layers.push_back(std::make_unique<Layer>(cfg, w));
+    for (int i = 0; i < n; ++i) layers.push_back(std::make_unique<Layer>(cfg, w, A2A{}, kernel));
   }
   s.info(detail::concat("[", A2A::name, ", ", Q::name, ", ", Kernel::name, "] ", p.name, ": prepared ", n,
                         " layer instance(s) in ", seconds_since(t_prep), " s; ", note));
@@ -65,14 +74,12 @@ void bench_triple(const sweep& s) {
       // faults of hundreds of MB: with two warm-up forwards, the first forward of a second
       // instance fell among the timed ones).
       const int warm = V * n;
-      kernels::tiled::PhaseTimes phases;  // the timed forwards' (tiled kernels only)
       time_reps(s.opt->reps, warm, [&](int f) {
-        if (s.opt->phases && f == warm) kernels::tiled::phase_times = &phases;
+        if (f == warm) phases = {};  // the timed forwards' only
         auto& layer = *layers[static_cast<std::size_t>((f / V) % n)];
         const Matrix out = layer.forward_routed(hidden, r.ids[static_cast<std::size_t>(f % V)], r.weights);
         if (out.size() && out.data()[0] == 12345.678f) std::printf(" ");
       }, rec);
-      kernels::tiled::phase_times = nullptr;
       if (phases.forwards > 0) {
         const std::string line = phase_line(phases);
         rec.note += "; " + line;

@@ -3,8 +3,9 @@
 # this machine: test_hf_fixtures (every valid triple against transformers), then every fixture case
 # through `polymoe run` for each scheme asked for, with --kernel reference and with the kernel under
 # test, each output compared with transformers' (the tolerances of tests/tools.cmake) and the two
-# kernels' outputs with each other. Both passes run twice: as built, and with POLYMOE_AMX_MIN_ROWS=1,
-# which puts every row block of kernel::tiled_amx on the AMX tiles (these layers are small).
+# kernels' outputs with each other. Both passes run twice: as built, and with --tuning amx-min-rows=1
+# (test_hf_fixtures, and `polymoe run` of a kernel that has a tuning), which puts every row block of
+# kernel::tiled_amx on the AMX tiles (these layers are small).
 # Written for an AMX machine (docs/benchmarks.md, "Correctness on the AMX machine"), where the tiles
 # themselves run. On a build folder:
 #   scripts/fixtures-check.sh --bin build
@@ -46,10 +47,10 @@ failed=0
 fail() { echo "FAILED: $*"; failed=1; }
 
 for tiles in as-built everywhere; do
-  env=()
-  [ $tiles = everywhere ] && env=(POLYMOE_AMX_MIN_ROWS=1)
+  tune=()
+  [ $tiles = everywhere ] && tune=(--tuning amx-min-rows=1)
   echo "== tiles: $tiles"
-  if env "${env[@]}" "${test_hf[@]}" --gtest_brief=1 > "$work/gtest.log" 2>&1; then
+  if "${test_hf[@]}" --gtest_brief=1 "${tune[@]}" > "$work/gtest.log" 2>&1; then
     echo "test_hf_fixtures: $(grep -o '[0-9]* tests\? from .* ran' "$work/gtest.log" | head -1), passed"
   else
     tail -20 "$work/gtest.log"; fail "test_hf_fixtures ($tiles)"
@@ -64,9 +65,11 @@ for tiles in as-built everywhere; do
       case=$(basename "$dir")
       [ -f "$dir/io.safetensors" ] || continue
       for k in "${kernels[@]}"; do
-        if ! env "${env[@]}" "${polymoe[@]}" run --checkpoint "$dir" --layer 0 --input "$dir/io.safetensors" \
+        k_tune=()  # the tuning only for the kernels that have one (polymoe run refuses it for others)
+        case "$k" in tiled | tiled_amx) k_tune=("${tune[@]}") ;; esac
+        if ! "${polymoe[@]}" run --checkpoint "$dir" --layer 0 --input "$dir/io.safetensors" \
           --output "$work/$k.safetensors" --quant "$quant" --kernel "$k" --threads "$threads" --quiet \
-          > "$work/run.log" 2>&1; then
+          "${k_tune[@]}" > "$work/run.log" 2>&1; then
           fail "$quant $case $k: $(tail -1 "$work/run.log")"; continue 2
         fi
         r=$("${polymoe[@]}" compare "$work/$k.safetensors" "$dir/io.safetensors" --tensor output --tol $tol 2>&1) ||

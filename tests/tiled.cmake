@@ -20,13 +20,14 @@ if(POLYMOE_STD_THREADS)
   polymoe_add_test(test_threads NO_INSTANCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_threads.cpp)
 endif()
 # kernel::tiled and kernel::tiled_amx once more with GEMM 2's rows of y streamed past the caches at
-# every size (POLYMOE_Y_STREAM=1; by default detail::stream_y streams y only when y and the weights
-# of the experts with rows outgrow the last-level cache, which no layer of these tests does).
+# every size (--tuning y-stream=on; by default detail::stream_y streams y only when y and the weights
+# of the experts with rows outgrow the last-level cache, which no layer of these tests does). The
+# test programs build their kernels with the tuning they are given (support/test_tuning.hpp).
 gtest_discover_tests(test_tiled TEST_SUFFIX .y_stream TEST_LIST test_tiled_y_stream DISCOVERY_TIMEOUT 60
-                     PROPERTIES LABELS unit ENVIRONMENT POLYMOE_Y_STREAM=1)
+                     EXTRA_ARGS --tuning y-stream=on PROPERTIES LABELS unit)
 gtest_discover_tests(test_tiled_amx TEST_SUFFIX .y_stream TEST_LIST test_tiled_amx_y_stream DISCOVERY_TIMEOUT 60
-                     PROPERTIES LABELS unit ENVIRONMENT POLYMOE_Y_STREAM=1)
-# kernel::tiled_amx once more with GEMM 1 by block at every size (POLYMOE_GEMM1_BY_BLOCK=1;
+                     EXTRA_ARGS --tuning y-stream=on PROPERTIES LABELS unit)
+# kernel::tiled_amx once more with GEMM 1 by block at every size (--tuning gemm1-by-block=on;
 # by default detail::gemm1_by_block takes it from 16 rows per block on average).
 gtest_discover_tests(test_tiled_amx TEST_SUFFIX .by_block TEST_LIST test_tiled_amx_by_block DISCOVERY_TIMEOUT 60
-                     PROPERTIES LABELS unit ENVIRONMENT POLYMOE_GEMM1_BY_BLOCK=1)
+                     EXTRA_ARGS --tuning gemm1-by-block=on PROPERTIES LABELS unit)

@@ -116,6 +116,15 @@ run_case(deepseek_v3_fp8_as_bf16 deepseek_v3_fp8 1e-2 --quant bf16)
 run_case(gpt_oss_mxfp4_as_fp32 gpt_oss_mxfp4 1e-5 --quant fp32 --kernel tiled)
 # W4A16: the stored blocks as they are, bf16 activations (bf16's tolerance)
 run_case(gpt_oss_mxfp4_w4a16 gpt_oss_mxfp4 1e-2 --quant mxfp4_w4a16 --kernel tiled_amx)
+# the tiled kernels' tuning: every row block on the AMX tiles (where the machine has them) and y
+# streamed, within bf16's tolerance; a key it does not know, and a kernel without a tuning, refused
+run_case(mixtral_tiled_amx_tuned mixtral 1e-2 --quant bf16 --kernel tiled_amx --tuning amx-min-rows=1,y-stream=on)
+tool_expect_error(cli.unknown_tuning "tuning: unknown key 'warp'" ${tool} run --checkpoint ${hf}/mixtral --layer 0
+                  --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --kernel tiled
+                  --tuning warp=9)
+tool_expect_error(cli.tuning_without_tiled "--kernel reference has none" ${tool} run --checkpoint ${hf}/mixtral
+                  --layer 0 --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --kernel reference
+                  --tuning sum-span=16)
 
 # --- quantize, then run the quantized checkpoint: the stored weights must give exactly what
 # quantizing on load gives, and stay close to the transformers output.

@@ -104,8 +104,7 @@ int8), its MoE shapes and routing, and its tensor inventory (count and bytes; ev
       std::printf(", no MoE block\n");
     } else {
       const MoeConfig c = ckpt.moe_config(n);
-      static constexpr const char* routing[] = {"softmax top-k", "top-k softmax", "sigmoid grouped top-k"};
-      std::printf(", MoE (%s): experts %s\n", routing[static_cast<int>(c.router.method)],
+      std::printf(", MoE (%s): experts %s\n", std::string(to_string(c.router.method)).c_str(),
                   std::string(io::to_string(ckpt.scheme_of(n))).c_str());
       std::printf("    E=%lld k=%lld H=%lld I=%lld activation=%s renormalize=%d", static_cast<long long>(c.num_experts),
                   static_cast<long long>(c.top_k()), static_cast<long long>(c.hidden),

@@ -10,6 +10,7 @@
 
 #include <polymoe/a2a/fingerprint.hpp>
 #include <polymoe/io/safetensors.hpp>
+#include <polymoe/kernels/tiled/tuning.hpp>
 
 #include "cli.hpp"
 #include "run_layer.hpp"
@@ -25,7 +26,7 @@ namespace {
 
 constexpr const char* run_help = R"(usage: polymoe run --checkpoint DIR --layer N --input IN.safetensors --output OUT.safetensors
                    [--a2a NAME] [--quant NAME] [--kernel NAME] [--threads N] [--repeat N]
-                   [--ignore-input-logits] [--quiet]
+                   [--tuning KEY=VALUE,...] [--ignore-input-logits] [--quiet]
 
 Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharded or not).
   IN   hidden_states [T, H] (F32 or BF16), optionally router_logits [T, E]; without them (or with
@@ -42,7 +43,12 @@ Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharde
   --threads  oneTBB threads (default: all).   --repeat  forward passes to time (default 1; with more,
              their mean after one untimed warm-up call).
   --capacity mpi_masked rows per local expert (default: T * top_k, which no batch exceeds).
-`polymoe list` prints every valid (a2a, quant, kernel) triple.
+  --tuning   kernels tiled and tiled_amx: settings that differ from the measured defaults
+             (docs/decisions.md), comma-separated, applied in order; e.g. amx-min-rows=1 puts every
+             row block of tiled_amx on the AMX tiles. The keys:
+)";
+
+constexpr const char* run_help_end = R"(`polymoe list` prints every valid (a2a, quant, kernel) triple.
 )";
 
 std::string default_quant(io::stored_scheme s) {
@@ -148,16 +154,18 @@ struct mpi_session {
 
 int cmd_run(int argc, char** argv) {
   const args a = parse_args("run", argc, argv, 2,
-                            {"checkpoint", "layer", "input", "output", "a2a", "quant", "kernel", "threads", "repeat", "capacity"},
+                            {"checkpoint", "layer", "input", "output", "a2a", "quant", "kernel", "threads", "repeat",
+                             "capacity", "tuning"},
                             {"ignore-input-logits", "quiet"});
   if (a.flag("help")) {
-    std::cout << run_help;
+    std::cout << run_help << kernels::tiled::tuning_keys << run_help_end;
     return 0;
   }
   require(a.positional.empty(), "run: unexpected argument '", a.positional.empty() ? "" : a.positional[0], "'");
   const std::string ckpt_dir = a.need("checkpoint"), in_path = a.need("input"), out_path = a.need("output");
   const index_t layer_n = a.parse_int(a.need("layer"), "layer");
   const int repeat = static_cast<int>(a.integer_in("repeat", 1, 1, std::numeric_limits<int>::max()));
+  const kernels::tiled::tuning tuning = kernels::tiled::parse_tuning(a.get("tuning"));
   std::optional<tbb::global_control> threads;
   if (a.has("threads")) {
     const auto n = a.integer("threads", 0);
@@ -194,10 +202,13 @@ int cmd_run(int argc, char** argv) {
     ctx.repeat = repeat;
     ctx.total_tokens = T;
     ctx.capacity = a.integer_in("capacity", 0, 0, std::numeric_limits<int>::max());
+    ctx.tuning = tuning;
+    ctx.tuning_given = a.has("tuning");
     ctx.hidden = hidden_all.middleRows(b, e - b);
     a2a::fingerprint same;  // what every rank must share (the layer adds its own fingerprint)
     same.add("--layer", layer_n).add("--a2a", names.a2a).add("--quant", names.quant).add("--kernel", names.kernel);
-    same.add("--repeat", repeat).add("checkpoint family", io::to_string(ckpt.family()));
+    same.add("--repeat", repeat).add("--tuning", kernels::tiled::to_string(tuning));
+    same.add("checkpoint family", io::to_string(ckpt.family()));
     same.add("stored scheme", io::to_string(stored)).add("input tokens", T);
     same.add_checksum("input hidden_states", {a2a::fingerprint::values(hidden_all)});
     if (in.contains("router_logits") && !a.flag("ignore-input-logits")) {
@@ -234,9 +245,10 @@ int cmd_run(int argc, char** argv) {
                     static_cast<long long>(L.cfg.hidden), static_cast<long long>(L.cfg.intermediate),
                     static_cast<long long>(E), static_cast<long long>(k),
                     L.cfg.shared_intermediate ? " +shared expert" : "");
-        std::printf("  layer      MoeLayer<%s, %s, %s>%s%s\n", std::string(names.a2a).c_str(),
+        std::printf("  layer      MoeLayer<%s, %s, %s>%s%s%s\n", std::string(names.a2a).c_str(),
                     std::string(names.quant).c_str(), std::string(names.kernel).c_str(),
                     mpi.size > 1 ? (" on " + std::to_string(mpi.size) + " ranks").c_str() : "",
+                    a.has("tuning") ? ("\n  tuning     " + kernels::tiled::to_string(tuning)).c_str() : "",
                     ctx.note.empty() ? "" : ("\n  weights    " + ctx.note).c_str());
         std::printf("  timing     open %.3f s, load layer %.3f s, quantize+prepare %.3f s, forward %.3f ms (%.1f tokens/s; %s)\n",
                     secs(t_open - t_start), secs(t_loaded - t_open), ctx.prepare_seconds, ctx.forward_seconds * 1e3,

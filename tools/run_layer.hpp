@@ -7,6 +7,7 @@
 #include <string>
 
 #include <polymoe/io/hf_checkpoint.hpp>
+#include <polymoe/kernels/tiled/tuning.hpp>
 
 #include "selection.hpp"
 
@@ -20,6 +21,8 @@ struct run_context {
   int repeat = 1; ///< forward passes (timing); the output is the last one's
   index_t total_tokens = 0;  ///< over all ranks
   index_t capacity = 0;      ///< mpi_masked rows per local expert (0: total_tokens * top_k)
+  kernels::tiled::tuning tuning;  ///< --tuning: the tiled kernels' (kernels without one refuse it)
+  bool tuning_given = false;      ///< whether --tuning was given
   // results
   Matrix out;
   IdMatrix topk_ids;

@@ -19,22 +19,35 @@ A2A make_dispatcher(const run_context& ctx) {
     return A2A{};
 }
 
+/// The kernel: one that carries a tuning (kernel::tiled, kernel::tiled_amx) gets --tuning's;
+/// --tuning with any other kernel is an error.
+template <class Kernel>
+Kernel make_kernel(const run_context& ctx) {
+  Kernel k{};
+  if constexpr (requires { k.tuning = ctx.tuning; })
+    k.tuning = ctx.tuning;
+  else
+    require(!ctx.tuning_given, "run: --tuning sets the tiled kernels' tuning; --kernel ", Kernel::name, " has none");
+  return k;
+}
+
 template <class A2A, class Q, class Kernel>
 void run_triple(run_context& ctx) {
   using clock = std::chrono::steady_clock;
+  const Kernel kernel = make_kernel<Kernel>(ctx);
   const auto t0 = clock::now();
   std::optional<tool_layer<A2A, Q, Kernel>> layer;
   std::visit(
       [&](auto& w) {
         using W = std::decay_t<decltype(w)>;
         if constexpr (std::is_same_v<W, MoeWeights>) {
-          layer.emplace(ctx.cfg, w, make_dispatcher<A2A>(ctx));
+          layer.emplace(ctx.cfg, w, make_dispatcher<A2A>(ctx), kernel);
           if (Q::name != "fp32") ctx.note = "float weights quantized to " + std::string(Q::name) + " on load";
         } else if constexpr (std::is_same_v<W, BasicMoeWeights<typename Q::weights>>) {
-          layer.emplace(ctx.cfg, std::move(w), make_dispatcher<A2A>(ctx));
+          layer.emplace(ctx.cfg, std::move(w), make_dispatcher<A2A>(ctx), kernel);
           ctx.note = "pre-quantized weights used as stored (no requantization)";
         } else {
-          layer.emplace(ctx.cfg, io::dequantized(w), make_dispatcher<A2A>(ctx));
+          layer.emplace(ctx.cfg, io::dequantized(w), make_dispatcher<A2A>(ctx), kernel);
           ctx.note = "stored " + std::string(io::scheme_of_store<decltype(w.experts)>::type::name) +
                      " weights dequantized, then quantized to " + std::string(Q::name);
         }

@@ -344,8 +344,8 @@ void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::build(W&
     }
     if constexpr (requires { a2a_.agree_on_layer(); })  // noted before the weights move
       a2a_.template describe_layer<A2A, Quant, Kernel>(cfg_, w);
-    prepared_.emplace(Kernel::template prepare<Quant>(to_store(w.experts)));
-    if (w.shared) shared_.emplace(Kernel::template prepare<Quant>(to_store(*w.shared)));
+    prepared_.emplace(kernel_.template prepare<Quant>(to_store(w.experts)));
+    if (w.shared) shared_.emplace(kernel_.template prepare<Quant>(to_store(*w.shared)));
     finish(w);
   });
   // Collective dispatchers: every rank's layer must be the same layer (policies, config, the

@@ -263,12 +263,10 @@ int main(int argc, char** argv) {
   wire_traffic<a2a::mpi_ragged, quant::fp8_block>();
   wire_traffic<a2a::mpi_ragged, quant::fp32>();
   wire_traffic<a2a::mpi_masked, quant::fp8_block>();
-  bad_input_on_one_rank<a2a::mpi_allgather>();
-  bad_input_on_one_rank<a2a::mpi_ragged>();
-  bad_input_on_one_rank<a2a::mpi_masked>();
   masked_capacity();
   config_mismatch();
   mp::mp_for_each<mp::mp_remove<pairing::dispatchers_of<mpi_table>, a2a::local>>([]<class A>(A) {
+    bad_input_on_one_rank<A>();
     construction_error_on_one_rank<A>();
     layers_that_disagree<A>();
     top_k_width<A>();

@@ -11,6 +11,7 @@
 #include <polymoe/polymoe.hpp>
 
 #include "layer_instances.hpp"
+#include "test_tuning.hpp"
 
 namespace polymoe::test {
 

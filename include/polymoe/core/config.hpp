@@ -41,6 +41,16 @@ enum class RoutingMethod {
   sigmoid_grouped_topk,  ///< DeepSeek-V3: sigmoid, correction bias, grouped top-k, renormalize, scale
 };
 
+/// The method's name as the enumerator spells it (messages, fingerprints, the tool).
+[[nodiscard]] constexpr std::string_view to_string(RoutingMethod m) noexcept {
+  switch (m) {
+    case RoutingMethod::softmax_topk: return "softmax_topk";
+    case RoutingMethod::topk_softmax: return "topk_softmax";
+    case RoutingMethod::sigmoid_grouped_topk: return "sigmoid_grouped_topk";
+  }
+  return "?";
+}
+
 struct RouterConfig {
   RoutingMethod method = RoutingMethod::softmax_topk;
   index_t top_k = 2;

@@ -72,7 +72,9 @@ concept quant_scheme = opts_into_quant<Q> && named_policy<Q> && requires { typen
 ///
 /// Requirements: opts into kernel_tag, has a name, and for a scheme Q it implements
 ///   typename K::template prepared<Q>                 its own (re-laid, prepacked) weights
-///   K::template prepare<Q>(typename Q::weights)      -> prepared<Q>
+///   k.prepare<Q>(typename Q::weights)                -> prepared<Q>, called on the layer's kernel
+///                                                       object (static, or a const member where
+///                                                       the kernel's settings shape its buffers)
 ///   k.run(DispatchOutput<F>, prepared<Q>, ExpertMlp, CombineInput<F>) for each native format F
 /// Which schemes and formats it implements is stated in the pairing table, not here.
 template <class K>
@@ -82,7 +84,7 @@ template <class K, class Q, class F>
 concept expert_kernel_for = expert_kernel<K> && quant_scheme<Q> &&
     requires(const K& k, typename Q::weights w, const typename K::template prepared<Q>& p, const ExpertMlp& mlp,
              const DispatchOutput<F>& d, CombineInput<F> c) {
-      { K::template prepare<Q>(std::move(w)) } -> std::same_as<typename K::template prepared<Q>>;
+      { k.template prepare<Q>(std::move(w)) } -> std::same_as<typename K::template prepared<Q>>;
       k.template run<Q>(d, p, mlp, c);
     };
 

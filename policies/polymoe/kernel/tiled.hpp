@@ -10,6 +10,8 @@
 #include <polymoe/kernels/tiled/amx_forward.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 #include <polymoe/kernels/tiled/int8.hpp>
+#include <polymoe/kernels/tiled/phases.hpp>
+#include <polymoe/kernels/tiled/tuning.hpp>
 #include <polymoe/quant/bf16.hpp>
 #include <polymoe/quant/fp32.hpp>
 #include <polymoe/quant/fp8.hpp>
@@ -23,7 +25,8 @@ namespace polymoe::kernel {
 namespace tiled_detail {
 
 /// How the tiled kernel stores a scheme's weights and rounds its activations. The primary template
-/// exists only to fail: the pairing table lists the schemes that have a specialisation.
+/// exists only to fail: the pairing table lists the schemes that have a specialisation. Each
+/// pack(w, huge_pages) allocates its buffers as tuning::huge_pages says.
 template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
@@ -44,12 +47,12 @@ template <>
 struct scheme<quant::fp32> {
   using packed = kt::PackedExperts<float>;
   using inputs = kt::keep_inputs;  // quant::fp32::quantize_activation is the identity
-  static packed pack(const quant::fp32::weights& w) {
+  static packed pack(const quant::fp32::weights& w, bool huge_pages) {
     const ExpertShape s = w.shape();
     return kernels::tiled::pack_experts<float>(
         s, [&](index_t e, index_t r, index_t c) { return w.w13(e * s.rows13() + r, c); },
         [&](index_t e, index_t r, index_t c) { return w.w2(e * s.hidden + r, c); }, bias_rows(w).first,
-        bias_rows(w).second);
+        bias_rows(w).second, huge_pages);
   }
 };
 
@@ -64,16 +67,16 @@ struct scheme<quant::bf16> {
   using inputs = kt::bf16_inputs;  // quant::bf16::quantize_activation rounds to bf16
   /// The weights in layout L (kernel::tiled_amx packs them in its tile layout with this too).
   template <class L>
-  static kt::PackedExperts<std::uint16_t, L> pack_in(const quant::bf16::weights& w) {
+  static kt::PackedExperts<std::uint16_t, L> pack_in(const quant::bf16::weights& w, bool huge_pages) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
     const auto [b13, b2] = bias_rows(w);
     return kernels::tiled::pack_experts<std::uint16_t, L>(
         s, [&](index_t e, index_t r, index_t c) { return w.w13[static_cast<std::size_t>((e * R + r) * H + c)]; },
         [&](index_t e, index_t r, index_t c) { return w.w2[static_cast<std::size_t>((e * H + r) * I + c)]; }, b13,
-        b2);
+        b2, huge_pages);
   }
-  static packed pack(const quant::bf16::weights& w) { return pack_in<layout>(w); }
+  static packed pack(const quant::bf16::weights& w, bool huge_pages) { return pack_in<layout>(w, huge_pages); }
 };
 
 
@@ -81,7 +84,7 @@ template <>
 struct scheme<quant::fp8> {
   using packed = kt::QPackedExperts<kt::fp8_format>;
   using inputs = kt::quantized_inputs<quant::fp8>;
-  static packed pack(const quant::fp8::weights& w) {
+  static packed pack(const quant::fp8::weights& w, bool huge_pages) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
     const auto [b13, b2] = bias_rows(w);
@@ -91,7 +94,7 @@ struct scheme<quant::fp8> {
         std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
         [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
         [&](index_t e, index_t, index_t) { return w.w2_scale[static_cast<std::size_t>(e)]; },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2);
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2, huge_pages);
   }
 };
 
@@ -101,7 +104,7 @@ struct scheme<quant::fp8_block> {
   using inputs = kt::quantized_inputs<quant::fp8_block>;
   static_assert(kt::fp8_format::group == quant::fp8_block::block && quant::fp8_block::block % kt::panel_cols == 0,
                 "a panel must lie inside one 128-column scale block");
-  static packed pack(const quant::fp8_block::weights& w) {
+  static packed pack(const quant::fp8_block::weights& w, bool huge_pages) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13(), parts = s.gated ? 2 : 1;
     const index_t gH = quant::fp8_block::grid(H), gI = quant::fp8_block::grid(I), B = quant::fp8_block::block;
@@ -116,7 +119,7 @@ struct scheme<quant::fp8_block> {
         [&](index_t e, index_t r, index_t g) {
           return w.w2_scale_inv[static_cast<std::size_t>((e * gH + r / B) * gI + g)];
         },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2);
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2, huge_pages);
   }
 };
 
@@ -135,7 +138,7 @@ template <>
 struct scheme<quant::mxfp4> {
   using packed = kt::QPackedExperts<kt::mxfp4_format>;
   using inputs = kt::keep_inputs;
-  static packed pack(const quant::mxfp4::weights& w) {
+  static packed pack(const quant::mxfp4::weights& w, bool huge_pages) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, R = s.rows13(), nbH = quant::mxfp4::blocks_per_row(H);
     const index_t nbI = quant::mxfp4::blocks_per_row(s.intermediate);
@@ -146,7 +149,7 @@ struct scheme<quant::mxfp4> {
         std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
         [&](index_t e, index_t r, index_t k) { return nibble(w.w2_blocks.data() + (e * H + r) * nbI * 16, k); },
         [&](index_t e, index_t r, index_t g) { return w.w2_scales[static_cast<std::size_t>((e * H + r) * nbI + g)]; },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2);
+        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2, huge_pages);
   }
 };
 
@@ -154,7 +157,7 @@ template <>
 struct scheme<quant::nvfp4> {
   using packed = kt::QPackedExperts<kt::nvfp4_format>;
   using inputs = kt::keep_inputs;
-  static packed pack(const quant::nvfp4::weights& w) {
+  static packed pack(const quant::nvfp4::weights& w, bool huge_pages) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, R = s.rows13(), nbH = quant::nvfp4::blocks_per_row(H);
     const index_t nbI = quant::nvfp4::blocks_per_row(s.intermediate);
@@ -165,7 +168,7 @@ struct scheme<quant::nvfp4> {
         w.w13_scale_2,
         [&](index_t e, index_t r, index_t k) { return nibble(w.w2.data() + (e * H + r) * nbI * 8, k); },
         [&](index_t e, index_t r, index_t g) { return w.w2_scale[static_cast<std::size_t>((e * H + r) * nbI + g)]; },
-        w.w2_scale_2, b13, b2);
+        w.w2_scale_2, b13, b2, huge_pages);
   }
 };
 
@@ -191,7 +194,7 @@ template <>
 struct scheme<quant::int8_w8a8> {
   using packed = kt::Int8PackedExperts;
   /// `amx`: the tile layout for tdpbusd (kernel::tiled_amx on a machine with AMX).
-  static packed pack(const quant::int8_w8a8::weights& w, bool amx = false) {
+  static packed pack(const quant::int8_w8a8::weights& w, bool huge_pages, bool amx = false) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
     const auto [b13, b2] = bias_rows(w);
@@ -199,7 +202,8 @@ struct scheme<quant::int8_w8a8> {
         s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
         [&](index_t e, index_t r) { return w.w13_scale[static_cast<std::size_t>(e * R + r)]; },
         [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
-        [&](index_t e, index_t r) { return w.w2_scale[static_cast<std::size_t>(e * H + r)]; }, b13, b2, amx);
+        [&](index_t e, index_t r) { return w.w2_scale[static_cast<std::size_t>(e * H + r)]; }, b13, b2, amx,
+        huge_pages);
   }
 };
 
@@ -218,28 +222,40 @@ struct scheme<quant::int8_w8a8> {
 /// mxfp4_w4a16 and nvfp4_w4a16 as mxfp4 and nvfp4, their GEMM inputs rounded to bf16;
 /// int8_w8a8 with integer VNNI GEMMs (kernels/tiled/int8.hpp).
 ///
+/// It carries its tuning (kernels/tiled/tuning.hpp; default-constructed: the measured defaults)
+/// and, for benchmarks, a sink for its forwards' phase times (kernels/tiled/phases.hpp):
+///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled> layer(cfg, weights);
+///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled> tuned(
+///       cfg, weights, {}, polymoe::kernel::tiled{polymoe::kernels::tiled::parse_tuning("sum-span=128")});
 struct tiled {
   using kernel_concept = kernel_tag;
   static constexpr std::string_view name = "tiled";
 
+  kernels::tiled::tuning tuning{};
+  kernels::tiled::PhaseTimes* phases = nullptr;  ///< where forwards record their phase times (nullptr: nowhere)
+
   template <class Q>
   using prepared = kernels::tiled::Prepared<typename tiled_detail::scheme<Q>::packed>;
 
+  /// The weights packed, and a workspace; buffers allocated as tuning.huge_pages says. Throws
+  /// polymoe::error on a tuning out of range (kernels::tiled::validate).
   template <class Q>
-  static prepared<Q> prepare(typename Q::weights w) {
-    return prepared<Q>{tiled_detail::scheme<Q>::pack(w), {}};
+  prepared<Q> prepare(typename Q::weights w) const {
+    kernels::tiled::validate(tuning);
+    return prepared<Q>{tiled_detail::scheme<Q>::pack(w, tuning.huge_pages),
+                       kernels::tiled::Workspace(tuning.huge_pages)};
   }
 
   template <class Q>
   void run(const DispatchOutput<format::standard>& d, const prepared<Q>& p, const ExpertMlp& mlp,
            CombineInput<format::standard> c) const {
     if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
-      kernels::tiled::forward_int8(d, p, mlp, c.out);
+      kernels::tiled::forward_int8(d, p, mlp, c.out, tuning, phases);
     else if constexpr (std::is_same_v<Q, quant::bf16> && tiled_detail::scheme<quant::bf16>::pairs)
-      kernels::tiled::forward_amx_bf16(d, p, mlp, c.out);
+      kernels::tiled::forward_amx_bf16(d, p, mlp, c.out, tuning, phases);
     else
-      kernels::tiled::forward_standard<typename tiled_detail::scheme<Q>::inputs>(d, p, mlp, c.out);
+      kernels::tiled::forward_standard<typename tiled_detail::scheme<Q>::inputs>(d, p, mlp, c.out, tuning, phases);
   }
 };
 

@@ -13,7 +13,8 @@ namespace polymoe::kernel {
 
 namespace tiled_amx_detail {
 
-/// The schemes kernel::tiled_amx runs (the pairing table lists the same ones).
+/// The schemes kernel::tiled_amx runs (the pairing table lists the same ones); pack(w, huge_pages)
+/// as kernel::tiled's.
 template <class Q>
 struct scheme {
   static_assert(polymoe::detail::dependent_false<Q>,
@@ -25,8 +26,8 @@ struct scheme {
 template <>
 struct scheme<quant::bf16> {
   using packed = kernels::tiled::AmxBf16Experts;
-  static packed pack(const quant::bf16::weights& w) {
-    packed p = tiled_detail::scheme<quant::bf16>::pack_in<kernels::tiled::amx_layout>(w);
+  static packed pack(const quant::bf16::weights& w, bool huge_pages) {
+    packed p = tiled_detail::scheme<quant::bf16>::pack_in<kernels::tiled::amx_layout>(w, huge_pages);
     p.use_amx = kernels::tiled::amx_enabled();
     p.pipelined = true;
     return p;
@@ -36,8 +37,8 @@ struct scheme<quant::bf16> {
 template <>
 struct scheme<quant::int8_w8a8> {
   using packed = kernels::tiled::Int8PackedExperts;
-  static packed pack(const quant::int8_w8a8::weights& w) {
-    packed p = tiled_detail::scheme<quant::int8_w8a8>::pack(w, kernels::tiled::amx_enabled());
+  static packed pack(const quant::int8_w8a8::weights& w, bool huge_pages) {
+    packed p = tiled_detail::scheme<quant::int8_w8a8>::pack(w, huge_pages, kernels::tiled::amx_enabled());
     p.pipelined = true;
     return p;
   }
@@ -66,8 +67,8 @@ struct decoded_scheme {
   using packed = typename tiled_detail::scheme<Q>::packed;
   using inputs = typename tiled_detail::scheme<Q>::inputs;
   static constexpr index_t group = Group;
-  static packed pack(const typename Q::weights& w) {
-    packed p = tiled_detail::scheme<Q>::pack(w);
+  static packed pack(const typename Q::weights& w, bool huge_pages) {
+    packed p = tiled_detail::scheme<Q>::pack(w, huge_pages);
     p.use_amx = kernels::tiled::amx_enabled() && tiles_decode(w);
     p.pipelined = true;
     return p;
@@ -104,19 +105,26 @@ struct scheme<quant::fp8_block_weight_only> : decoded_scheme<quant::fp8_block_we
 /// AVX-512. A build that targets AMX (-march=sapphirerapids, or POLYMOE_AMX=ON) runs the tiles
 /// without any run-time test; other builds detect AMX when a layer is prepared and fall back to
 /// AVX-512 without it (kernels/tiled/amx.hpp). Unlike kernel::tiled, the two GEMMs run as one
-/// stream of tasks, a row block's GEMM 2 as soon as its GEMM 1 is done.
+/// stream of tasks, a row block's GEMM 2 as soon as its GEMM 1 is done. Its tuning and phase
+/// sink as kernel::tiled's (tuning.amx_min_rows = 1 puts every row block on the tiles).
 ///
 ///   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled_amx> layer(cfg, weights);
 struct tiled_amx {
   using kernel_concept = kernel_tag;
   static constexpr std::string_view name = "tiled_amx";
 
+  kernels::tiled::tuning tuning{};
+  kernels::tiled::PhaseTimes* phases = nullptr;  ///< where forwards record their phase times (nullptr: nowhere)
+
   template <class Q>
   using prepared = kernels::tiled::Prepared<typename tiled_amx_detail::scheme<Q>::packed>;
 
+  /// As kernel::tiled's prepare; whether the tiles run is decided here (amx_enabled).
   template <class Q>
-  static prepared<Q> prepare(typename Q::weights w) {
-    return prepared<Q>{tiled_amx_detail::scheme<Q>::pack(w), {}};
+  prepared<Q> prepare(typename Q::weights w) const {
+    kernels::tiled::validate(tuning);
+    return prepared<Q>{tiled_amx_detail::scheme<Q>::pack(w, tuning.huge_pages),
+                       kernels::tiled::Workspace(tuning.huge_pages)};
   }
 
   template <class Q>
@@ -124,12 +132,12 @@ struct tiled_amx {
            CombineInput<format::standard> c) const {
     using scheme = tiled_amx_detail::scheme<Q>;
     if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
-      kernels::tiled::forward_int8(d, p, mlp, c.out);
+      kernels::tiled::forward_int8(d, p, mlp, c.out, tuning, phases);
     else if constexpr (std::is_same_v<Q, quant::bf16>)
-      kernels::tiled::forward_amx_bf16(d, p, mlp, c.out);
+      kernels::tiled::forward_amx_bf16(d, p, mlp, c.out, tuning, phases);
     else
       kernels::tiled::forward_amx_decoded<typename decltype(p.packed)::format, typename scheme::inputs, scheme::group>(
-          d, p, mlp, c.out);
+          d, p, mlp, c.out, tuning, phases);
   }
 };
 

@@ -82,7 +82,7 @@ void check_against_reference(const Shape& s, unsigned seed) {
   const Matrix hidden = test::random_matrix(rng, s.T, s.H, s.input_scale);
   const Routing r = routing_for(rng, s);
   MoeLayer<A, Q, kernel::reference> ref(cfg, w);
-  MoeLayer<A, Q, K> layer(cfg, w);
+  MoeLayer<A, Q, K> layer(cfg, w, {}, test::make_kernel<K>());
   const Matrix want = ref.forward_routed(hidden, r.ids, r.weights);
   const Matrix got = layer.forward_routed(hidden, r.ids, r.weights);
   ASSERT_EQ(got.rows(), s.T);
@@ -197,7 +197,7 @@ TEST(KernelAgreement, SharedExpertGateMatchesTheFormula) {
   mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
     SCOPED_TRACE((test::triple_name<A, Q, K>()));
     MoeLayer<A, Q, kernel::reference> reference(cfg, w);
-    MoeLayer<A, Q, K> layer(cfg, w);
+    MoeLayer<A, Q, K> layer(cfg, w, {}, test::make_kernel<K>());
     const Matrix expected = reference.forward_routed(hidden, r.ids, r.weights);
     const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
     ASSERT_EQ(out.rows(), s.T);
@@ -217,7 +217,7 @@ TEST(KernelAgreement, ResultDoesNotDependOnThreadCount) {
   const Routing r = routing_for(rng, s);
   mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
     SCOPED_TRACE((test::triple_name<A, Q, K>()));
-    MoeLayer<A, Q, K> layer(cfg, w);
+    MoeLayer<A, Q, K> layer(cfg, w, {}, test::make_kernel<K>());
     Matrix first;
     for (int threads : {1, 2, 3, 7, 16}) {
       tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));

@@ -29,11 +29,11 @@ void threads_agree(Activation act = Activation::silu) {
     Matrix one;
     {
       tbb::global_control gc(tbb::global_control::max_allowed_parallelism, 1);
-      MoeLayer<a2a::local, Q, K> layer(cfg, w);
+      MoeLayer<a2a::local, Q, K> layer(cfg, w, {}, test::make_kernel<K>());
       one = layer.forward_routed(hidden, r.ids, r.weights);
     }
     tbb::global_control gc(tbb::global_control::max_allowed_parallelism, 4);
-    MoeLayer<a2a::local, Q, K> layer(cfg, w);  // prepacked with 4 threads
+    MoeLayer<a2a::local, Q, K> layer(cfg, w, {}, test::make_kernel<K>());  // prepacked with 4 threads
     for (int rep = 0; rep < 2; ++rep) {        // and again on warm buffers
       const Matrix four = layer.forward_routed(hidden, r.ids, r.weights);
       EXPECT_TRUE((four.array() == one.array()).all())
@@ -42,24 +42,20 @@ void threads_agree(Activation act = Activation::silu) {
   }
 }
 
-TEST(Threads, Tiled) {
-  threads_agree<quant::fp32, kernel::tiled>(Activation::swiglu_oai);
-  threads_agree<quant::bf16, kernel::tiled>();
-  threads_agree<quant::fp8, kernel::tiled>();
-  threads_agree<quant::fp8_block, kernel::tiled>();
-  threads_agree<quant::fp8_block_weight_only, kernel::tiled>();
-  threads_agree<quant::int8_w8a8, kernel::tiled>();
-  threads_agree<quant::mxfp4, kernel::tiled>();
-  threads_agree<quant::nvfp4, kernel::tiled>();
+/// threads_agree over every scheme the table gives kernel K.
+template <class K>
+void every_scheme_of() {
+  boost::mp11::mp_for_each<pairing::kernel_schemes<core_table, K>>([]<class Q>(Q) {
+    if constexpr (std::is_same_v<Q, quant::fp32>)
+      threads_agree<Q, K>(Activation::swiglu_oai);  // the clamped activation, once
+    else
+      threads_agree<Q, K>();
+  });
 }
 
-TEST(Threads, TiledAmx) {
-  threads_agree<quant::bf16, kernel::tiled_amx>();
-  threads_agree<quant::int8_w8a8, kernel::tiled_amx>();
-  threads_agree<quant::mxfp4, kernel::tiled_amx>();
-  threads_agree<quant::fp8_block, kernel::tiled_amx>();
-  threads_agree<quant::nvfp4, kernel::tiled_amx>();
-}
+TEST(Threads, Tiled) { every_scheme_of<kernel::tiled>(); }
+
+TEST(Threads, TiledAmx) { every_scheme_of<kernel::tiled_amx>(); }
 
 TEST(Threads, TbbGrouped) {
   threads_agree<quant::fp32, kernel::tbb_grouped>();

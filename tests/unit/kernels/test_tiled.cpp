@@ -64,7 +64,7 @@ void expect_agrees(const MoeConfig& cfg, const Matrix& hidden, const Routing& r,
   std::mt19937 rng(seed);
   const MoeWeights w = test::random_weights(rng, cfg);
   MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
-  MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w);
+  MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w, {}, test::make_kernel<kernel::tiled>());
   const Matrix want = ref.forward_routed(hidden, r.ids, r.weights);
   const Matrix got = layer.forward_routed(hidden, r.ids, r.weights);
   EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>)
@@ -72,25 +72,21 @@ void expect_agrees(const MoeConfig& cfg, const Matrix& hidden, const Routing& r,
       << " act=" << to_string(cfg.activation);
 }
 
-/// Every scheme kernel::tiled implements; the portable build takes one scheme per code path
-/// (fp8 and fp8_block widen E4M3 alike; fp8_block_weight_only, nvfp4_w4a4 and the W4A16 schemes
-/// differ from a scheme it runs only in their inputs) to keep its compile time, which the explicit
-/// instances do not share.
+template <class Q1, class Q2>
+using same_store = std::is_same<typename Q1::weights, typename Q2::weights>;
+
+/// Every scheme the table gives kernel::tiled; the portable build takes one scheme per stored form
+/// (the schemes that share a store, e.g. fp8_block and fp8_block_weight_only, run its panels and
+/// differ only in their inputs) to keep its compile time, which the explicit instances do not share.
 template <class F>
 void for_every_scheme(F&& f) {
-  f.template operator()<quant::fp32>();
-  f.template operator()<quant::bf16>();
-  f.template operator()<quant::fp8_block>();
-  f.template operator()<quant::int8_w8a8>();
-  f.template operator()<quant::mxfp4>();
-  f.template operator()<quant::nvfp4>();
-#if !defined(POLYMOE_TILED_PORTABLE)
-  f.template operator()<quant::fp8>();
-  f.template operator()<quant::fp8_block_weight_only>();
-  f.template operator()<quant::nvfp4_w4a4>();  // nvfp4's panels; its quantizer is the scheme's there
-  f.template operator()<quant::mxfp4_w4a16>();  // mxfp4's panels, rows rounded to bf16
-  f.template operator()<quant::nvfp4_w4a16>();
+  using schemes = pairing::kernel_schemes<core_table, kernel::tiled>;
+#if defined(POLYMOE_TILED_PORTABLE)
+  using tested = boost::mp11::mp_unique_if<schemes, same_store>;
+#else
+  using tested = schemes;
 #endif
+  boost::mp11::mp_for_each<tested>([&]<class Q>(Q) { f.template operator()<Q>(); });
 }
 
 #if !defined(POLYMOE_TILED_AVX512) && !defined(POLYMOE_TILED_PORTABLE)
@@ -155,7 +151,7 @@ TEST(Tiled, YIsStreamedWhenItAndTheWeightsOutgrowTheLastLevelCache) {
   EXPECT_TRUE(kt::detail::streams_y(y(2048), 0, 105 * MiB));           // y alone larger than the LLC
 }
 
-// The top-k sum reads a token's rows of y in steps of columns, slot after slot (detail::sum_span):
+// The top-k sum reads a token's rows of y in steps of columns, slot after slot (tuning::sum_span):
 // each output element is still 0 + y[slot 0] + y[slot 1] + ... in slot order, at every step — a
 // hidden size that no step divides, slots computed elsewhere (-1) and tokens with none here.
 TEST(Tiled, TopKSumAddsTheSlotsInOrderAtEveryStep) {
@@ -178,15 +174,11 @@ TEST(Tiled, TopKSumAddsTheSlotsInOrderAtEveryStep) {
         if (ids(t, j) >= 0) sum += y[static_cast<std::size_t>(s.row_of[static_cast<std::size_t>(t * k + j)] * H + c)];
       want(t, c) = sum;
     }
-  int& knob = kt::detail::sum_span_knob();
-  const int saved = knob;
-  for (const int span : {-1, 16, 48, 64, 1 << 30}) {
-    knob = span;
+  for (const index_t span : {kt::tuning{}.sum_span, index_t{1}, index_t{16}, index_t{48}, index_t{1} << 30}) {
     Matrix got = Matrix::Constant(T, H, 7.0f);
-    kt::sum_slots(s, y, k, got);
+    kt::sum_slots(s, y, k, got, span);
     EXPECT_TRUE((got.array() == want.array()).all()) << "span " << span;
   }
-  knob = saved;
 }
 
 TEST(Tiled, RowBlockAndTileBoundaries) {
@@ -287,12 +279,13 @@ TEST(Tiled, SkippedSlots) {
   const Matrix hidden = test::random_matrix(rng, 19, cfg.hidden);
   Routing r = test::random_routing(rng, 19, 4, 3);
   for (index_t t = 0; t < 19; t += 2) r.ids(t, 1) = -1;
-  const auto prepared = kernel::tiled::prepare<quant::fp32>(quant::fp32::quantize(w.experts));
+  const kernel::tiled k = test::make_kernel<kernel::tiled>();
+  const auto prepared = k.prepare<quant::fp32>(quant::fp32::quantize(w.experts));
   Matrix want(19, cfg.hidden), got(19, cfg.hidden);
   const ExpertMlp mlp{ActivationParams{}, false};
   const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 4};
   kernels::reference_standard<quant::fp32>(d, quant::fp32::quantize(w.experts), mlp, want);
-  kernel::tiled{}.run<quant::fp32>(d, prepared, mlp, CombineInput<format::standard>{got});
+  k.run<quant::fp32>(d, prepared, mlp, CombineInput<format::standard>{got});
   EXPECT_LE(test::relative_error(got, want), test::kernel_tolerance<quant::fp32>);
 }
 
@@ -306,7 +299,7 @@ TEST(Tiled, BitwiseIndependentOfThreadCount) {
   for (index_t t = 0; t < 301; ++t)  // skew: expert 7 almost never, expert 0 often
     if (r.ids(t, 0) == 7 && t % 50) r.ids(t, 0) = r.ids(t, 1) == 0 ? 1 : 0;
   for_every_scheme([&]<class Q>() {
-    MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w);
+    MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w, {}, test::make_kernel<kernel::tiled>());
     Matrix first;
     for (int threads : {1, 2, 3, 7}) {
       tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
@@ -315,6 +308,26 @@ TEST(Tiled, BitwiseIndependentOfThreadCount) {
         first = out;
       else
         EXPECT_TRUE((out.array() == first.array()).all()) << Q::name << ", " << threads << " threads";
+    }
+  });
+}
+
+// The tuning that kernel::tiled reads changes how a forward runs, not what it computes: y streamed
+// at every size or never, other steps of the top-k sum and no huge pages give the defaults' bits.
+TEST(Tiled, EveryTuningGivesTheBitsOfTheDefaults) {
+  const MoeConfig cfg = test::moe_config(200, 72, 8, 2, Activation::swiglu_oai, true);
+  std::mt19937 rng(31);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 130, cfg.hidden);
+  const Routing r = test::random_routing(rng, 130, 8, 2);
+  for_every_scheme([&]<class Q>() {
+    MoeLayer<a2a::local, Q, kernel::tiled> base(cfg, w, {}, test::make_kernel<kernel::tiled>());
+    const Matrix want = base.forward_routed(hidden, r.ids, r.weights);
+    for (const char* spec : {"y-stream=on", "y-stream=off", "sum-span=1", "sum-span=200", "huge-pages=off"}) {
+      const kernel::tiled k{kt::parse_tuning(spec, test::tiled_tuning())};
+      MoeLayer<a2a::local, Q, kernel::tiled> layer(cfg, w, {}, k);
+      EXPECT_TRUE((layer.forward_routed(hidden, r.ids, r.weights).array() == want.array()).all())
+          << Q::name << ", " << spec;
     }
   });
 }
@@ -331,14 +344,14 @@ TEST(Tiled, NoHeapAllocationAfterWarmUp) {
   std::mt19937 rng(2);
   const MoeWeights w = test::random_weights(rng, cfg);
   for_every_scheme([&]<class Q>() {
-    const auto prepared = kernel::tiled::prepare<Q>(Q::quantize(w.experts));
+    const kernel::tiled k = test::make_kernel<kernel::tiled>();
+    const auto prepared = k.prepare<Q>(Q::quantize(w.experts));
     const ExpertMlp mlp{ActivationParams{}, false};
     for (index_t T : {index_t{1}, index_t{64}}) {
       const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
       const Routing r = test::random_routing(rng, T, 8, 2);
       Matrix out(T, cfg.hidden);
       const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 8};
-      const kernel::tiled k;
       k.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});  // warm-up
       allocations = 0;
       counting = true;
@@ -368,50 +381,109 @@ std::string vm_flags_of(const void* p) {
 }
 
 TEST(Tiled, LargeBuffersGetHugePagesSmallOnesCacheLines) {
-  const bool off = kt::detail::env_switch("POLYMOE_HUGE_PAGES") == 0;
   const kt::AlignedBuffer<float> small(100);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.data()) % kt::cache_line, 0u);
   const std::size_t n = (std::size_t{5} << 20) / sizeof(float);  // 5 MiB
   const kt::AlignedBuffer<float> large(n);
   kt::AlignedVector<float> grown;
   grown.resize(n);
-  for (const float* p : {large.data(), static_cast<const float*>(grown.data())}) {
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % (off ? kt::cache_line : kt::detail::huge_page), 0u);
+  kt::Workspace ws(true);  // as a kernel with the default tuning prepares it
+  ws.y.resize(n);
+  const float* const buffers[] = {large.data(), grown.data(), ws.y.data()};
+  for (const float* p : buffers) {
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % kt::detail::huge_page, 0u);
 #if defined(__linux__)
     const std::string flags = vm_flags_of(p);
     ASSERT_FALSE(flags.empty()) << "no mapping in /proc/self/smaps holds the buffer";
-    EXPECT_EQ(flags.find(" hg ") != std::string::npos, !off) << flags;
+    EXPECT_NE(flags.find(" hg "), std::string::npos) << flags;
 #endif
   }
   EXPECT_TRUE(std::all_of(large.data(), large.data() + n, [](float v) { return v == 0.0f; }));
 }
 
-TEST(Tiled, KnobsOfTheEnvironmentParseWholeWordsAndNumbersOnly) {
-  // A knob that is not understood is reported on stderr and ignored, never taken as "on" or as 0.
-  const char* name = "POLYMOE_TEST_KNOB";
-  const auto with = [&](const char* value, auto read) {
-    ::setenv(name, value, 1);
-    testing::internal::CaptureStderr();
-    const auto got = read(name);
-    const std::string err = testing::internal::GetCapturedStderr();
-    ::unsetenv(name);
-    return std::pair{got, err};
+// tuning::huge_pages off: every buffer cache-line aligned and not advised, the workspace's too (its
+// allocators carry the setting through copies and moves). Whether a mapping shows the advice cannot
+// be checked here: the heap may reuse memory an earlier buffer of this program had advised.
+TEST(Tiled, HugePagesOffKeepsCacheLineAlignment) {
+  const std::size_t bytes = std::size_t{5} << 20;
+  EXPECT_EQ(kt::detail::buffer_alignment(bytes, false), kt::cache_line);
+  EXPECT_EQ(kt::detail::buffer_alignment(bytes, true), kt::detail::huge_page);
+  EXPECT_EQ(kt::detail::buffer_alignment(kt::detail::huge_page - 1, true), kt::cache_line);
+  const kt::AlignedBuffer<float> large(bytes / sizeof(float), false);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large.data()) % kt::cache_line, 0u);
+  EXPECT_TRUE(std::all_of(large.data(), large.data() + large.size(), [](float v) { return v == 0.0f; }));
+  kt::Workspace ws(false);
+  ws.act.resize(bytes / sizeof(float));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ws.act.data()) % kt::cache_line, 0u);
+  const kt::Workspace copy = ws;
+  kt::Workspace moved = std::move(ws);
+  for (const bool huge : {copy.act.get_allocator().huge_pages, moved.act.get_allocator().huge_pages,
+                          moved.y.get_allocator().huge_pages})
+    EXPECT_FALSE(huge);
+  // a kernel prepares its workspace as its tuning says, and computes the same bits either way
+  const MoeConfig cfg = test::moe_config(96, 40, 8, 2);
+  std::mt19937 rng(3);
+  const MoeWeights w = test::random_weights(rng, cfg);
+  const Matrix hidden = test::random_matrix(rng, 33, cfg.hidden);
+  const Routing r = test::random_routing(rng, 33, 8, 2);
+  for_every_scheme([&]<class Q>() {
+    const kernel::tiled off = test::make_kernel<kernel::tiled>([](kt::tuning& t) { t.huge_pages = false; });
+    const kernel::tiled on = test::make_kernel<kernel::tiled>([](kt::tuning& t) { t.huge_pages = true; });
+    EXPECT_FALSE(off.prepare<Q>(Q::quantize(w.experts)).workspace.y.get_allocator().huge_pages) << Q::name;
+    MoeLayer<a2a::local, Q, kernel::tiled> a(cfg, w, {}, off), b(cfg, w, {}, on);
+    const Matrix from_a = a.forward_routed(hidden, r.ids, r.weights), from_b = b.forward_routed(hidden, r.ids, r.weights);
+    EXPECT_TRUE((from_a.array() == from_b.array()).all()) << Q::name;
+  });
+}
+
+// The text form of the tuning (the tools' and test programs' --tuning): every key, in order, the
+// defaults written and read back, and anything else refused with the reason.
+TEST(Tiled, TuningTextNamesEveryKeyAndRefusesTheRest) {
+  const kt::tuning defaults;
+  EXPECT_EQ(kt::parse_tuning(kt::to_string(defaults)), defaults);
+  EXPECT_EQ(kt::parse_tuning(""), defaults);
+  const kt::tuning t = kt::parse_tuning(
+      "y-stream=on,pipeline=off,gemm1_by_block=off,sum-span=16,huge-pages=0,amx-min-rows=1,bf16-block-rows=128,"
+      "one-term=off,row-group=off,y-stream=auto");
+  EXPECT_EQ(t.y_stream, kt::mode::automatic);  // the last setting of a key counts
+  EXPECT_FALSE(t.pipeline);
+  EXPECT_EQ(t.gemm1_by_block, kt::mode::off);
+  EXPECT_EQ(t.sum_span, 16);
+  EXPECT_FALSE(t.huge_pages);
+  EXPECT_EQ(t.amx_min_rows, 1);
+  EXPECT_EQ(t.bf16_block_rows, 128);
+  EXPECT_FALSE(t.one_term);
+  EXPECT_FALSE(t.row_group);
+  EXPECT_EQ(kt::parse_tuning(kt::to_string(t)), t);
+  EXPECT_EQ(t.tiles_from(8), 1);
+  EXPECT_EQ(defaults.tiles_from(8), 8);
+  EXPECT_EQ(kt::parse_tuning("sum-span=128", t).sum_span, 128);  // on top of a base
+  EXPECT_FALSE(kt::parse_tuning("sum-span=128", t).pipeline);
+  const auto refused = [](const char* spec, const char* says) {
+    try {
+      (void)kt::parse_tuning(spec);
+      ADD_FAILURE() << spec << " was taken";
+    } catch (const polymoe::error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << spec << ": " << e.what();
+    }
   };
-  const auto sw = [](const char* n) { return kt::detail::env_switch(n); };
-  const auto num = [](const char* n) { return kt::detail::env_number(n); };
-  EXPECT_EQ(sw(name), -1);
-  for (const char* off : {"0", "off", "False", "NO"}) EXPECT_EQ(with(off, sw), std::pair(0, std::string())) << off;
-  for (const char* on : {"1", "ON", "true", "yes"}) EXPECT_EQ(with(on, sw), std::pair(1, std::string())) << on;
-  const auto [bad, said] = with("maybe", sw);
-  EXPECT_EQ(bad, -1);
-  EXPECT_EQ(said, "polymoe: ignoring POLYMOE_TEST_KNOB=maybe: expected 0 or 1\n");
-  EXPECT_EQ(with("64", num).first, std::optional<long>(64));
-  EXPECT_EQ(with("-5", num).first, std::optional<long>(-5));
-  for (const char* junk : {"", "abc", "12x", " 12", "4294967312", "0x10"}) {
-    const auto [v, err] = with(junk, num);
-    EXPECT_FALSE(v.has_value()) << junk;
-    EXPECT_NE(err.find("polymoe: ignoring POLYMOE_TEST_KNOB="), std::string::npos) << junk;
-  }
+  refused("warp=9", "unknown key 'warp'");
+  refused("y-stream=maybe", "y-stream takes auto, on or off");
+  refused("pipeline=auto", "pipeline takes on or off");
+  refused("sum-span=12x", "sum-span takes a whole number");
+  refused("sum-span=", "sum-span takes a whole number");
+  refused("sum-span=0", "sum-span must be in [1, 2^30]");
+  refused("amx-min-rows=-1", "amx-min-rows must be in [0, 2^30]");
+  refused("bf16-block-rows=100", "bf16-block-rows must be a multiple of 16");
+  refused("bf16-block-rows=512", "bf16-block-rows must be a multiple of 16");
+  refused("sum-span", "expected key=value");
+  refused("=3", "expected key=value");
+  // a kernel refuses a tuning out of range when it prepares
+  kernel::tiled k;
+  k.tuning.sum_span = 0;
+  std::mt19937 rng(1);
+  const MoeWeights w = test::random_weights(rng, test::moe_config(16, 8, 2, 1));
+  EXPECT_THROW((void)k.prepare<quant::fp32>(quant::fp32::quantize(w.experts)), polymoe::error);
 }
 
 TEST(Tiled, PhaseTimesCoverTheForward) {
@@ -421,16 +493,16 @@ TEST(Tiled, PhaseTimesCoverTheForward) {
   const Matrix hidden = test::random_matrix(rng, 64, cfg.hidden);
   const Routing r = test::random_routing(rng, 64, 8, 2);
   const auto check = [&]<class Q>() {
-    const auto prepared = kernel::tiled::prepare<Q>(Q::quantize(w.experts));
+    kt::PhaseTimes t;
+    kernel::tiled timed = test::make_kernel<kernel::tiled>();
+    timed.phases = &t;
+    const auto prepared = timed.prepare<Q>(Q::quantize(w.experts));
     const ExpertMlp mlp{ActivationParams{}, false};
     Matrix out(64, cfg.hidden);
     const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 8};
-    kt::PhaseTimes t;
-    kt::phase_times = &t;
     const auto t0 = std::chrono::steady_clock::now();
-    kernel::tiled{}.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});
+    timed.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    kt::phase_times = nullptr;
     EXPECT_EQ(t.forwards, 1) << Q::name;
     double total = 0.0;
     for (const double s : t.seconds) {
@@ -441,7 +513,7 @@ TEST(Tiled, PhaseTimesCoverTheForward) {
     EXPECT_GT(t.seconds[kt::PhaseTimes::gemm2], 0.0) << Q::name;
     EXPECT_GT(t.seconds[kt::PhaseTimes::sum], 0.0) << Q::name << ": the last phase must be charged too";
     EXPECT_LE(total, elapsed) << Q::name;
-    kernel::tiled{}.run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});  // sink unset: not recorded
+    test::make_kernel<kernel::tiled>().run<Q>(d, prepared, mlp, CombineInput<format::standard>{out});  // no sink
     EXPECT_EQ(t.forwards, 1) << Q::name;
   };
   check.template operator()<quant::bf16>();

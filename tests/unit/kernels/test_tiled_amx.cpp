@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,25 +35,18 @@ void expect_agrees(const MoeConfig& cfg, index_t T, unsigned seed) {
   const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
   const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
   MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
-  MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+  MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w, {}, test::make_kernel<kernel::tiled_amx>());
   const Matrix want = ref.forward_routed(hidden, r.ids, r.weights);
   const Matrix got = layer.forward_routed(hidden, r.ids, r.weights);
   EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>)
       << Q::name << " T=" << T << " H=" << cfg.hidden << " I=" << cfg.intermediate;
 }
 
+/// Every scheme the table gives kernel::tiled_amx.
 template <class F>
 void for_each_scheme(F&& f) {
-  f.template operator()<quant::bf16>();
-  f.template operator()<quant::int8_w8a8>();
-  f.template operator()<quant::mxfp4>();
-  f.template operator()<quant::nvfp4>();
-  f.template operator()<quant::nvfp4_w4a4>();
-  f.template operator()<quant::mxfp4_w4a16>();
-  f.template operator()<quant::nvfp4_w4a16>();
-  f.template operator()<quant::fp8>();
-  f.template operator()<quant::fp8_block>();
-  f.template operator()<quant::fp8_block_weight_only>();
+  boost::mp11::mp_for_each<pairing::kernel_schemes<core_table, kernel::tiled_amx>>(
+      [&]<class Q>(Q) { f.template operator()<Q>(); });
 }
 
 TEST(TiledAmx, SaysWhetherItRunsTiles) {
@@ -94,11 +88,11 @@ TEST(TiledAmx, SkippedSlots) {
   for (index_t t = 0; t < 40; t += 5) r.ids(t, 0) = r.ids(t, 1) = -1;
   const ExpertMlp mlp{ActivationParams{}, false};
   const DispatchOutput<format::standard> d{hidden, r.ids, r.weights, 4};
+  const kernel::tiled_amx k = test::make_kernel<kernel::tiled_amx>();
   for_each_scheme([&]<class Q>() {
     Matrix want(40, cfg.hidden), got(40, cfg.hidden);
     kernels::reference_standard<Q>(d, Q::quantize(w.experts), mlp, want);
-    kernel::tiled_amx{}.run<Q>(d, kernel::tiled_amx::prepare<Q>(Q::quantize(w.experts)), mlp,
-                               CombineInput<format::standard>{got});
+    k.run<Q>(d, k.prepare<Q>(Q::quantize(w.experts)), mlp, CombineInput<format::standard>{got});
     EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>) << Q::name;
     for (index_t t = 0; t < 40; t += 5) EXPECT_TRUE(got.row(t).isZero()) << Q::name << " token " << t;
   });
@@ -111,11 +105,11 @@ TEST(TiledAmx, PhaseTimesOfTheForward) {
   const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
   const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
   for_each_scheme([&]<class Q>() {
-    MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
     kt::PhaseTimes t;
-    kt::phase_times = &t;
+    kernel::tiled_amx k = test::make_kernel<kernel::tiled_amx>();
+    k.phases = &t;
+    MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w, {}, k);
     const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
-    kt::phase_times = nullptr;
     EXPECT_EQ(t.forwards, 1) << Q::name;
     // the GEMMs run as one pipeline: their time is charged to `gemms`, none to gemm1 / act / gemm2
     for (const auto p : {kt::PhaseTimes::inputs, kt::PhaseTimes::gemms, kt::PhaseTimes::sum})
@@ -171,11 +165,14 @@ TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
       expected = next;
       if (next != nullptr) nexts.fetch_add(1);
     };
-    // every task gets a worker slot below pipeline_workers() that no task running at once has
+    // every task gets a worker slot below pipeline_workers() that no task running at once has, and
+    // no task of an untimed pipeline a clock sink
     const std::size_t workers = kt::detail::pipeline_workers();
     std::vector<std::atomic<int>> busy(workers);
-    std::atomic<int> bad_slot{0}, shared_slot{0};
-    const auto hold = [&](std::size_t slot) {
+    std::atomic<int> bad_slot{0}, shared_slot{0}, timed{0};
+    const auto hold = [&](const kt::detail::worker& w) {
+      if (w.task_ns != nullptr) timed.fetch_add(1);
+      const std::size_t slot = w.slot;
       if (slot >= workers) return bad_slot.fetch_add(1), false;
       if (busy[slot].exchange(1) != 0) shared_slot.fetch_add(1);
       return true;
@@ -183,12 +180,12 @@ TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
     kt::Workspace::Counters counters;
     kt::detail::pipelined_tasks(
         rb, t13, panels13, t2, counters,
-        [&](const kt::Task& t, const kt::Task* next, std::size_t slot) {
-          const bool held = hold(slot);
+        [&](const kt::Task& t, const kt::Task* next, const kt::detail::worker& w) {
+          const bool held = hold(w);
           follow(t, next);
           if (t.block % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
           done13[static_cast<std::size_t>(t.block)].fetch_add(1);
-          if (held) busy[slot].store(0);
+          if (held) busy[w.slot].store(0);
         },
         [&](index_t b) {
           if (done13[static_cast<std::size_t>(b)].load() != panels13) early[static_cast<std::size_t>(b)].fetch_add(1);
@@ -202,6 +199,7 @@ TEST(TiledAmx, PipelineOrdersEachBlocksGemmsAndRunsEveryTaskOnce) {
     EXPECT_EQ(wrong_next.load(), 0) << threads << " threads";
     EXPECT_EQ(bad_slot.load(), 0) << threads << " threads";
     EXPECT_EQ(shared_slot.load(), 0) << threads << " threads";
+    EXPECT_EQ(timed.load(), 0) << threads << " threads";
     EXPECT_GT(nexts.load(), 0) << threads << " threads";
     for (int b = 0; b < blocks; ++b) {
       const auto i = static_cast<std::size_t>(b);
@@ -221,7 +219,7 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   const Matrix hidden = test::random_matrix(rng, 150, cfg.hidden);
   const Routing r = test::random_routing(rng, 150, 6, 2);
   for_each_scheme([&]<class Q>() {
-    MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+    MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w, {}, test::make_kernel<kernel::tiled_amx>());
     Matrix first;
     for (int threads : {1, 2, 7}) {
       tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
@@ -234,9 +232,9 @@ TEST(TiledAmx, BitwiseIndependentOfThreadCount) {
   });
 }
 
-/// The layers of the knob tests below: swiglu_oai with biases (H=200, I=72, E=4, k=2: K not a
+/// The layers of the tuning tests below: swiglu_oai with biases (H=200, I=72, E=4, k=2: K not a
 /// multiple of 64, the last activation panel partial), and a routing weight on the input (k=1).
-std::vector<MoeConfig> knob_test_configs() {
+std::vector<MoeConfig> tuning_test_configs() {
   MoeConfig weighted = test::moe_config(128, 64, 4, 1);
   weighted.router_weight_on_input = true;
   return {test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true), weighted};
@@ -245,12 +243,14 @@ std::vector<MoeConfig> knob_test_configs() {
 // GEMM 1 inputs that are bf16 values already (an engine's bf16 hidden states) run the weight-only
 // decoded formats' GEMM 1 with the split rows' hi terms alone (amx::bf16x2_hi_ops): the bits of
 // both terms, in every scheme, decode-sized blocks (T=3) and prefill (T=300), a routing weight on
-// the input (which makes most rows fp32 values again) and biases. Where the tiles do not run, the
-// knob changes nothing and the check holds trivially; on the AMX machine it compares the two paths.
+// the input (which makes most rows fp32 values again) and biases. Where the tiles do not run,
+// tuning::one_term changes nothing and the check holds trivially; on the AMX machine it compares
+// the two paths.
 TEST(TiledAmx, OneTermGemm1GivesTheBitsOfBothTerms) {
-  int& knob = kt::detail::one_term_knob();
-  const int saved = knob;
-  for (const MoeConfig& cfg : knob_test_configs())
+  const auto one_term = [](bool on) {
+    return test::make_kernel<kernel::tiled_amx>([on](kt::tuning& t) { t.one_term = on; });
+  };
+  for (const MoeConfig& cfg : tuning_test_configs())
     for (const index_t T : {index_t{3}, index_t{300}}) {
       std::mt19937 rng(static_cast<unsigned>(T + 7 * cfg.hidden));
       const MoeWeights w = test::random_weights(rng, cfg);
@@ -260,16 +260,14 @@ TEST(TiledAmx, OneTermGemm1GivesTheBitsOfBothTerms) {
       hidden(0, 0) = -0.0f;
       const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
       for_each_scheme([&]<class Q>() {
-        MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
-        knob = 0;
-        const Matrix both = layer.forward_routed(hidden, r.ids, r.weights);
-        knob = 1;
-        const Matrix one = layer.forward_routed(hidden, r.ids, r.weights);
+        MoeLayer<a2a::local, Q, kernel::tiled_amx> two_terms(cfg, w, {}, one_term(false));
+        MoeLayer<a2a::local, Q, kernel::tiled_amx> hi_alone(cfg, w, {}, one_term(true));
+        const Matrix both = two_terms.forward_routed(hidden, r.ids, r.weights);
+        const Matrix one = hi_alone.forward_routed(hidden, r.ids, r.weights);
         EXPECT_EQ(std::memcmp(both.data(), one.data(), static_cast<std::size_t>(both.size()) * sizeof(float)), 0)
             << Q::name << " T=" << T << (cfg.router_weight_on_input ? ", weight on input" : "");
       });
     }
-  knob = saved;
 }
 
 // GEMM 1 by block (one task per row block, its panels in turn, each panel's epilogue run row by
@@ -280,55 +278,103 @@ TEST(TiledAmx, OneTermGemm1GivesTheBitsOfBothTerms) {
 // decode-sized blocks (T=3), K not a multiple of 64 (H=200), the last activation panel partial
 // (I=72), biases, and inputs weighted per pair.
 TEST(TiledAmx, Gemm1ByBlockGivesTheBitsOfGemm1ByPanel) {
-  int& knob = kt::detail::gemm1_by_block_knob();
-  const int saved = knob;
-  for (const MoeConfig& cfg : knob_test_configs())
+  const auto by_block = [](kt::mode m) {
+    return test::make_kernel<kernel::tiled_amx>([m](kt::tuning& t) { t.gemm1_by_block = m; });
+  };
+  for (const MoeConfig& cfg : tuning_test_configs())
     for (const index_t T : {index_t{3}, index_t{300}, index_t{600}}) {
       std::mt19937 rng(static_cast<unsigned>(T + cfg.hidden));
       const MoeWeights w = test::random_weights(rng, cfg);
       const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
       const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
       for_each_scheme([&]<class Q>() {
-        MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
-        knob = 0;
-        const Matrix by_panel = layer.forward_routed(hidden, r.ids, r.weights);
-        knob = 1;
+        MoeLayer<a2a::local, Q, kernel::tiled_amx> panels(cfg, w, {}, by_block(kt::mode::off));
+        MoeLayer<a2a::local, Q, kernel::tiled_amx> blocks(cfg, w, {}, by_block(kt::mode::on));
+        const Matrix by_panel = panels.forward_routed(hidden, r.ids, r.weights);
         for (int threads : {1, 3, 7}) {
           tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-          const Matrix by_block = layer.forward_routed(hidden, r.ids, r.weights);
-          EXPECT_TRUE((by_block.array() == by_panel.array()).all())
+          const Matrix out = blocks.forward_routed(hidden, r.ids, r.weights);
+          EXPECT_TRUE((out.array() == by_panel.array()).all())
               << Q::name << " T=" << T << " H=" << cfg.hidden << ", " << threads << " threads";
         }
       });
     }
-  knob = saved;
 }
 
-// bf16's row-block cut (detail::bf16_block_rows_knob: 256, the library's, or 128) changes which
+// bf16's row-block cut (tuning::bf16_block_rows: 256, the library's, or 128) changes which
 // rows share a block, not what any row computes: the tiles sum every output over k in the same
 // order whatever the block, so both cuts give the same bits — one block per expert or two (about
 // 150 rows per expert at T=300), two or three (about 300 at T=600), by block and by panel.
 TEST(TiledAmx, Bf16BlockCutGivesTheSameBits) {
-  int& cut = kt::detail::bf16_block_rows_knob();
-  int& by_block = kt::detail::gemm1_by_block_knob();
-  const int saved_cut = cut, saved_by_block = by_block;
+  const auto kernel_with = [](index_t cut, kt::mode by_block) {
+    return test::make_kernel<kernel::tiled_amx>([=](kt::tuning& t) {
+      t.bf16_block_rows = cut;
+      t.gemm1_by_block = by_block;
+    });
+  };
   const MoeConfig cfg = test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true);
   for (const index_t T : {index_t{300}, index_t{600}}) {
     std::mt19937 rng(static_cast<unsigned>(T));
     const MoeWeights w = test::random_weights(rng, cfg);
     const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
     const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
-    MoeLayer<a2a::local, quant::bf16, kernel::tiled_amx> layer(cfg, w);
-    for (const int b : {0, 1}) {
-      by_block = b;
-      cut = 256;
-      const Matrix wide = layer.forward_routed(hidden, r.ids, r.weights);
-      cut = 128;
-      const Matrix narrow = layer.forward_routed(hidden, r.ids, r.weights);
-      EXPECT_TRUE((wide.array() == narrow.array()).all()) << "T=" << T << (b ? ", by block" : ", by panel");
+    for (const kt::mode b : {kt::mode::off, kt::mode::on}) {
+      MoeLayer<a2a::local, quant::bf16, kernel::tiled_amx> wide(cfg, w, {}, kernel_with(256, b));
+      MoeLayer<a2a::local, quant::bf16, kernel::tiled_amx> narrow(cfg, w, {}, kernel_with(128, b));
+      EXPECT_TRUE((wide.forward_routed(hidden, r.ids, r.weights).array() ==
+                   narrow.forward_routed(hidden, r.ids, r.weights).array())
+                      .all())
+          << "T=" << T << (b == kt::mode::on ? ", by block" : ", by panel");
     }
   }
-  cut = saved_cut, by_block = saved_by_block;
+}
+
+// Every tuning but the AMX threshold changes how a forward runs, not what it computes: each
+// setting away from the defaults gives the defaults' bits, in every scheme, for decode-sized blocks
+// (T=3) and blocks of about 150 rows (T=300).
+TEST(TiledAmx, EveryTuningGivesTheBitsOfTheDefaults) {
+  const std::vector<std::string> settings = {
+      "y-stream=on",   "y-stream=off",   "pipeline=off", "gemm1-by-block=on", "gemm1-by-block=off",
+      "sum-span=16",   "sum-span=2048",  "huge-pages=off", "bf16-block-rows=128", "one-term=off",
+      "row-group=off", "pipeline=off,gemm1-by-block=on"};
+  const MoeConfig cfg = test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true);
+  for (const index_t T : {index_t{3}, index_t{300}}) {
+    std::mt19937 rng(static_cast<unsigned>(T + 5));
+    const MoeWeights w = test::random_weights(rng, cfg);
+    const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+    const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
+    for_each_scheme([&]<class Q>() {
+      MoeLayer<a2a::local, Q, kernel::tiled_amx> base(cfg, w, {}, test::make_kernel<kernel::tiled_amx>());
+      const Matrix want = base.forward_routed(hidden, r.ids, r.weights);
+      for (const std::string& spec : settings) {
+        const kernel::tiled_amx k{kt::parse_tuning(spec, test::tiled_tuning())};
+        MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w, {}, k);
+        EXPECT_TRUE((layer.forward_routed(hidden, r.ids, r.weights).array() == want.array()).all())
+            << Q::name << " T=" << T << ", " << spec;
+      }
+    });
+  }
+}
+
+// Every row block on the tiles (tuning::amx_min_rows = 1), decode-sized blocks included: still
+// the reference's result within the kernel tolerance. Without AMX the fallback runs either way.
+TEST(TiledAmx, EveryBlockOnTheTilesAgreesWithTheReference) {
+  const MoeConfig cfg = test::moe_config(200, 72, 4, 2, Activation::swiglu_oai, true);
+  for (const index_t T : {index_t{1}, index_t{3}, index_t{7}, index_t{40}}) {
+    std::mt19937 rng(static_cast<unsigned>(T + 11));
+    const MoeWeights w = test::random_weights(rng, cfg);
+    const Matrix hidden = test::random_matrix(rng, T, cfg.hidden);
+    const Routing r = test::random_routing(rng, T, cfg.num_experts, cfg.router.top_k);
+    for_each_scheme([&]<class Q>() {
+      MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
+      MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(
+          cfg, w, {}, test::make_kernel<kernel::tiled_amx>([](kt::tuning& t) { t.amx_min_rows = 1; }));
+      EXPECT_LE(test::kernel_agreement_error<Q>(layer.forward_routed(hidden, r.ids, r.weights),
+                                                ref.forward_routed(hidden, r.ids, r.weights)),
+                test::kernel_tolerance<Q>)
+          << Q::name << " T=" << T;
+    });
+  }
 }
 
 // GEMM 2's epilogues with streamed stores (detail::stream_y: y and the weights larger than the
@@ -532,7 +578,7 @@ void expect_layers_agree(const MoeConfig& cfg, const W& w, std::mt19937& rng) {
   const Matrix hidden = test::random_matrix(rng, 40, cfg.hidden);
   const Routing r = test::random_routing(rng, 40, cfg.num_experts, cfg.router.top_k);
   MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
-  MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w);
+  MoeLayer<a2a::local, Q, kernel::tiled_amx> layer(cfg, w, {}, test::make_kernel<kernel::tiled_amx>());
   EXPECT_LE(test::kernel_agreement_error<Q>(layer.forward_routed(hidden, r.ids, r.weights),
                                             ref.forward_routed(hidden, r.ids, r.weights)),
             test::kernel_tolerance<Q>)
@@ -548,7 +594,7 @@ TEST(TiledAmx, Mxfp4LayerWithTinyScalesAgreesWithTheReference) {
   w.experts.w13.row(3).setConstant(1e-38f);  // scale code 0, elements 1.5 or 2: about 1e-38 again
   const quant::mxfp4::weights q = quant::mxfp4::quantize(w.experts);
   EXPECT_FALSE(kt::mxfp4_exact_in_bf16(q.w13_blocks, q.w13_scales));
-  EXPECT_FALSE(kernel::tiled_amx::prepare<quant::mxfp4>(q).packed.use_amx);
+  EXPECT_FALSE(test::make_kernel<kernel::tiled_amx>().prepare<quant::mxfp4>(q).packed.use_amx);
   expect_layers_agree<quant::mxfp4>(cfg, w, rng);
 }
 
@@ -564,11 +610,12 @@ TEST(TiledAmx, Nvfp4LayerWithANegativeScaleAgreesWithTheReference) {
   q.router_weight = w.router_weight;
   EXPECT_TRUE(kt::nvfp4_scales_unsigned(q.experts.w13_scale));
   EXPECT_TRUE(kt::nvfp4_scales_unsigned(q.experts.w2_scale));
-  EXPECT_EQ(kernel::tiled_amx::prepare<quant::nvfp4>(q.experts).packed.use_amx, kt::amx_enabled());
+  const kernel::tiled_amx k = test::make_kernel<kernel::tiled_amx>();
+  EXPECT_EQ(k.prepare<quant::nvfp4>(q.experts).packed.use_amx, kt::amx_enabled());
   for (const std::size_t i : {std::size_t{5}, std::size_t{70}}) q.experts.w2_scale[i] |= 0x80;  // blocks negated
   EXPECT_FALSE(kt::nvfp4_scales_unsigned(q.experts.w2_scale));
-  EXPECT_FALSE(kernel::tiled_amx::prepare<quant::nvfp4>(q.experts).packed.use_amx);
-  EXPECT_FALSE(kernel::tiled_amx::prepare<quant::nvfp4_w4a4>(q.experts).packed.use_amx);
+  EXPECT_FALSE(k.prepare<quant::nvfp4>(q.experts).packed.use_amx);
+  EXPECT_FALSE(k.prepare<quant::nvfp4_w4a4>(q.experts).packed.use_amx);
   expect_layers_agree<quant::nvfp4>(cfg, q, rng);
   expect_layers_agree<quant::nvfp4_w4a4>(cfg, q, rng);
 }

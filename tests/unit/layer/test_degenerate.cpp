@@ -52,7 +52,7 @@ TEST(Degenerate, NonFiniteHiddenStaysInItsToken) {
   hidden(11, 0) = std::numeric_limits<float>::infinity();
   mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
     SCOPED_TRACE((test::triple_name<A, Q, K>()));
-    MoeLayer<A, Q, K> layer(cfg, w);
+    MoeLayer<A, Q, K> layer(cfg, w, {}, test::make_kernel<K>());
     const Matrix out = layer.forward_routed(hidden, r.ids, r.weights);
     for (index_t t = 0; t < out.rows(); ++t) {
       const bool finite = out.row(t).allFinite();
@@ -79,7 +79,7 @@ TEST(Degenerate, AllTokensOnOneExpertAndKEqualsE) {
     mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
       if constexpr (std::is_same_v<Q, quant::fp32>) {
         SCOPED_TRACE((test::triple_name<A, Q, K>()));
-        MoeLayer<A, Q, K> layer(cfg, w);
+        MoeLayer<A, Q, K> layer(cfg, w, {}, test::make_kernel<K>());
         EXPECT_LE(test::relative_error(layer.forward_routed(hidden, ids, wt), want), 2e-5) << "k=" << k;
       }
     });
@@ -110,7 +110,7 @@ TEST(Degenerate, LargeBatchWithoutMemoryBlowUp) {
       const long long base = live_bytes.load();
       peak_bytes.store(base);
       {
-        MoeLayer<A, Q, K> layer(cfg, w);
+        MoeLayer<A, Q, K> layer(cfg, w, {}, test::make_kernel<K>());
         const Matrix out = layer.forward(hidden, logits);
         EXPECT_TRUE(out.allFinite());
       }

@@ -17,7 +17,7 @@ TEST_P(HfFixture, EveryValidTripleMatchesTransformers) {
   const test::HfCase hc = test::load_hf_case(GetParam());
   mp::mp_for_each<valid_triples>([&]<class A, class Q, class K>(mp::mp_list<A, Q, K>) {
     SCOPED_TRACE((test::triple_name<A, Q, K>()));
-    MoeLayer<A, Q, K> layer(hc.cfg, hc.weights);
+    MoeLayer<A, Q, K> layer(hc.cfg, hc.weights, {}, test::make_kernel<K>());
     const Matrix out = layer.forward(hc.hidden, hc.router_logits);
     const double err = test::relative_error(out, hc.expected);
     EXPECT_LE(err, test::fixture_tolerance<Q>) << GetParam() << " " << test::triple_name<A, Q, K>();

@@ -88,7 +88,7 @@ TEST(QuantFp8Block, ActivationGroupsOf128ByHand) {
 TEST(QuantFp8Block, FixtureFromCheckpointMatchesTransformers) {
   const auto qc = test::load_deepseek_v3_fp8();
   auto run = [&]<class Q, class K>() {
-    MoeLayer<a2a::local, Q, K> layer(qc.cfg, qc.weights);
+    MoeLayer<a2a::local, Q, K> layer(qc.cfg, qc.weights, {}, test::make_kernel<K>());
     return test::relative_error(layer.forward(qc.hidden, qc.router_logits), qc.expected);
   };
   const double wo_ref = run.operator()<quant::fp8_block_weight_only, kernel::reference>();
@@ -98,7 +98,7 @@ TEST(QuantFp8Block, FixtureFromCheckpointMatchesTransformers) {
   const double wo_tiled = run.operator()<quant::fp8_block_weight_only, kernel::tiled>();
   const double aq_tiled = run.operator()<quant::fp8_block, kernel::tiled>();
   // kernel::tiled_amx: the tiles on an AMX machine (the fixture's 9 tokens give blocks of several
-  // rows; POLYMOE_AMX_MIN_ROWS=1 puts every block on them), its fallback elsewhere
+  // rows; --tuning amx-min-rows=1 puts every block on them), its fallback elsewhere
   const double wo_amx = run.operator()<quant::fp8_block_weight_only, kernel::tiled_amx>();
   const double aq_amx = run.operator()<quant::fp8_block, kernel::tiled_amx>();
   std::printf("deepseek_v3_fp8: weight-only %.3g / %.3g / %.3g / %.3g, activations quantized %.3g / %.3g / %.3g / "
@@ -132,7 +132,7 @@ TEST(QuantFp8Block, FixtureW8A8MatchesPyTorch) {
   const double torch_vs_fixture = test::relative_error(want, qc.expected);
   EXPECT_GT(torch_vs_fixture, 3e-2);
   auto run = [&]<class K>() {
-    MoeLayer<a2a::local, quant::fp8_block, K> layer(qc.cfg, qc.weights);
+    MoeLayer<a2a::local, quant::fp8_block, K> layer(qc.cfg, qc.weights, {}, test::make_kernel<K>());
     return test::relative_error(layer.forward(qc.hidden, qc.router_logits), want);
   };
   const double ref = run.operator()<kernel::reference>(), tbb = run.operator()<kernel::tbb_grouped>(),

@@ -67,7 +67,8 @@ TEST(QuantMxfp4, FixtureFromBlocksMatchesTransformers) {
   const auto qc = test::load_gpt_oss_mxfp4();
   MoeLayer<a2a::local, quant::mxfp4, kernel::reference> ref(qc.cfg, qc.weights);
   MoeLayer<a2a::local, quant::mxfp4, kernel::tbb_grouped> tbb(qc.cfg, qc.weights);
-  MoeLayer<a2a::local, quant::mxfp4, kernel::tiled> tiled(qc.cfg, qc.weights);
+  MoeLayer<a2a::local, quant::mxfp4, kernel::tiled> tiled(qc.cfg, qc.weights, {},
+                                                          test::make_kernel<kernel::tiled>());
   const double e_ref = test::relative_error(ref.forward(qc.hidden, qc.router_logits), qc.expected);
   const double e_tbb = test::relative_error(tbb.forward(qc.hidden, qc.router_logits), qc.expected);
   const double e_tiled = test::relative_error(tiled.forward(qc.hidden, qc.router_logits), qc.expected);
@@ -85,8 +86,10 @@ TEST(QuantMxfp4, FixtureFromBlocksWithBf16Activations) {
   const auto qc = test::load_gpt_oss_mxfp4();
   MoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::reference> ref(qc.cfg, qc.weights);
   MoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::tbb_grouped> tbb(qc.cfg, qc.weights);
-  MoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::tiled> tiled(qc.cfg, qc.weights);
-  MoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::tiled_amx> amx(qc.cfg, qc.weights);
+  MoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::tiled> tiled(qc.cfg, qc.weights, {},
+                                                                test::make_kernel<kernel::tiled>());
+  MoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::tiled_amx> amx(qc.cfg, qc.weights, {},
+                                                                  test::make_kernel<kernel::tiled_amx>());
   const Matrix want = ref.forward(qc.hidden, qc.router_logits);
   const double e_ref = test::relative_error(want, qc.expected);
   std::printf("gpt_oss_mxfp4 with bf16 activations: reference %.3g\n", e_ref);

@@ -21,12 +21,12 @@
 //   int8 weights: the tile layout of int8.hpp, per panel [K64/64][4 column tiles][16 quads][16
 //     columns][4] — the B operand of tdpbusd, 1 KiB a tile, as bf16's. Rows of A are u8, K64 long.
 //
-// Few rows per block (decode) do not fill a tile: below amx_min_rows a block runs an AVX-512 FMA
-// loop over the same AMX layout (bf16) or the VNNI kernel over the int8 tile layout. The threshold was measured
+// Few rows per block (decode) do not fill a tile: below its threshold (amx_min_rows_bf16 /
+// amx_min_rows_int8, or tuning::amx_min_rows) a block runs an AVX-512 FMA loop over the same AMX
+// layout (bf16) or the VNNI kernel over the int8 tile layout. The thresholds were measured
 // (docs/decisions.md#amx-min-rows).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -54,16 +54,10 @@ inline constexpr bool amx_target = false;
 /// (docs/decisions.md#amx-min-rows): on the 2-core machine bf16 blocks of 8 rows ran faster on tiles
 /// than on the FMA loop, blocks of 4 slower; on the device machine (2 threads, three alternating
 /// runs) int8 blocks of about 32 rows ran 6-28 % faster on tiles than on VNNI, blocks of 16 as
-/// fast either way (both on the VNNI layout, before int8 had a tile layout).
+/// fast either way (both on the VNNI layout, before int8 had a tile layout). tuning::amx_min_rows
+/// overrides both, and every other format's threshold (tuning::tiles_from).
 inline constexpr index_t amx_min_rows_bf16 = 8;
 inline constexpr index_t amx_min_rows_int8 = 16;
-
-/// The threshold in use: the default above, or POLYMOE_AMX_MIN_ROWS from the environment (a tuning
-/// knob for the benchmark that measures the defaults; it sets both).
-inline index_t amx_min_rows(index_t default_rows) noexcept {
-  static const long env = detail::env_number("POLYMOE_AMX_MIN_ROWS").value_or(0);
-  return env > 0 ? static_cast<index_t>(env) : default_rows;
-}
 
 /// Why AMX cannot run here, or nullptr when it can (the answer is computed once per process; the
 /// permission request is part of it).
@@ -160,10 +154,9 @@ POLYMOE_AMX_TARGET inline void configure() noexcept {
   __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
-/// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block): what block and
-/// block22 run per pass over a row block. For block22, 4, 16 and 32 were measured too (16 faster
-/// with L2-resident weights, slower with streamed ones; 4 and 32 no better;
-/// docs/decisions.md#amx-loop).
+/// k-blocks per 32 KiB slab of a panel (4 column tiles of 1 KiB per k-block): what block22 runs
+/// per pass over a row block. 4, 16 and 32 were measured too (16 faster with L2-resident weights,
+/// slower with streamed ones; 4 and 32 no better; docs/decisions.md#amx-loop).
 inline constexpr index_t slab_kb = 8;
 
 /// Bytes of one k-block of a panel (4 column tiles of 1 KiB, bf16 and int8 alike).
@@ -180,24 +173,14 @@ inline void prefetch_tile_rows(const void* a, long lda_bytes) noexcept {
   for (int r = 0; r < 16; ++r) _mm_prefetch(c + r * lda_bytes, _MM_HINT_T0);
 }
 
-/// One k-block of products for bf16: tiles 0-3 (C, fp32) += tile 4 (A) times four B tiles of the
-/// tile layout, 1 KiB apart.
+/// The products of one k-block for bf16 (C fp32): A rows against B tiles of the tile layout, four
+/// column tiles 1 KiB apart per k-block.
 struct bf16_ops {
   using a_type = std::uint16_t;
   using b_type = std::uint16_t;
   static constexpr index_t a_k = amx_kb;                ///< k per A tile row (64 bytes)
   static constexpr bool two_terms = false;              ///< A as one term (bf16x2_ops: two)
   static constexpr index_t b_kb = 4 * amx_tile_elems;   ///< B elements per k-block
-  POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
-    _tile_loadd(5, b, 64);
-    _tile_loadd(6, b + amx_tile_elems, 64);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_loadd(7, b + 2 * amx_tile_elems, 64);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(5, b + 3 * amx_tile_elems, 64);
-    _tile_dpbf16ps(2, 4, 7);
-    _tile_dpbf16ps(3, 4, 5);
-  }
   /// 2 x 2: tiles 0-1 (+)= A tile (a0) times column tiles b and b + 1; with Two, tiles 2-3 the
   /// same for a1. A tiles 4-5, B tiles 6-7.
   template <bool Two>
@@ -223,16 +206,6 @@ struct int8_ops {
   using b_type = std::int8_t;
   static constexpr index_t a_k = 64;
   static constexpr index_t b_kb = 4 * 1024;
-  POLYMOE_AMX_TARGET static void products(const b_type* b) noexcept {
-    _tile_loadd(5, b, 64);
-    _tile_loadd(6, b + 1024, 64);
-    _tile_dpbusd(0, 4, 5);
-    _tile_loadd(7, b + 2048, 64);
-    _tile_dpbusd(1, 4, 6);
-    _tile_loadd(5, b + 3072, 64);
-    _tile_dpbusd(2, 4, 7);
-    _tile_dpbusd(3, 4, 5);
-  }
   /// The same, bf16_ops::products22 for tdpbusd.
   template <bool Two>
   POLYMOE_AMX_TARGET static void products22(const a_type* a0, const a_type* a1, long lda_bytes, const b_type* b) noexcept {
@@ -330,56 +303,6 @@ POLYMOE_AMX_TARGET inline void store_c(C* c0, C* c1, bool two) noexcept {
   }
 }
 
-/// c[m][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
-/// elements (at least roundup(m, 16) readable rows), C fp32 (bf16_ops) or int32 (int8_ops).
-///
-/// Two software prefetches keep the tile loads from waiting on memory (a tile register has no
-/// renaming: a load into the A tile cannot start before the previous k-block's products have read
-/// it, so its latency is paid in full unless the lines are already in L1):
-///   - while the row groups of a block run one slab, each fetches its share of the next slab's
-///     lines (the whole slab between them), a few lines per k-block rather than 4 KiB at once;
-///     during the last slab, the first slab of `next`, the panel the caller multiplies next
-///     (kblock_ahead; nullptr: none);
-///   - every k-block fetches the 16 lines of the A tile a_prefetch_kb loads ahead, in the order
-///     the loads run (on into the next row group at the end of a slab, and into the next slab).
-/// Against the previous scheme (the first row group fetched the next slab, A not at all), measured
-/// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
-/// process: +5 to +26 % in ten pairs (docs/decisions.md#amx-prefetch).
-template <class Ops, class C>
-POLYMOE_AMX_TARGET inline void block(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
-                                     const typename Ops::b_type* panel, const typename Ops::b_type* next,
-                                     C* c) noexcept {
-  static_assert(Ops::b_kb * static_cast<index_t>(sizeof(typename Ops::b_type)) == kb_bytes);
-  configure();
-  const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
-  const index_t share = (kb_bytes / ((m + 15) / 16) + 63) / 64 * 64;  // bytes per k-block per row group
-  for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
-    const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
-    for (index_t r0 = 0; r0 < m; r0 += 16) {
-      C* cr = c + r0 * panel_cols;
-      start_c(s0 == 0, cr, cr + 32, true);
-      const typename Ops::a_type* ar = a + r0 * lda;
-      const index_t own = r0 / 16 * share, own_end = std::min(kb_bytes, own + share);
-      for (index_t kb = s0; kb < s1; ++kb) {
-        const typename Ops::b_type* b = panel + kb * Ops::b_kb;
-        if (const auto* ahead = kblock_ahead<Ops>(panel, next, kb + slab_kb, nkb)) prefetch_lines(ahead, own, own_end);
-        // the A tile a_prefetch_kb loads ahead: in this row group, else in the next row group,
-        // else in the first row group of the next slab
-        constexpr index_t d = a_prefetch_kb;
-        if (kb + d < s1)
-          prefetch_tile_rows(ar + (kb + d) * Ops::a_k, lda_bytes);
-        else if (r0 + 16 < m)
-          prefetch_tile_rows(ar + 16 * lda + (s0 + kb + d - s1) * Ops::a_k, lda_bytes);
-        else if (kb + d < nkb)
-          prefetch_tile_rows(a + (kb + d) * Ops::a_k, lda_bytes);
-        _tile_loadd(4, ar + kb * Ops::a_k, lda_bytes);
-        Ops::products(b);
-      }
-      store_c(cr, cr + 32, true);
-    }
-  }
-}
-
 /// One slab of one block22 step (below): products22 over k-blocks [s0, s1), with the prefetches.
 template <class Ops, bool Two, Pf BP, class Side>
 POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const typename Ops::a_type* a1, long lda_bytes,
@@ -399,15 +322,29 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
   }
 }
 
-/// block with 2 x 2 register blocking: C tiles for (rows r0, r0 + 16) x (column tiles j, j + 1),
-/// A tiles 4-5, B tiles 6-7 — four tile loads per four products where block has five, each A and
-/// B tile used twice. A slab is slab_kb k-blocks; within it the (row pair, column pair) steps run
-/// row pair by row pair (ColsOuter false: the pair's A lines serve both column pairs) or column
-/// pair by column pair (true: a column pair's half of the slab serves every row pair). An odd last row
-/// group runs the same steps on tiles 0-1 only. Prefetch as block: each step fetches its share of
-/// the next slab (or of `next`'s first); the first step on a row pair fetches its A lines two
-/// k-blocks ahead. BP is the hint of the next slab's prefetch (a measurement variant; the library
-/// runs t0).
+/// c[m][64] (rows [0, roundup(m, 16)) written) = A · panel over nkb k-blocks: A [rows][lda]
+/// elements (at least roundup(m, 16) readable rows), C fp32 (bf16_ops) or int32 (int8_ops), with
+/// 2 x 2 register blocking: C tiles for (rows r0, r0 + 16) x (column tiles j, j + 1), A tiles 4-5,
+/// B tiles 6-7 — four tile loads per four products (a 1 x 4 loop, one A tile against four column
+/// tiles, has five), each A and B tile used twice. A slab is slab_kb k-blocks; within it the
+/// (row pair, column pair) steps run row pair by row pair (the pair's A lines serve both column
+/// pairs). An odd last row group runs the same steps on tiles 0-1 only. Chosen on the device
+/// machine (bench_amx, 16 threads, docs/decisions.md#amx-loop): with the weights streamed from
+/// DRAM and 128-row blocks it ran 1-28 % faster than the 1 x 4 loop; with 32-row blocks bf16 10-22 %
+/// faster, int8 -14 % to +7 %; column pairs outer was no better. The forward did not tell the loops
+/// apart beyond its run-to-run spread, so only this one is kept.
+///
+/// Two software prefetches keep the tile loads from waiting on memory (a tile register has no
+/// renaming: a load into the A tile cannot start before the previous k-block's products have read
+/// it, so its latency is paid in full unless the lines are already in L1):
+///   - each step fetches its share of the next slab's lines (the whole slab between the steps), a
+///     few lines per k-block rather than 4 KiB at once; during the last slab, the first slab of
+///     `next`, the panel the caller multiplies next (kblock_ahead; nullptr: none);
+///   - the first step on a row pair fetches its A lines a_prefetch_kb k-blocks ahead.
+/// Against the earlier scheme (the first row group fetched the next slab, A not at all), measured
+/// on the device machine's AMX with the forward of the Qwen3-30B-A3B layer, alternating in one
+/// process: +5 to +26 % in ten pairs (docs/decisions.md#amx-prefetch). BP is the hint of the next
+/// slab's prefetch (a measurement variant; the library runs t0).
 ///
 /// block22_side also calls side() after each k-block's products: vector work that the core runs
 /// while the tiles compute (the previous panel's epilogue, row by row). It is called a number of
@@ -415,10 +352,11 @@ POLYMOE_AMX_TARGET inline void slab22(const typename Ops::a_type* a0, const type
 ///
 /// `accumulate`: the C tiles start from c as it is (a caller that feeds the panel slab by slab),
 /// not from zero.
-template <class Ops, bool ColsOuter, Pf BP, class C, class Side>
+template <class Ops, Pf BP, class C, class Side>
 POLYMOE_AMX_TARGET inline void block22_side(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                             const typename Ops::b_type* panel, const typename Ops::b_type* next, C* c,
                                             Side& side, bool accumulate = false) noexcept {
+  static_assert(Ops::b_kb * static_cast<index_t>(sizeof(typename Ops::b_type)) == kb_bytes);
   configure();
   const auto lda_bytes = static_cast<long>(lda * static_cast<index_t>(sizeof(typename Ops::a_type)));
   const index_t pairs = ((m + 15) / 16 + 1) / 2, steps = 2 * pairs;
@@ -426,7 +364,7 @@ POLYMOE_AMX_TARGET inline void block22_side(const typename Ops::a_type* a, index
   for (index_t s0 = 0; s0 < nkb; s0 += slab_kb) {
     const index_t s1 = nkb < s0 + slab_kb ? nkb : s0 + slab_kb;
     for (index_t i = 0; i < steps; ++i) {
-      const index_t rp = ColsOuter ? i % pairs : i / 2, cp = ColsOuter ? i / pairs : i % 2;
+      const index_t rp = i / 2, cp = i % 2;
       const index_t r0 = 32 * rp;
       const bool two = r0 + 16 < m;
       C* c0 = c + r0 * panel_cols + 32 * cp;
@@ -444,55 +382,22 @@ POLYMOE_AMX_TARGET inline void block22_side(const typename Ops::a_type* a, index
   }
 }
 
-template <class Ops, bool ColsOuter, Pf BP, class C>
+template <class Ops, Pf BP, class C>
 POLYMOE_AMX_TARGET inline void block22(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
                                        const typename Ops::b_type* panel, const typename Ops::b_type* next,
                                        C* c) noexcept {
   no_side none;
-  block22_side<Ops, ColsOuter, BP>(a, lda, m, nkb, panel, next, c, none);
-}
-
-/// The loop that bf16_block and int8_block run: POLYMOE_AMX_LOOP, a tuning knob for the benchmark,
-/// `1x4` block, `2x2` (the default) block22 row pairs outer, `2x2c` block22 column pairs outer.
-/// Chosen on the device machine (bench_amx, 16 threads, variants alternating in one process;
-/// docs/decisions.md#amx-loop): with the weights streamed from DRAM and 128-row blocks (the
-/// forward at T = 2048), block22 with 8-k-block slabs ran 1-28 % faster than block; with 32-row
-/// blocks bf16 10-22 % faster, int8 -14 % to +7 %; with L2-resident weights -13 % to +19 %. The
-/// forward did not tell the two apart beyond its run-to-run spread.
-enum class Loop { one_by_four, two_by_two, two_by_two_cols };
-
-inline Loop loop() noexcept {
-  static const Loop l = [] {
-    const char* s = std::getenv("POLYMOE_AMX_LOOP");
-    if (s && std::strcmp(s, "1x4") == 0) return Loop::one_by_four;
-    if (s && std::strcmp(s, "2x2c") == 0) return Loop::two_by_two_cols;
-    return Loop::two_by_two;
-  }();
-  return l;
-}
-
-
-/// The loop of loop(); the default 2 x 2 calls side() between k-blocks (block22_side), the other
-/// loops (measurement knobs) do not call it.
-template <class Ops, class C, class Side>
-POLYMOE_AMX_TARGET inline void run_loop(const typename Ops::a_type* a, index_t lda, index_t m, index_t nkb,
-                                        const typename Ops::b_type* panel, const typename Ops::b_type* next, C* c,
-                                        Side& side) noexcept {
-  switch (loop()) {
-    case Loop::one_by_four: return block<Ops>(a, lda, m, nkb, panel, next, c);
-    case Loop::two_by_two_cols: return block22<Ops, true, Pf::t0>(a, lda, m, nkb, panel, next, c);
-    default: return block22_side<Ops, false, Pf::t0>(a, lda, m, nkb, panel, next, c, side);
-  }
+  block22_side<Ops, BP>(a, lda, m, nkb, panel, next, c, none);
 }
 
 /// bf16: A bf16 rows (lda >= K32), panel in the bf16 tile layout; `next` the panel (of the same
 /// K) that the caller multiplies next, or nullptr (see kblock_ahead); side() between k-blocks
-/// (run_loop).
+/// (block22_side).
 template <class Side = no_side>
 POLYMOE_AMX_TARGET inline void bf16_block(const std::uint16_t* a, index_t lda, index_t m, index_t K32,
                                           const std::uint16_t* panel, const std::uint16_t* next, float* c,
                                           Side&& side = Side{}) noexcept {
-  run_loop<bf16_ops>(a, lda, m, K32 / amx_kb, panel, next, c, side);
+  block22_side<bf16_ops, Pf::t0>(a, lda, m, K32 / amx_kb, panel, next, c, side);
 }
 
 /// int8: A u8 rows (q + 128; lda >= K4, K4 % 64 == 0), panel in the tile layout of int8.hpp;
@@ -501,7 +406,7 @@ template <class Side = no_side>
 POLYMOE_AMX_TARGET inline void int8_block(const std::uint8_t* a, index_t lda, index_t m, index_t K4,
                                           const std::int8_t* panel, const std::int8_t* next, std::int32_t* acc,
                                           Side&& side = Side{}) noexcept {
-  run_loop<int8_ops>(a, lda, m, K4 / 64, panel, next, acc, side);
+  block22_side<int8_ops, Pf::t0>(a, lda, m, K4 / 64, panel, next, acc, side);
 }
 
 /// One slab of a decoded panel: c (+)= A · slab over nkb <= slab_kb k-blocks, A the rows in Ops'
@@ -511,7 +416,7 @@ template <class Ops>
 POLYMOE_AMX_TARGET inline void decoded_slab(const std::uint16_t* a, index_t lda, index_t m, index_t nkb,
                                             const std::uint16_t* slab, float* c, bool accumulate) noexcept {
   no_side none;
-  block22_side<Ops, false, Pf::t0>(a, lda, m, nkb, slab, nullptr, c, none, accumulate);
+  block22_side<Ops, Pf::t0>(a, lda, m, nkb, slab, nullptr, c, none, accumulate);
 }
 
 /// Column tile V of one k-block of decoded_row_group: B tile 6 + V % 2 from b, C tile V (+)= A

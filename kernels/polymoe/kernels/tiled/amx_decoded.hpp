@@ -21,25 +21,17 @@
 
 namespace polymoe::kernels::tiled {
 
-namespace detail {
-/// POLYMOE_AMX_ONE_TERM (a measurement knob; bench_ratio --ab one-term): 0 runs every split block
-/// with both terms; unset or 1, blocks whose GEMM 1 inputs are bf16 values run the hi term alone.
-inline int& one_term_knob() noexcept {
-  static int knob = env_switch("POLYMOE_AMX_ONE_TERM");
-  return knob;
-}
-}  // namespace detail
-
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format,
 /// nvfp4_format or fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment
 /// (quantized_inputs<Q> for fp8 W8A8, nvfp4_w4a4_inputs for NVFP4 W4A4, bf16_inputs for W4A16,
 /// keep_inputs for weight-only schemes with fp32 activations), ActGroup the W8A8 activation group
 /// (128; 0: one group per row). Blocks of the format's threshold rows or more on the tiles when the
-/// layer was prepared with them, the others on kernel::tiled's path for F; the GEMMs as one
-/// pipeline either way.
+/// layer was prepared with them (tuning::amx_min_rows overrides the threshold), the others on
+/// kernel::tiled's path for F; the GEMMs as one pipeline either way. `tune` and `phases` as
+/// forward_standard's.
 template <class F, class Act, index_t ActGroup>
 void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepared<QPackedExperts<F>>& p,
-                         const ExpertMlp& mlp, MatrixRef out) {
+                         const ExpertMlp& mlp, MatrixRef out, const tuning& tune, PhaseTimes* phases) {
   constexpr bool e2m1 = F::code == qcode::e2m1;
   constexpr bool qact = Act::per_row;  // quantized activations: E4M3 (W8A8) or NVFP4 (W4A4) values on the tiles
   static_assert(!qact || std::is_same_v<F, fp8_format> || std::is_same_v<F, nvfp4_format>,
@@ -67,19 +59,20 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   constexpr index_t default_min_rows = std::is_same_v<F, nvfp4_format> ? nvfp4_rows
                                        : e2m1                           ? mxfp4_rows
                                                                         : e4m3_rows;
-  const index_t min_rows = amx_min_rows(default_min_rows);
+  const index_t min_rows = tune.tiles_from(default_min_rows);
+  const bool row_group = tune.row_group;
 #if defined(POLYMOE_TILED_AMX_CODE)
   const bool amx = pk.use_amx;
   using Ops = std::conditional_t<one_bf16, amx::bf16_ops, amx::bf16x2_ops>;
   // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel;
   // `one_term`: split rows whose lo terms are all zero, run with their hi terms alone
-  const auto times_panel = [](index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds,
-                              index_t K, const QPanel<F>& panel, float* c, bool one_term = false) {
+  const auto times_panel = [row_group](index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds,
+                                       index_t K, const QPanel<F>& panel, float* c, bool one_term = false) {
     const auto run = [&]<class O>() {
       if constexpr (e2m1)
-        detail::e2m1_block_times_panel<F, O>(m, a, lda, sa, K, panel, c);
+        detail::e2m1_block_times_panel<F, O>(m, a, lda, sa, K, panel, c, row_group);
       else
-        detail::fp8_times_panel<O>(m, a, lda, sa, lds, K, panel, c);
+        detail::fp8_times_panel<O>(m, a, lda, sa, lds, K, panel, c, row_group);
     };
     if constexpr (!one_bf16)
       if (one_term) return run.template operator()<amx::bf16x2_hi_ops>();
@@ -95,8 +88,9 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   };
 #else
   constexpr bool amx = false;
+  (void)row_group;
 #endif
-  PhaseClock clock;
+  PhaseClock clock(phases);
   begin_forward(d, s, out, ws, amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
@@ -133,7 +127,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   // Weight-only blocks on the tiles whose split rows have only zero lo terms (inputs that are bf16
   // values, as an engine's bf16 hidden states are) run GEMM 1 with the hi terms alone: the same
   // bits, half the tile work (amx::bf16x2_hi_ops).
-  const bool one_term_allowed = !one_bf16 && detail::one_term_knob() != 0;
+  const bool one_term_allowed = !one_bf16 && tune.one_term;
   ws.one_term.assign(sr.blocks.size(), std::uint8_t{0});
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
@@ -185,10 +179,11 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   }
   if (qact || some_fma) ws.act.resize(at(N * I));
   ws.y.resize(at(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
+  const bool stream =
+      detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes(), tune.y_stream);
   make_tasks(sr, pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task, const Task*) {
+  const auto gemm1 = [&](const Task& task, const Task*, const detail::worker& w) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
@@ -196,7 +191,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
     if (tiles(b)) {
       times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, qact ? ws.a_scales.data() + b.begin * gH : nullptr,
                   gH, H, pk.panel13(b.expert, cb), c, ws.one_term[at(task.block)] != 0);
-      const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+      const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
       if constexpr (qact)
         detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
       else if constexpr (a16)
@@ -208,7 +203,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
 #endif
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
                               pk.panel13(b.expert, cb), c);
-    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+    const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
     detail::finish13<a16>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
   // W8A8, W4A4: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
@@ -226,7 +221,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       Act::row(std::span<float>(row, at(I)));
     }
   };
-  const auto gemm2 = [&](const Task& task, const Task*) {
+  const auto gemm2 = [&](const Task& task, const Task*, const detail::worker& w) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
 #if defined(POLYMOE_TILED_AMX_CODE)
@@ -237,16 +232,16 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
 #endif
       detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
                                 pk.panel2(b.expert, task.panel), c);
-    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
+    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
   };
   if constexpr (qact)
-    detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
+    detail::run_gemms(pk.pipelined, tune, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
                       quantize_block, gemm2);
   else
-    detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1, nullptr,
-                      gemm2);
+    detail::run_gemms(pk.pipelined, tune, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
+                      nullptr, gemm2);
 
-  sum_slots(sr, ws.y, k, out);
+  sum_slots(sr, ws.y, k, out, tune.sum_span);
   clock.lap(PhaseTimes::sum);
 }
 

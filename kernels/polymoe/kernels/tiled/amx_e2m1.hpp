@@ -60,7 +60,7 @@ namespace polymoe::kernels::tiled {
 /// threshold was 4). Since kernel::tiled runs blocks of 3-4 rows in registers (qtile),
 /// bench_amx --threshold mxfp4 (16 threads, K = 2048, 5 paired rounds) gives kernel::tiled's time
 /// over the tiles' (amx::decoded_row_group) at 3 rows 0.68, at 4 rows 0.76, at 6 rows 1.44 (medians).
-/// POLYMOE_AMX_MIN_ROWS overrides it, as it does bf16's and int8's.
+/// tuning::amx_min_rows overrides it, as it does bf16's and int8's.
 inline constexpr index_t amx_min_rows_e2m1 = 5;
 
 /// The same for NVFP4, whose decode costs more per weight (a 64-entry table, and the scale's
@@ -333,28 +333,17 @@ inline void decode_e2m1_slab(const QPanel<F>& p, index_t K, index_t kb0, index_t
 
 namespace detail {
 
-/// POLYMOE_AMX_ROW_GROUP from the environment: -1 unset, 0 off, 1 on (a knob for measuring
-/// row_group_loop; bench_ratio --ab row-group sets it directly).
-inline int& row_group_knob() noexcept {
-  static int knob = env_switch("POLYMOE_AMX_ROW_GROUP");
-  return knob;
-}
-
-/// Whether E2M1 and E4M3 row blocks of at most 16 rows run amx::decoded_row_group (the default)
-/// rather than a decoded slab (E2M1) or scale group (E4M3) at a time.
-inline bool row_group_loop() noexcept { return row_group_knob() != 0; }
-
 #if defined(POLYMOE_TILED_AMX_CODE)
 /// c[m][64] = rows [0, m) of A in Ops' layout (bf16x2_ops: split rows; bf16x2_hi_ops: split rows
 /// whose lo terms are zero; bf16_ops: NVFP4 W4A4's e2m1 · e4m3 values), lda elements apart and
 /// readable up to roundup(m, 16) rows, times an E2M1 panel (MXFP4 or NVFP4) of K rows; NVFP4's scale_2 and the rows' scales sa (row r's at sa[r];
 /// nullptr: 1) multiply the sums. Blocks of up to 16 rows run amx::decoded_row_group (the decode
-/// of each k-block between the previous one's products) when `row_group`, others a decoded 32 KiB
-/// slab at a time (amx::decoded_slab); both sum each column tile in the same order, so they give
-/// the same bits.
+/// of each k-block between the previous one's products) when `row_group` (tuning::row_group), others
+/// a decoded 32 KiB slab at a time (amx::decoded_slab); both sum each column tile in the same order,
+/// so they give the same bits.
 template <class F, class Ops = amx::bf16x2_ops>
 inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t K,
-                                   const QPanel<F>& panel, float* c, bool row_group = row_group_loop()) noexcept {
+                                   const QPanel<F>& panel, float* c, bool row_group = tuning{}.row_group) noexcept {
   static_assert(F::code == qcode::e2m1);
   const index_t nkb = padded_k32(K) / amx_kb;
   if (m <= 16 && row_group) {

@@ -54,7 +54,7 @@ namespace polymoe::kernels::tiled {
 /// and 1.38; W8A8 (E4M3 rows in groups of 128, one term) at 3 rows 0.65, at 4 rows 0.91, at 6 rows
 /// 1.52. With blocks of up to 16 rows in the row-group loop (amx::decoded_row_group_groups):
 /// weight-only at 4 rows 0.91, at 6 rows 1.60.
-/// POLYMOE_AMX_MIN_ROWS overrides it, as it does the others.
+/// tuning::amx_min_rows overrides it, as it does the others.
 inline constexpr index_t amx_min_rows_e4m3 = 5;
 
 /// The same for W8A8 (quant::fp8, fp8_block: E4M3 rows in groups of 128, one term on the tiles).
@@ -186,7 +186,7 @@ namespace detail {
 /// scale in the same order: the same bits.
 template <class Ops>
 inline void fp8_times_panel(index_t m, const std::uint16_t* a, index_t lda, const float* sa, index_t lds, index_t K,
-                            const QPanel<fp8_format>& panel, float* c, bool row_group = row_group_loop()) noexcept {
+                            const QPanel<fp8_format>& panel, float* c, bool row_group = tuning{}.row_group) noexcept {
   const index_t nkb = padded_k32(K) / amx_kb, groups = fp8_format::groups(K);
   if (m <= 16 && row_group) {
     // amx::decoded_row_group_groups: each k-block decoded between the previous one's products,

@@ -2,12 +2,12 @@
 // kernel::tiled_amx's forward pass for bf16 weights: forward_standard's pipeline (sort, GEMM 1 +
 // activation, GEMM 2 + routing weight, slot-order sum; see forward.hpp) with the GEMM inputs kept
 // as bf16 rows in sorted order, so that a row block is one strided tile operand, and the weights
-// in the tile layout of amx.hpp. Blocks of amx_min_rows() rows or more run tdpbf16ps when the
-// layer was prepared with AMX enabled; smaller blocks (decode), or every block without AMX, run
-// amx_layout_tile, an AVX-512 loop over the same layout. For kernel::tiled_amx the two GEMMs run
-// as one stream of tasks without a barrier between them (detail::pipelined_tasks), and with enough
-// rows per block GEMM 1 runs a task per block, each panel's epilogue inside the next panel's tiles
-// (detail::gemm1_by_block, gemm1_panels_interleaved).
+// in the tile layout of amx.hpp. Blocks of amx_min_rows_bf16 rows or more (tuning::amx_min_rows
+// overrides it) run tdpbf16ps when the layer was prepared with AMX enabled; smaller blocks
+// (decode), or every block without AMX, run amx_layout_tile, an AVX-512 loop over the same layout.
+// For kernel::tiled_amx the two GEMMs run as one stream of tasks without a barrier between them
+// (detail::pipelined_tasks), and with enough rows per block GEMM 1 runs a task per block, each
+// panel's epilogue inside the next panel's tiles (detail::gemm1_by_block, gemm1_panels_interleaved).
 #include <algorithm>
 
 #include <polymoe/kernels/tiled/amx.hpp>
@@ -56,52 +56,47 @@ inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, inde
 #endif
 }
 
-/// Rows [0, m) of A times one panel: tiles when enabled and the block is large enough (`next`:
-/// the panel the thread multiplies next, or nullptr; see amx::kblock_ahead). With tiles, side() is
-/// called between k-blocks (amx::block22_side), some number of times.
+/// Rows [0, m) of A times one panel: tiles when enabled and the block has `min_rows` rows or more
+/// (`next`: the panel the thread multiplies next, or nullptr; see amx::kblock_ahead). With tiles,
+/// side() is called between k-blocks (amx::block22_side), some number of times.
 template <class Side = no_side>
-inline void amx_block_times_panel(bool tiles, index_t m, const std::uint16_t* a, index_t lda, index_t K,
-                                  const std::uint16_t* panel, const std::uint16_t* next, float* c,
+inline void amx_block_times_panel(bool tiles, index_t min_rows, index_t m, const std::uint16_t* a, index_t lda,
+                                  index_t K, const std::uint16_t* panel, const std::uint16_t* next, float* c,
                                   Side&& side = Side{}) noexcept {
 #if defined(POLYMOE_TILED_AMX_CODE)
-  if (tiles && m >= amx_min_rows(amx_min_rows_bf16))
-    return amx::bf16_block(a, lda, m, padded_k32(K), panel, next, c, side);
+  if (tiles && m >= min_rows) return amx::bf16_block(a, lda, m, padded_k32(K), panel, next, c, side);
 #else
   (void)tiles;
+  (void)min_rows;
   (void)next;
   (void)side;
 #endif
   amx_layout_rows(m, a, lda, K, panel, c);
 }
 
-/// POLYMOE_BF16_BLOCK_ROWS from the environment (a measurement knob; bench_ratio --ab
-/// bf16-block-rows): bf16's AMX row-block cut, a multiple of 16 up to amx_block_rows; unset or
-/// out of range: amx_block_rows.
-inline int& bf16_block_rows_knob() noexcept {
-  static int knob = static_cast<int>(env_number("POLYMOE_BF16_BLOCK_ROWS").value_or(amx_block_rows));
-  return knob;
-}
-
-/// bf16's AMX row-block cut in use: the knob when it is in range, else amx_block_rows.
-inline index_t bf16_block_rows() noexcept {
-  const index_t v = bf16_block_rows_knob();
+/// bf16's AMX row-block cut in use: tuning::bf16_block_rows when it is a multiple of 16 up to
+/// amx_block_rows (the tiles' buffers hold that many rows), else amx_block_rows.
+inline index_t bf16_block_rows(const tuning& tune) noexcept {
+  const index_t v = tune.bf16_block_rows;
   return v >= 16 && v <= amx_block_rows && v % 16 == 0 ? v : amx_block_rows;
 }
 
 }  // namespace detail
 
-/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for quant::bf16 (inputs rounded to bf16).
+/// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for quant::bf16 (inputs rounded to bf16);
+/// `tune` and `phases` as forward_standard's.
 template <class Unused = void>
 void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<AmxBf16Experts>& p,
-                      const ExpertMlp& mlp, MatrixRef out) {
+                      const ExpertMlp& mlp, MatrixRef out, const tuning& tune, PhaseTimes* phases) {
   const AmxBf16Experts& pk = p.packed;
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t k = d.ids.cols(), H = s.hidden, I = s.intermediate, H32 = padded_k32(H), I32 = padded_k32(I);
   // Row strides of the bf16 GEMM inputs (elements): H32 and I32 rounded to an odd number of lines.
   const index_t ldh = amx_row_stride_bytes(2 * H32) / 2, ldi = amx_row_stride_bytes(2 * I32) / 2;
-  PhaseClock clock;
-  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{detail::bf16_block_rows(), 16} : BlockCut{block_rows});
+  const index_t min_rows = tune.tiles_from(amx_min_rows_bf16);
+  PhaseClock clock(phases);
+  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{detail::bf16_block_rows(tune), 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
@@ -125,11 +120,13 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
   zero_k_padding(ws.h16.data(), N, ldi, I, I32);
   ws.y.resize(static_cast<std::size_t>(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
-  const bool by_block = detail::gemm1_by_block(detail::pipeline_on(pk.pipelined), N, sr.blocks.size());
+  const bool stream =
+      detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes(), tune.y_stream);
+  const bool by_block =
+      detail::gemm1_by_block(detail::pipeline_on(pk.pipelined, tune), N, sr.blocks.size(), tune.gemm1_by_block);
   make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task, const Task* next) {
+  const auto gemm1 = [&](const Task& task, const Task* next, const detail::worker& w) {
     const RowBlock& b = sr.block(task);
     const std::uint16_t* a = ws.a16.data() + b.begin * ldh;
     if (by_block) {
@@ -137,12 +134,13 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
       // (detail::gemm1_panels_interleaved).
       alignas(64) float c[2][amx_block_rows * panel_cols];
       detail::gemm1_panels_interleaved(
-          pk.panels13, b.rows, c[0], c[1],
+          pk.panels13, b.rows, c[0], c[1], w.task_ns,
           [&](index_t cb, float* cc, auto& side) {
             const std::uint16_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1)
                                          : next               ? pk.panel13(sr.block(*next).expert, 0)
                                                               : nullptr;
-            detail::amx_block_times_panel(pk.use_amx, b.rows, a, ldh, H, pk.panel13(b.expert, cb), after, cc, side);
+            detail::amx_block_times_panel(pk.use_amx, min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, cb), after, cc,
+                                          side);
           },
           [&](index_t cb, float* cc, index_t i) {
             detail::finish13_row<true>(mlp, pk, cb, pk.bias13(b.expert, cb), cc + i * panel_cols,
@@ -151,23 +149,23 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
       return;
     }
     alignas(64) float c[amx_block_rows * panel_cols];
-    detail::amx_block_times_panel(pk.use_amx, b.rows, a, ldh, H, pk.panel13(b.expert, task.panel),
+    detail::amx_block_times_panel(pk.use_amx, min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, task.panel),
                                   next ? pk.panel13(sr.block(*next).expert, next->panel) : nullptr, c);
-    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+    const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
   };
-  const auto gemm2 = [&](const Task& task, const Task* next) {
+  const auto gemm2 = [&](const Task& task, const Task* next, const detail::worker& w) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
-    detail::amx_block_times_panel(pk.use_amx, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
+    detail::amx_block_times_panel(pk.use_amx, min_rows, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
                                   pk.panel2(b.expert, task.panel),
                                   next ? pk.panel2(sr.block(*next).expert, next->panel) : nullptr, c);
-    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream);
+    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
   };
-  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, by_block ? 1 : pk.panels13, ws.tasks2, ws.pending,
-                    gemm1, nullptr, gemm2);
+  detail::run_gemms(pk.pipelined, tune, clock, sr.blocks, ws.tasks13, by_block ? 1 : pk.panels13, ws.tasks2,
+                    ws.pending, gemm1, nullptr, gemm2);
 
-  sum_slots(sr, ws.y, k, out);
+  sum_slots(sr, ws.y, k, out, tune.sum_span);
   clock.lap(PhaseTimes::sum);
 }
 

@@ -6,23 +6,15 @@
 // and, on Linux, offered transparent huge pages (madvise MADV_HUGEPAGE, before the first touch):
 // where the kernel's THP mode is "madvise" (Debian's default), 4 KiB pages are otherwise all they
 // get, and a forward that streams a gigabyte of weights walks the page tables for every 4 KiB of
-// it. POLYMOE_HUGE_PAGES=0 in the environment turns the advice off (for measuring it;
-// docs/decisions.md#huge-pages).
+// it. Each buffer is told whether to (tuning::huge_pages, on by default; docs/decisions.md#huge-pages).
 #include <cctype>
-#include <charconv>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <new>
-#include <optional>
 #include <string>
-#include <system_error>
+#include <type_traits>
 #include <vector>
-
-#include <strings.h>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -37,49 +29,14 @@ namespace detail {
 
 inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 
-/// Says on stderr that knob `name` = `value` is ignored, and why (each knob is read once per
-/// process, in noexcept code, and only steers measurements: a bad one is reported, not thrown).
-inline void ignore_knob(const char* name, const char* value, const char* expected) noexcept {
-  std::fprintf(stderr, "polymoe: ignoring %s=%s: expected %s\n", name, value, expected);
-}
-
-/// An on / off knob of the environment (the kernels' measurement switches): -1 when `name` is
-/// unset, 0 for 0 / off / false / no, 1 for 1 / on / true / yes (any case); anything else is
-/// reported and ignored (-1).
-[[nodiscard]] inline int env_switch(const char* name) noexcept {
-  const char* e = std::getenv(name);
-  if (e == nullptr) return -1;
-  const auto is = [e](const char* word) { return ::strcasecmp(e, word) == 0; };
-  if (is("0") || is("off") || is("false") || is("no")) return 0;
-  if (is("1") || is("on") || is("true") || is("yes")) return 1;
-  ignore_knob(name, e, "0 or 1");
-  return -1;
-}
-
-/// A number of the environment (the kernels' tuning knobs): nothing when `name` is unset, else its
-/// value; text that is not a whole decimal number within +-2^30 is reported and ignored (nothing).
-[[nodiscard]] inline std::optional<long> env_number(const char* name) noexcept {
-  const char* e = std::getenv(name);
-  if (e == nullptr) return std::nullopt;
-  long v = 0;
-  const char* end = e + std::strlen(e);
-  const auto [p, ec] = std::from_chars(e, end, v);
-  if (ec != std::errc{} || p != end || p == e || v > (1L << 30) || v < -(1L << 30)) {
-    ignore_knob(name, e, "a whole number within +-2^30");
-    return std::nullopt;
-  }
-  return v;
-}
-
-/// The alignment of a buffer of `bytes` bytes.
-[[nodiscard]] inline std::size_t buffer_alignment(std::size_t bytes) noexcept {
-  static const bool huge = env_switch("POLYMOE_HUGE_PAGES") != 0;
-  return huge && bytes >= huge_page ? huge_page : cache_line;
+/// The alignment of a buffer of `bytes` bytes: 2 MiB for a large one when it takes huge pages.
+[[nodiscard]] constexpr std::size_t buffer_alignment(std::size_t bytes, bool huge_pages) noexcept {
+  return huge_pages && bytes >= huge_page ? huge_page : cache_line;
 }
 
 /// Uninitialised storage for `bytes` bytes, aligned as buffer_alignment says (huge pages advised).
-[[nodiscard]] inline void* allocate_buffer(std::size_t bytes) {
-  const std::size_t align = buffer_alignment(bytes);
+[[nodiscard]] inline void* allocate_buffer(std::size_t bytes, bool huge_pages) {
+  const std::size_t align = buffer_alignment(bytes, huge_pages);
   void* p = ::operator new(bytes, std::align_val_t{align});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (align == huge_page) (void)::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
@@ -87,8 +44,9 @@ inline void ignore_knob(const char* name, const char* value, const char* expecte
   return p;
 }
 
-inline void free_buffer(void* p, std::size_t bytes) noexcept {
-  ::operator delete(p, std::align_val_t{buffer_alignment(bytes)});
+/// Frees what allocate_buffer(bytes, huge_pages) gave.
+inline void free_buffer(void* p, std::size_t bytes, bool huge_pages) noexcept {
+  ::operator delete(p, std::align_val_t{buffer_alignment(bytes, huge_pages)});
 }
 
 }  // namespace detail
@@ -114,18 +72,21 @@ inline void free_buffer(void* p, std::size_t bytes) noexcept {
   return bytes;
 }
 
-/// n elements of T, zero-initialised, aligned to a cache line; movable, not copyable.
+/// n elements of T, zero-initialised, aligned to a cache line (large ones to 2 MiB with huge pages
+/// advised, unless `huge_pages` is false); movable, not copyable.
 template <class T>
 class AlignedBuffer {
   struct release {
     std::size_t bytes = 0;
-    void operator()(T* p) const noexcept { detail::free_buffer(p, bytes); }
+    bool huge_pages = true;
+    void operator()(T* p) const noexcept { detail::free_buffer(p, bytes, huge_pages); }
   };
 
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(std::size_t n)
-      : data_(static_cast<T*>(detail::allocate_buffer(n * sizeof(T))), release{n * sizeof(T)}), size_(n) {
+  explicit AlignedBuffer(std::size_t n, bool huge_pages = true)
+      : data_(static_cast<T*>(detail::allocate_buffer(n * sizeof(T), huge_pages)), release{n * sizeof(T), huge_pages}),
+        size_(n) {
     for (std::size_t i = 0; i < n; ++i) data_[i] = T{};
   }
   [[nodiscard]] T* data() noexcept { return data_.get(); }
@@ -140,17 +101,28 @@ class AlignedBuffer {
 /// std::allocator with cache-line alignment: a workspace row whose byte stride is a multiple of
 /// 64 then starts on a line, so a 64-byte load or store of it (a tile row, a micro-kernel vector)
 /// touches one line, not two. (The heap aligns to 16: with it, every 64-byte access was split.)
-/// Large buffers get huge pages as the file's comment says.
+/// Large buffers get huge pages as the file's comment says, unless `huge_pages` is false; the flag
+/// travels with the allocator (a vector copied, moved or swapped keeps its own).
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  using is_always_equal = std::false_type;
+  bool huge_pages = true;
   CacheLineAllocator() = default;
+  explicit CacheLineAllocator(bool huge) noexcept : huge_pages(huge) {}
   template <class U>
-  CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
-  [[nodiscard]] T* allocate(std::size_t n) { return static_cast<T*>(detail::allocate_buffer(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { detail::free_buffer(p, n * sizeof(T)); }
+  CacheLineAllocator(const CacheLineAllocator<U>& o) noexcept : huge_pages(o.huge_pages) {}
+  [[nodiscard]] T* allocate(std::size_t n) {
+    return static_cast<T*>(detail::allocate_buffer(n * sizeof(T), huge_pages));
+  }
+  void deallocate(T* p, std::size_t n) noexcept { detail::free_buffer(p, n * sizeof(T), huge_pages); }
   template <class U>
-  bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
+  bool operator==(const CacheLineAllocator<U>& o) const noexcept {
+    return huge_pages == o.huge_pages;
+  }
 };
 
 /// A growable, cache-line-aligned array (workspace buffers).

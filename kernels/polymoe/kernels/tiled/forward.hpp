@@ -19,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <thread>
 #include <type_traits>
@@ -40,6 +39,7 @@
 #include <polymoe/kernels/tiled/prepack.hpp>
 #include <polymoe/kernels/tiled/qpanel.hpp>
 #include <polymoe/kernels/tiled/sort.hpp>
+#include <polymoe/kernels/tiled/tuning.hpp>
 
 namespace polymoe::kernels::tiled {
 
@@ -79,6 +79,7 @@ inline constexpr index_t block_rows = 48;
 /// docs/decisions.md#amx-row-blocks. The tiles of a block live on the stack of the thread that runs
 /// it (2 x 64 KiB in GEMM 1 by block, either format).
 inline constexpr index_t amx_block_rows = 256;
+static_assert(tuning{}.bf16_block_rows == amx_block_rows, "tuning's bf16 cut defaults to amx_block_rows");
 /// k per pass over a row block: a slab of the panel (32 KiB) that the block's tiles share from L1.
 template <class W>
 inline constexpr index_t k_block = 32768 / (panel_cols * static_cast<index_t>(sizeof(W)));
@@ -103,6 +104,21 @@ struct Workspace {
       return v.get();
     }
   };
+
+  Workspace() = default;
+  /// A workspace whose buffers take huge pages as `huge_pages` says (tuning::huge_pages).
+  explicit Workspace(bool huge_pages)
+      : x(CacheLineAllocator<float>(huge_pages)),
+        act(CacheLineAllocator<float>(huge_pages)),
+        y(CacheLineAllocator<float>(huge_pages)),
+        xq(CacheLineAllocator<std::uint8_t>(huge_pages)),
+        hq(CacheLineAllocator<std::uint8_t>(huge_pages)),
+        xg(CacheLineAllocator<std::uint8_t>(huge_pages)),
+        a16(CacheLineAllocator<std::uint16_t>(huge_pages)),
+        h16(CacheLineAllocator<std::uint16_t>(huge_pages)),
+        t16(CacheLineAllocator<std::uint16_t>(huge_pages)),
+        block_in(CacheLineAllocator<std::uint8_t>(huge_pages)),
+        block_act(CacheLineAllocator<float>(huge_pages)) {}
 
   ExpertRows sorted;
   Counters pending;  ///< [blocks] detail::pipelined_tasks
@@ -314,18 +330,11 @@ inline void finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& 
   return y_bytes + weight_bytes > llc_bytes;
 }
 
-/// POLYMOE_Y_STREAM from the environment (-1 unset, 0 off, 1 on; bench_ratio --ab sets it
-/// directly): a knob for measuring streams_y, which turns the streamed stores off / on at every size.
-inline int& y_stream_knob() noexcept {
-  static int knob = env_switch("POLYMOE_Y_STREAM");
-  return knob;
-}
-
-/// streams_y for this machine's last-level cache, unless y_stream_knob says otherwise; `weight_bytes`
-/// as streams_y: `experts` (those with rows) x `expert_bytes`.
-inline bool stream_y(std::size_t y_bytes, index_t experts, index_t expert_bytes) noexcept {
-  const int knob = y_stream_knob();
-  if (knob >= 0) return knob == 1;
+/// streams_y for this machine's last-level cache (`choice` automatic; tuning::y_stream), else as
+/// `choice` forces it at every size; `weight_bytes` as streams_y: `experts` (those with rows) x
+/// `expert_bytes`.
+inline bool stream_y(std::size_t y_bytes, index_t experts, index_t expert_bytes, mode choice) noexcept {
+  if (choice != mode::automatic) return choice == mode::on;
   return streams_y(y_bytes, static_cast<std::size_t>(experts) * static_cast<std::size_t>(expert_bytes),
                    last_level_cache_bytes());
 }
@@ -334,11 +343,12 @@ inline bool stream_y(std::size_t y_bytes, index_t experts, index_t expert_bytes)
 /// finished tile, plus bias, times wt into dst[0..n): the block's row of y [N, H] in this panel's
 /// columns, wt the routing weight (row_weight[row]; 1 when the weight scaled the input). `stream`:
 /// write streams its stores (stream_y), fenced here, so that they are in memory before the task
-/// counts as done.
+/// counts as done. The time is charged to gemm2_epilogue of `task_ns` (a timed pipeline worker's;
+/// nullptr: not timed).
 template <class Write>
 inline void finish2_rows(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb,
-                         const float* row_weight, float* y, bool stream, Write write) {
-  const TaskClock clock(PhaseTimes::gemm2_epilogue);
+                         const float* row_weight, float* y, bool stream, std::int64_t* task_ns, Write write) {
+  const TaskClock clock(task_ns, PhaseTimes::gemm2_epilogue);
   const index_t H = pk.shape.hidden;
   const float* bias = pk.bias2(b.expert, cb);
   const index_t n = std::min(panel_cols, H - cb * panel_cols);
@@ -353,8 +363,8 @@ inline void finish2_rows(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlo
 
 /// finish2_rows for an fp32 tile c[b.rows][64]: y[row] = (c + bias) · routing weight.
 inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b, index_t cb, const float* c,
-                    const float* row_weight, float* y, bool stream = false) {
-  finish2_rows(mlp, pk, b, cb, row_weight, y, stream,
+                    const float* row_weight, float* y, bool stream, std::int64_t* task_ns) {
+  finish2_rows(mlp, pk, b, cb, row_weight, y, stream, task_ns,
                [c, stream](index_t i, const float* bias, float wt, float* dst, index_t n) {
                  add_row(c + i * panel_cols, bias, wt, dst, n, stream);
                });
@@ -363,14 +373,30 @@ inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b
 /// The slot a task body gets outside pipelined_tasks (parallel_tasks): none.
 inline constexpr std::size_t no_slot = static_cast<std::size_t>(-1);
 
-/// Calls a task body as body(task, next, slot) when it takes a slot (the index of the pipeline
-/// worker that runs it, below pipeline_workers(), or no_slot), else as body(task, next).
+/// Who runs a task body: the pipeline worker's slot (below pipeline_workers(); no_slot outside
+/// the pipeline) and, in a timed pipeline, the worker's thread-nanoseconds per
+/// PhaseTimes::task_kind, which the TaskClocks inside the body charge (nullptr: not timed).
+struct worker {
+  std::size_t slot = no_slot;
+  std::int64_t* task_ns = nullptr;
+};
+
+/// Calls a task body as body(task, next, w) when it takes the worker, else as body(task, next).
 template <class F>
-inline void call_task(F& body, const Task& t, const Task* next, std::size_t slot) {
-  if constexpr (std::is_invocable_v<F&, const Task&, const Task*, std::size_t>)
-    body(t, next, slot);
+inline void call_task(F& body, const Task& t, const Task* next, const worker& w) {
+  if constexpr (std::is_invocable_v<F&, const Task&, const Task*, const worker&>)
+    body(t, next, w);
   else
     body(t, next);
+}
+
+/// Calls a block_done as done(b, w) when it takes the worker, else as done(b).
+template <class Done>
+inline void call_done(Done& done, index_t b, const worker& w) {
+  if constexpr (std::is_invocable_v<Done&, index_t, const worker&>)
+    done(b, w);
+  else
+    done(b);
 }
 
 /// body(task, next) for every task, in parallel ranges of consecutive tasks; `next` is the task
@@ -380,7 +406,7 @@ template <class F>
 inline void parallel_tasks(const std::vector<Task>& tasks, F&& body) {
   kernels::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t i = r.begin(); i != r.end(); ++i)
-      call_task(body, tasks[i], i + 1 != r.end() ? &tasks[i + 1] : nullptr, no_slot);
+      call_task(body, tasks[i], i + 1 != r.end() ? &tasks[i + 1] : nullptr, worker{});
   });
 }
 
@@ -392,19 +418,9 @@ inline std::size_t pipeline_workers() noexcept {
                                                             tbb::global_control::max_allowed_parallelism)));
 }
 
-/// Whether a layer that may pipeline its GEMMs does: POLYMOE_PIPELINE=0, a knob for measuring the
-/// pipeline, runs them as phases.
-inline bool pipeline_on(bool pipelined) noexcept {
-  static const bool knob_off = env_switch("POLYMOE_PIPELINE") == 0;
-  return pipelined && !knob_off;
-}
-
-/// POLYMOE_GEMM1_BY_BLOCK from the environment: -1 unset, 0 off, 1 on (a knob for measuring
-/// gemm1_by_block; a test sets it directly).
-inline int& gemm1_by_block_knob() noexcept {
-  static int knob = env_switch("POLYMOE_GEMM1_BY_BLOCK");
-  return knob;
-}
+/// Whether a layer that may pipeline its GEMMs does: unless tuning::pipeline is off, which runs
+/// them as phases.
+inline bool pipeline_on(bool pipelined, const tuning& tune) noexcept { return pipelined && tune.pipeline; }
 
 /// Whether GEMM 1 in kernel::tiled_amx runs one task per row block, all of the block's panels in
 /// turn (gemm1_panels_interleaved: each panel's epilogue inside the next panel's tiles), instead
@@ -422,11 +438,11 @@ inline int& gemm1_by_block_knob() noexcept {
 /// and 2048, 0.90-1.24 in three rounds, unresolved. With the interleaved epilogues (medians of 7
 /// rounds): int8 1.125 at T = 512 and 1.099 at T = 2048, bf16 1.049 and 1.018 (bf16 had gained
 /// nothing from by block without them: 0.96-1.00).
-/// POLYMOE_GEMM1_BY_BLOCK=0 / 1 turns it off / on wherever the pipeline runs.
-inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks) noexcept {
+/// `choice` (tuning::gemm1_by_block) off / on turns it off / on wherever the pipeline runs.
+inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks, mode choice) noexcept {
   constexpr index_t rows_per_block = 16;
   if (!pipeline) return false;
-  if (const int knob = gemm1_by_block_knob(); knob >= 0) return knob == 1;
+  if (choice != mode::automatic) return choice == mode::on;
   return rows >= rows_per_block * static_cast<index_t>(blocks);
 }
 
@@ -438,16 +454,18 @@ inline bool gemm1_by_block(bool pipeline, index_t rows, std::size_t blocks) noex
 /// Qwen3-30B-A3B, T = 2048, invocations alternating with the build that finished each panel after
 /// its tiles; docs/decisions.md#gemm1-epilogue-interleaved): GEMM 1's tasks 10-17 % less
 /// thread-time, of their 32-33 thread-ms of epilogue 1.7-1.9 left after the tiles. (Tried first in
-/// a separate program: a row every k-block paid, a row every fourth did not.)
+/// a separate program: a row every k-block paid, a row every fourth did not.) What is left after
+/// the tiles is charged to gemm1_epilogue of `task_ns` (nullptr: not timed).
 template <class C, class Tiles, class Finish>
-inline void gemm1_panels_interleaved(index_t panels, index_t rows, C* buf0, C* buf1, Tiles tiles, Finish finish) {
+inline void gemm1_panels_interleaved(index_t panels, index_t rows, C* buf0, C* buf1, std::int64_t* task_ns,
+                                     Tiles tiles, Finish finish) {
   index_t pending = -1, next_row = rows;  // the panel whose epilogue is under way, its next row
   C* pc = nullptr;
   const auto side = [&] {
     if (next_row < rows) finish(pending, pc, next_row++);
   };
   const auto rest = [&] {
-    const TaskClock clock(PhaseTimes::gemm1_epilogue);
+    const TaskClock clock(task_ns, PhaseTimes::gemm1_epilogue);
     while (next_row < rows) finish(pending, pc, next_row++);
   };
   for (index_t cb = 0; cb < panels; ++cb) {
@@ -467,7 +485,7 @@ inline void gemm1_panels_interleaved(index_t panels, index_t rows, C* buf0, C* b
 /// on rows still in cache). Threads that run out of GEMM 1 go on to GEMM 2 of finished blocks
 /// instead of waiting for the slowest thread of GEMM 1, which on a shared machine (and for
 /// decode, where a phase is tens of tasks a thread) is a large part of a phase. Measured on the
-/// device machine (16 threads, Qwen3-30B-A3B, alternating with POLYMOE_PIPELINE=0, with which
+/// device machine (16 threads, Qwen3-30B-A3B, alternating with the pipeline off, with which
 /// run_gemms runs the phases instead): bf16 decode 0.632 and 0.672 ms against 0.680 and 0.855; prefill not told
 /// apart from the run-to-run spread (docs/decisions.md#pipeline).
 ///
@@ -475,14 +493,18 @@ inline void gemm1_panels_interleaved(index_t panels, index_t rows, C* buf0, C* b
 /// 1), so every GEMM 1 task that a GEMM 2 task waits for has been claimed by a thread that runs
 /// it, or is running earlier tasks of its claim that wait for nothing; with one thread,
 /// all of GEMM 1 runs before GEMM 2. gemm1 and gemm2 are called as parallel_tasks' body, with the
-/// next task of the thread's claim, and (call_task) the worker's slot: no two tasks that run at
-/// once have the same slot, and every slot is below pipeline_workers(). Each output element is
+/// next task of the thread's claim, and (call_task, call_done) the worker: no two tasks that run
+/// at once have the same slot, and every slot is below pipeline_workers(). Each output element is
 /// still computed by one task in a fixed order: the result does not depend on the thread count or
 /// on which thread ran what.
+///
+/// With `timed` (the forward records its phases), each worker's thread-time per kind of work
+/// (PhaseTimes::task_kind) goes into timed's task_seconds, charged by TaskClocks into the worker's
+/// task_ns and summed at its end.
 template <class F1, class Done, class F2>
 inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vector<Task>& tasks13, index_t panels13,
                             const std::vector<Task>& tasks2, Workspace::Counters& counters, F1&& gemm1,
-                            Done&& block_done, F2&& gemm2) {
+                            Done&& block_done, F2&& gemm2, PhaseTimes* timed = nullptr) {
   const std::size_t n1 = tasks13.size(), n = n1 + tasks2.size();
   // per block: GEMM 1 tasks still to finish, + 1 until block_done has run; 0 = ready for GEMM 2
   std::atomic<std::int32_t>* const pending = counters.at_least(blocks.size());
@@ -490,36 +512,32 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
     pending[b].store(static_cast<std::int32_t>(panels13) + 1, std::memory_order_relaxed);
   std::atomic<std::size_t> cursor{0};
   const std::size_t threads = pipeline_workers();
-  // With `timed` (the calling thread records its phases): each worker's thread-time per kind of
-  // work (PhaseTimes::task_kind), charged by TaskClocks into the worker's task_ns and summed at its
-  // end.
-  PhaseTimes* const timed = phase_times;
   std::array<std::atomic<std::int64_t>, PhaseTimes::task_kinds> total_ns{};
-  // task i on worker `slot`, `last` the end of the thread's claim (the next task it runs, if
+  // task i on worker `w`, `last` the end of the thread's claim (the next task it runs, if
   // i + 1 < last)
-  const auto run = [&](std::size_t i, std::size_t last, std::size_t slot) {
+  const auto run = [&](std::size_t i, std::size_t last, const worker& w) {
     const bool more = i + 1 < last;
     if (i < n1) {
       const Task& t = tasks13[i];
       {
-        const TaskClock clock(PhaseTimes::gemm1_tasks);
-        call_task(gemm1, t, more ? &tasks13[i + 1] : nullptr, slot);
+        const TaskClock clock(w.task_ns, PhaseTimes::gemm1_tasks);
+        call_task(gemm1, t, more ? &tasks13[i + 1] : nullptr, w);
       }
       std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
       if (p.fetch_sub(1, std::memory_order_acq_rel) == 2) {  // the block's last GEMM 1 task
-        const TaskClock clock(PhaseTimes::block_work);
-        block_done(static_cast<index_t>(t.block));
+        const TaskClock clock(w.task_ns, PhaseTimes::block_work);
+        call_done(block_done, static_cast<index_t>(t.block), w);
         p.store(0, std::memory_order_release);
       }
     } else {
       const Task& t = tasks2[i - n1];
       const std::atomic<std::int32_t>& p = pending[static_cast<std::size_t>(t.block)];
       {
-        const TaskClock clock(PhaseTimes::waiting);
+        const TaskClock clock(w.task_ns, PhaseTimes::waiting);
         while (p.load(std::memory_order_acquire) != 0) spin_pause();
       }
-      const TaskClock clock(PhaseTimes::gemm2_tasks);
-      call_task(gemm2, t, more ? &tasks2[i + 1 - n1] : nullptr, slot);
+      const TaskClock clock(w.task_ns, PhaseTimes::gemm2_tasks);
+      call_task(gemm2, t, more ? &tasks2[i + 1 - n1] : nullptr, w);
     }
   };
   using clock = std::chrono::steady_clock;
@@ -530,19 +548,18 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
   // parallel_tasks' ranges have: prefill ran up to 20 % slower than the phases on the device
   // machine, in two alternating pairs; docs/decisions.md#pipeline).
   // (the worker's slot: the first index of its range, which no other running worker holds)
-  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, threads, 1), [&](const tbb::blocked_range<std::size_t>& w) {
+  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, threads, 1), [&](const tbb::blocked_range<std::size_t>& r) {
     std::int64_t local[PhaseTimes::task_kinds] = {};
-    if (timed) task_ns = local;
+    const worker w{r.begin(), timed ? local : nullptr};
     std::size_t c = cursor.load(std::memory_order_relaxed);
     while (c < n) {
       const std::size_t end = c < n1 ? n1 : n;
       const std::size_t take = std::max<std::size_t>(1, (end - c) / (2 * threads));
       if (!cursor.compare_exchange_weak(c, c + take, std::memory_order_relaxed)) continue;
-      for (std::size_t i = c; i != c + take; ++i) run(i, c + take, w.begin());
+      for (std::size_t i = c; i != c + take; ++i) run(i, c + take, w);
       c = cursor.load(std::memory_order_relaxed);
     }
     if (timed) {
-      task_ns = nullptr;
       for (int kind = 0; kind < PhaseTimes::task_kinds; ++kind)
         total_ns[static_cast<std::size_t>(kind)].fetch_add(local[kind], std::memory_order_relaxed);
     }
@@ -557,18 +574,18 @@ inline void pipelined_tasks(const std::vector<RowBlock>& blocks, const std::vect
 
 /// GEMM 1's tasks, `block_done(b)` for every row block (nullptr: nothing between the GEMMs), and
 /// GEMM 2's tasks: as one pipeline when `pipelined` (pipelined_tasks; the time charged to `gemms`),
-/// else as phases (gemm1, act when there is a block_done, gemm2). POLYMOE_PIPELINE=0, a knob for
-/// measuring the pipeline, runs a pipelined layer's GEMMs as phases, still charged to `gemms`.
+/// else as phases (gemm1, act when there is a block_done, gemm2). With tuning::pipeline off (for
+/// measuring the pipeline) a pipelined layer's GEMMs run as phases, still charged to `gemms`.
 template <class F1, class Done, class F2>
-inline void run_gemms(bool pipelined, PhaseClock& clock, const std::vector<RowBlock>& blocks,
+inline void run_gemms(bool pipelined, const tuning& tune, PhaseClock& clock, const std::vector<RowBlock>& blocks,
                       const std::vector<Task>& tasks13, index_t panels13, const std::vector<Task>& tasks2,
                       Workspace::Counters& counters, F1&& gemm1, Done&& block_done, F2&& gemm2) {
   constexpr bool has_done = !std::is_same_v<std::decay_t<Done>, std::nullptr_t>;
-  if (pipeline_on(pipelined)) {
-    const auto done = [&](index_t b) {
-      if constexpr (has_done) block_done(b);
+  if (pipeline_on(pipelined, tune)) {
+    const auto done = [&](index_t b, const worker& w) {
+      if constexpr (has_done) call_done(block_done, b, w);
     };
-    pipelined_tasks(blocks, tasks13, panels13, tasks2, counters, gemm1, done, gemm2);
+    pipelined_tasks(blocks, tasks13, panels13, tasks2, counters, gemm1, done, gemm2, clock.sink());
     return clock.lap(PhaseTimes::gemms);
   }
   const auto lap = [&](PhaseTimes::phase p) {
@@ -578,7 +595,7 @@ inline void run_gemms(bool pipelined, PhaseClock& clock, const std::vector<RowBl
   lap(PhaseTimes::gemm1);
   if constexpr (has_done) {
     kernels::parallel_for(tbb::blocked_range<std::size_t>(0, blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t b = r.begin(); b != r.end(); ++b) block_done(static_cast<index_t>(b));
+      for (std::size_t b = r.begin(); b != r.end(); ++b) call_done(block_done, static_cast<index_t>(b), worker{});
     });
     lap(PhaseTimes::act);
   }
@@ -607,39 +624,20 @@ inline void begin_forward(const DispatchOutput<format::standard>& d, const Exper
         ws.row_weight[static_cast<std::size_t>(row)] = d.weights(t, j);
 }
 
-namespace detail {
-
-/// POLYMOE_SUM_SPAN from the environment (-1 unset): the columns sum_slots adds from one slot's
-/// row before it goes on to the next slot (a knob for measuring sum_span).
-inline int& sum_span_knob() noexcept {
-  static int knob = [] {
-    const std::optional<long> v = env_number("POLYMOE_SUM_SPAN");
-    return v ? static_cast<int>(std::clamp<long>(*v, 16, 1L << 30)) : -1;
-  }();
-  return knob;
-}
-
-/// Columns per step of sum_slots: a token's k rows of y are read in steps of this many columns,
-/// slot after slot, so that k streams of y are in flight at once rather than one; y is read from
-/// memory (streamed: stream_y) at the prefill sizes, where the sum is a phase of its own after the
+/// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32). Each token's columns in
+/// steps of `step` columns (tuning::sum_span; at least 1), all of its slots in turn (each element:
+/// the same additions in the same order at any step).
+///
+/// The step keeps k streams of y in flight at once rather than one; y is read from memory
+/// (streamed: stream_y) at the prefill sizes, where the sum is a phase of its own after the
 /// pipeline. Measured on the 16-core device machine (Qwen3-30B-A3B, 16 threads, the sum phase of
 /// polymoe_bench --phases in invocations alternating the span; docs/decisions.md#sum-span): whole
 /// rows (8 KiB each) 0.43-1.06 ms at T=512 and 1.54-2.24 at T=2048, 64 columns 0.33-0.39 and
 /// 1.17-1.35, 256 columns in between; 16 to 128 columns were not told apart. The forward, 5-10 % of
 /// which is the sum, moved by less than the paired rounds resolve (bench_ratio --ab sum-span:
 /// 0.99-1.03).
-inline index_t sum_span() noexcept {
-  const int knob = sum_span_knob();
-  return knob > 0 ? knob : 64;
-}
-
-}  // namespace detail
-
-/// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32). Each token's columns in
-/// steps of detail::sum_span(), all of its slots in turn (each element: the same additions in the
-/// same order at any step).
-inline void sum_slots(const ExpertRows& sr, const AlignedVector<float>& y, index_t k, MatrixRef out) {
-  const index_t T = out.rows(), H = out.cols(), span = detail::sum_span();
+inline void sum_slots(const ExpertRows& sr, const AlignedVector<float>& y, index_t k, MatrixRef out, index_t step) {
+  const index_t T = out.rows(), H = out.cols(), span = std::max<index_t>(1, step);
   kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 8), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t t = r.begin(); t != r.end(); ++t) {
       float* o = out.row(t).data();
@@ -660,15 +658,16 @@ inline void sum_slots(const ExpertRows& sr, const AlignedVector<float>& y, index
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]). Act says what the scheme does to each GEMM
 /// input row (keep_inputs, bf16_inputs, quantized_inputs<Q>); Packed is PackedExperts<W> or
-/// QPackedExperts<F>.
+/// QPackedExperts<F>. `tune`: the kernel's tuning; `phases`: where the forward records its phase
+/// times (nullptr: nowhere).
 template <class Act, class Packed>
 void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<Packed>& p, const ExpertMlp& mlp,
-                      MatrixRef out) {
+                      MatrixRef out, const tuning& tune, PhaseTimes* phases) {
   const Packed& pk = p.packed;
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
-  PhaseClock clock;
+  PhaseClock clock(phases);
   begin_forward(d, s, out, ws);
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
@@ -730,7 +729,8 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
 
   // GEMM 2, bias and routing weight.
   ws.y.resize(static_cast<std::size_t>(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
+  const bool stream =
+      detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes(), tune.y_stream);
   make_tasks(sr, pk.panels2, ws.tasks2);
   detail::parallel_tasks(ws.tasks2, [&](const Task& task, const Task*) {
     alignas(64) float c[block_rows * panel_cols];
@@ -738,12 +738,12 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
     const index_t cb = task.panel;
     detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
                               pk.panel2(b.expert, cb), c);
-    detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data(), stream);
+    detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data(), stream, nullptr);
   });
   clock.lap(PhaseTimes::gemm2);
 
   // Top-k sum in slot order.
-  sum_slots(sr, ws.y, k, out);
+  sum_slots(sr, ws.y, k, out, tune.sum_span);
   clock.lap(PhaseTimes::sum);
 }
 

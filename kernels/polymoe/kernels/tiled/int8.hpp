@@ -69,7 +69,7 @@ struct Int8PackedExperts : PanelGrid {
   AlignedBuffer<std::int8_t> w13, w2;    ///< [E][panels][kpad(K) x 64 codes]
   AlignedBuffer<std::int32_t> c13, c2;   ///< [E][panels][64]
   AlignedBuffer<float> s13, s2;          ///< [E][panels][64]
-  bool use_amx = false;                  ///< tiled_amx: the tile layout, tdpbusd for blocks of amx_min_rows() rows or more
+  bool use_amx = false;                  ///< tiled_amx: the tile layout, tdpbusd for blocks large enough
   bool pipelined = false;                ///< tiled_amx: the GEMMs as one pipeline (detail::pipelined_tasks)
 
   /// K as the panels pad it (and the quantized activation rows with them).
@@ -91,22 +91,24 @@ struct Int8PackedExperts : PanelGrid {
 };
 
 /// Packs from the policy's storage: q13(e, r, k) / q2(e, r, k) the int8 weight of canonical row r,
-/// s13(e, r) / s2(e, r) its scale; `amx`: in the tile layout, for tdpbusd (sets use_amx).
+/// s13(e, r) / s2(e, r) its scale; `amx`: in the tile layout, for tdpbusd (sets use_amx);
+/// `huge_pages`: as AlignedBuffer's.
 template <class Q13, class S13, class Q2, class S2, class B13, class B2>
-Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2, B13 b13, B2 b2, bool amx = false) {
+Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2, B13 b13, B2 b2, bool amx = false,
+                            bool huge_pages = true) {
   require(s.hidden <= int8_max_k && s.intermediate <= int8_max_k, "tiled kernel: int8 W8A8 sums in int32 need "
           "hidden and intermediate <= ", int8_max_k, ", got ", s.hidden, " and ", s.intermediate);
   Int8PackedExperts p;
-  p.init(s, b13, b2);
+  p.init(s, b13, b2, huge_pages);
   p.use_amx = amx;
   const index_t E = s.experts, H4 = p.kpad(s.hidden), I4 = p.kpad(s.intermediate);
   const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
-  p.w13 = AlignedBuffer<std::int8_t>(n(E * p.panels13 * H4 * panel_cols));
-  p.w2 = AlignedBuffer<std::int8_t>(n(E * p.panels2 * I4 * panel_cols));
-  p.c13 = AlignedBuffer<std::int32_t>(n(E * p.panels13 * panel_cols));
-  p.c2 = AlignedBuffer<std::int32_t>(n(E * p.panels2 * panel_cols));
-  p.s13 = AlignedBuffer<float>(n(E * p.panels13 * panel_cols));
-  p.s2 = AlignedBuffer<float>(n(E * p.panels2 * panel_cols));
+  p.w13 = AlignedBuffer<std::int8_t>(n(E * p.panels13 * H4 * panel_cols), huge_pages);
+  p.w2 = AlignedBuffer<std::int8_t>(n(E * p.panels2 * I4 * panel_cols), huge_pages);
+  p.c13 = AlignedBuffer<std::int32_t>(n(E * p.panels13 * panel_cols), huge_pages);
+  p.c2 = AlignedBuffer<std::int32_t>(n(E * p.panels2 * panel_cols), huge_pages);
+  p.s13 = AlignedBuffer<float>(n(E * p.panels13 * panel_cols), huge_pages);
+  p.s2 = AlignedBuffer<float>(n(E * p.panels2 * panel_cols), huge_pages);
   const auto fill = [amx](std::int8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q, float sc) {
     std::int32_t sum = 0;
     for (index_t k = 0; k < K; ++k) {
@@ -279,21 +281,24 @@ inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel
 /// acc[i][p] = sum over k < K4 of row(i)[k] · w[k][p], in int32, for rows [0, m) of a row block
 /// (quantized, as q + 128, padded to K4, the panel's padded K) and one int8 panel (scale_i8_row
 /// then turns them into values). `tile_stride` > 0 (a panel in the tile layout): the rows are also at
-/// row(0), tile_stride bytes apart (and 16 more readable), and AMX may run them; `next` then is
-/// the codes of the panel the thread multiplies next, or nullptr (see amx::kblock_ahead).
+/// row(0), tile_stride bytes apart (and 16 more readable), and AMX runs them when there are
+/// `min_rows` or more; `next` then is the codes of the panel the thread multiplies next, or
+/// nullptr (see amx::kblock_ahead).
 ///
 /// With tiles, side() is called between k-blocks (amx::block22_side), some number of times; the
 /// caller finishes what it is for afterwards.
 template <class RowOf, class Side = no_side>
 inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel& panel, std::int32_t* acc,
-                                index_t tile_stride = 0, const std::int8_t* next = nullptr, Side&& side = Side{}) {
+                                index_t tile_stride = 0, index_t min_rows = amx_min_rows_int8,
+                                const std::int8_t* next = nullptr, Side&& side = Side{}) {
 #if defined(POLYMOE_TILED_AMX_CODE)
-  if (tile_stride > 0 && panel.tiles && m >= amx_min_rows(amx_min_rows_int8)) {
+  if (tile_stride > 0 && panel.tiles && m >= min_rows) {
     amx::int8_block(row(0), tile_stride, m, K4, panel.codes, next, acc, side);
     return;
   }
 #else
   (void)tile_stride;
+  (void)min_rows;
   (void)next;
   (void)side;
 #endif
@@ -320,16 +325,18 @@ inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel&
 
 }  // namespace detail
 
-/// The forward pass of forward_standard (see forward.hpp) with int8 GEMMs.
+/// The forward pass of forward_standard (see forward.hpp) with int8 GEMMs; `tune` and `phases` as
+/// forward_standard's.
 template <class Unused = void>
 void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8PackedExperts>& p,
-                  const ExpertMlp& mlp, MatrixRef out) {
+                  const ExpertMlp& mlp, MatrixRef out, const tuning& tune, PhaseTimes* phases) {
   const Int8PackedExperts& pk = p.packed;
   Workspace& ws = p.workspace;
   const ExpertShape& s = pk.shape;
   const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
   const index_t H4 = pk.kpad(H), I4 = pk.kpad(I);
-  PhaseClock clock;
+  const index_t min_rows = tune.tiles_from(amx_min_rows_int8);
+  PhaseClock clock(phases);
   begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
   const ExpertRows& sr = ws.sorted;
   const index_t N = sr.rows();
@@ -340,8 +347,8 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.aq_rows.resize(static_cast<std::size_t>(N));
   ws.a_scales.resize(static_cast<std::size_t>(N));
   const bool tiles = pk.use_amx;
-  const bool pipeline = detail::pipeline_on(pk.pipelined);
-  const bool by_block = detail::gemm1_by_block(pipeline, N, sr.blocks.size());
+  const bool pipeline = detail::pipeline_on(pk.pipelined, tune);
+  const bool by_block = detail::gemm1_by_block(pipeline, N, sr.blocks.size(), tune.gemm1_by_block);
   // Row strides of the quantized GEMM inputs (bytes): with tiles, an odd number of cache lines.
   const index_t ldh = tiles ? amx_row_stride_bytes(H4) : H4, ldi = tiles ? amx_row_stride_bytes(I4) : I4;
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
@@ -407,38 +414,40 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
   ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
   ws.hs.resize(static_cast<std::size_t>(N));
   ws.y.resize(static_cast<std::size_t>(N * H));
-  const bool stream = detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes());
+  const bool stream =
+      detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes(), tune.y_stream);
   make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
   make_tasks(sr, pk.panels2, ws.tasks2);
   // Panel cb of GEMM 1 for block b (a task of GEMM 1 by panel), into the block's rows of ws.act
-  // (`after`: the codes of the panel multiplied next, or nullptr).
-  const auto gemm1_panel = [&](const RowBlock& b, index_t cb, const std::int8_t* after) {
+  // (`after`: the codes of the panel multiplied next, or nullptr; the epilogue's time charged to
+  // `task_ns`, a timed pipeline worker's).
+  const auto gemm1_panel = [&](const RowBlock& b, index_t cb, const std::int8_t* after, std::int64_t* task_ns) {
     const auto row = [&](index_t i) { return at(ws.aq_rows, b.begin + i); };
     alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     alignas(64) float c[amx_block_rows * panel_cols];
     const I8Panel panel = pk.panel13(b.expert, cb);
-    detail::block_times_i8panel(b.rows, row, H4, panel, acc, tiles ? ldh : 0, after);
-    const TaskClock epilogue(PhaseTimes::gemm1_epilogue);
+    detail::block_times_i8panel(b.rows, row, H4, panel, acc, tiles ? ldh : 0, min_rows, after);
+    const TaskClock epilogue(task_ns, PhaseTimes::gemm1_epilogue);
     const float* bias = pk.bias13(b.expert, cb);
     for (index_t i = 0; i < b.rows; ++i)
       detail::scale_i8_row(acc + i * panel_cols, at(ws.a_scales, b.begin + i), panel, bias, 1.0f, c + i * panel_cols,
                            panel_cols);
     detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, b, cb, c, ws.act.data(), I);
   };
-  const auto quantize_rows = [&](const RowBlock& b, const float* act) {
-    const TaskClock clock(PhaseTimes::act_quantize);
+  const auto quantize_rows = [&](const RowBlock& b, const float* act, std::int64_t* task_ns) {
+    const TaskClock clock(task_ns, PhaseTimes::act_quantize);
     for (index_t i = 0; i < b.rows; ++i)
       at(ws.hs, b.begin + i) = quantize_row_u8(act + i * I, I, I4, ws.hq.data() + (b.begin + i) * ldi);
   };
-  const auto gemm1 = [&](const Task& task, const Task* next, std::size_t slot) {
+  const auto gemm1 = [&](const Task& task, const Task* next, const detail::worker& w) {
     const RowBlock& b = sr.block(task);
     if (!by_block) {
-      gemm1_panel(b, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr);
+      gemm1_panel(b, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr, w.task_ns);
       return;
     }
-    // (slot: by_block implies the pipeline, whose tasks get their worker's slot)
-    std::uint8_t* a = ws.block_in.data() + slot * static_cast<std::size_t>(in_slot);
-    float* act = ws.block_act.data() + slot * static_cast<std::size_t>(act_slot);
+    // (w.slot: by_block implies the pipeline, whose tasks get their worker's slot)
+    std::uint8_t* a = ws.block_in.data() + w.slot * static_cast<std::size_t>(in_slot);
+    float* act = ws.block_act.data() + w.slot * static_cast<std::size_t>(act_slot);
     for (index_t i = 0; i < b.rows; ++i)
       std::memcpy(a + i * ldh, at(ws.aq_rows, b.begin + i), static_cast<std::size_t>(H4));
     const auto row = [a, ldh](index_t i) -> const std::uint8_t* { return a + i * ldh; };
@@ -446,12 +455,13 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
     // rows) inside the next panel's tiles (detail::gemm1_panels_interleaved).
     alignas(64) std::int32_t acc[2][amx_block_rows * panel_cols];
     detail::gemm1_panels_interleaved(
-        pk.panels13, b.rows, acc[0], acc[1],
+        pk.panels13, b.rows, acc[0], acc[1], w.task_ns,
         [&](index_t cb, std::int32_t* c, auto& side) {
           const std::int8_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1).codes
                                      : next               ? pk.panel13(sr.block(*next).expert, 0).codes
                                                           : nullptr;
-          detail::block_times_i8panel(b.rows, row, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0, after, side);
+          detail::block_times_i8panel(b.rows, row, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0, min_rows, after,
+                                      side);
         },
         [&](index_t cb, const std::int32_t* c, index_t i) {
           alignas(64) float v[panel_cols];
@@ -459,31 +469,32 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
                                pk.bias13(b.expert, cb), 1.0f, v, panel_cols);
           detail::finish13_row<false, /*AddBias=*/false>(mlp, pk, cb, nullptr, v, act + i * I);
         });
-    quantize_rows(b, act);
+    quantize_rows(b, act, w.task_ns);
   };
-  const auto quantize_block = [&](index_t block) {
+  const auto quantize_block = [&](index_t block, const detail::worker& w) {
     if (by_block) return;  // done by gemm1
     const RowBlock& b = sr.blocks[static_cast<std::size_t>(block)];
-    quantize_rows(b, ws.act.data() + b.begin * I);
+    quantize_rows(b, ws.act.data() + b.begin * I, w.task_ns);
   };
-  const auto gemm2 = [&](const Task& task, const Task* next) {
+  const auto gemm2 = [&](const Task& task, const Task* next, const detail::worker& w) {
     alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
     const index_t cb = task.panel;
     const I8Panel panel = pk.panel2(b.expert, cb);
     detail::block_times_i8panel(b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; }, I4, panel, acc,
-                                tiles ? ldi : 0, next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
+                                tiles ? ldi : 0, min_rows,
+                                next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
     // the scaling fused with finish2's bias and routing weight: straight into y
-    detail::finish2_rows(mlp, pk, b, cb, ws.row_weight.data(), ws.y.data(), stream,
+    detail::finish2_rows(mlp, pk, b, cb, ws.row_weight.data(), ws.y.data(), stream, w.task_ns,
                          [&](index_t i, const float* bias, float wt, float* dst, index_t n) {
                            detail::scale_i8_row(acc + i * panel_cols, at(ws.hs, b.begin + i), panel, bias, wt, dst, n,
                                                 stream);
                          });
   };
-  detail::run_gemms(pk.pipelined, clock, sr.blocks, ws.tasks13, by_block ? 1 : pk.panels13, ws.tasks2, ws.pending,
-                    gemm1, quantize_block, gemm2);
+  detail::run_gemms(pk.pipelined, tune, clock, sr.blocks, ws.tasks13, by_block ? 1 : pk.panels13, ws.tasks2,
+                    ws.pending, gemm1, quantize_block, gemm2);
 
-  sum_slots(sr, ws.y, k, out);
+  sum_slots(sr, ws.y, k, out, tune.sum_span);
   clock.lap(PhaseTimes::sum);
 }
 

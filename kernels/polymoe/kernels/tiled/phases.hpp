@@ -1,13 +1,13 @@
 #pragma once
 // Where a tiled forward spends its time, for benchmarks: wall-clock seconds per phase of the
-// pipeline (forward.hpp), summed over forwards. Off unless the calling thread has set
-// `phase_times` (a thread_local pointer: a forward runs its phases from the thread that calls it,
-// and records them there); off, a forward pays one load and branch per phase.
+// pipeline (forward.hpp), summed over forwards. Off unless the kernel was given a sink (the
+// `phases` pointer of kernel::tiled and kernel::tiled_amx, handed down to the forward); off, a
+// forward pays a branch per phase.
 //
 //   kernels::tiled::PhaseTimes t;
-//   kernels::tiled::phase_times = &t;  // this thread's forwards record into t
+//   polymoe::kernel::tiled_amx k{{}, &t};  // this kernel's forwards record into t
+//   polymoe::MoeLayer<polymoe::a2a::local, polymoe::quant::bf16, polymoe::kernel::tiled_amx> layer(cfg, w, {}, k);
 //   ... forwards ...
-//   kernels::tiled::phase_times = nullptr;
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -50,13 +50,6 @@ struct PhaseTimes {
   double worker_seconds = 0;  ///< workers x the pipeline's wall time
 };
 
-/// Where this thread's forwards record their phases (nullptr: nowhere).
-inline thread_local PhaseTimes* phase_times = nullptr;
-
-/// On a worker of a timed pipeline: its thread-nanoseconds per PhaseTimes::task_kind, for work
-/// inside a task that charges itself (nullptr: not timed).
-inline thread_local std::int64_t* task_ns = nullptr;
-
 /// The steady clock, read after the instructions before it have completed (x86: lfence).
 inline std::chrono::steady_clock::time_point fenced_now() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -65,8 +58,9 @@ inline std::chrono::steady_clock::time_point fenced_now() noexcept {
   return std::chrono::steady_clock::now();
 }
 
-/// Charges its lifetime to `kind` of the calling thread's task_ns, when that is set (a timed
-/// pipeline's worker); otherwise costs a load and a branch. Timed, each end of the lifetime is
+/// Charges its lifetime to `kind` of `sink`, a timed pipeline worker's thread-nanoseconds per
+/// PhaseTimes::task_kind (detail::worker::task_ns), when that is set; otherwise costs a branch.
+/// Timed, each end of the lifetime is
 /// fenced (lfence on x86: the clock is read once the instructions before it have completed), so
 /// that work still in flight is charged where it was issued: the tile instructions of a GEMM run
 /// long after the core has issued them, and without the fence an epilogue's clock could start
@@ -74,7 +68,7 @@ inline std::chrono::steady_clock::time_point fenced_now() noexcept {
 /// way: docs/decisions.md#fenced-task-clocks.)
 class TaskClock {
  public:
-  explicit TaskClock(PhaseTimes::task_kind kind) noexcept : sink_(task_ns), kind_(kind) {
+  TaskClock(std::int64_t* sink, PhaseTimes::task_kind kind) noexcept : sink_(sink), kind_(kind) {
     if (sink_) since_ = fenced_now();
   }
   TaskClock(const TaskClock&) = delete;
@@ -89,11 +83,12 @@ class TaskClock {
   std::chrono::steady_clock::time_point since_{};
 };
 
-/// One forward's stopwatch: lap(p) charges the time since the previous lap (or construction) to p.
+/// One forward's stopwatch: lap(p) charges the time since the previous lap (or construction) to p
+/// of `sink` (nullptr: nowhere).
 class PhaseClock {
  public:
   using clock = std::chrono::steady_clock;
-  PhaseClock() noexcept : sink_(phase_times) {
+  explicit PhaseClock(PhaseTimes* sink) noexcept : sink_(sink) {
     if (sink_) last_ = clock::now();
   }
   PhaseClock(const PhaseClock&) = delete;
@@ -107,6 +102,8 @@ class PhaseClock {
     sink_->seconds[p] += std::chrono::duration<double>(now - last_).count();
     last_ = now;
   }
+  /// Where the forward records (nullptr: nowhere).
+  [[nodiscard]] PhaseTimes* sink() const noexcept { return sink_; }
 
  private:
   PhaseTimes* sink_;

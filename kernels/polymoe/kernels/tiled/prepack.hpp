@@ -72,14 +72,15 @@ struct PanelGrid {
     return r >= shape.hidden ? -1 : r;
   }
 
-  /// Sets the grid for shape s and packs the biases (`b13(e)` / `b2(e)`: a bias row or nullptr).
+  /// Sets the grid for shape s and packs the biases (`b13(e)` / `b2(e)`: a bias row or nullptr;
+  /// `huge_pages`: as AlignedBuffer's).
   template <class B13, class B2>
-  void init(const ExpertShape& s, B13 b13_of, B2 b2_of) {
+  void init(const ExpertShape& s, B13 b13_of, B2 b2_of, bool huge_pages = true) {
     shape = s;
     panels13 = (s.intermediate + act_cols() - 1) / act_cols();
     panels2 = (s.hidden + panel_cols - 1) / panel_cols;
-    b13 = AlignedBuffer<float>(static_cast<std::size_t>(s.experts * panels13 * panel_cols));
-    b2 = AlignedBuffer<float>(static_cast<std::size_t>(s.experts * panels2 * panel_cols));
+    b13 = AlignedBuffer<float>(static_cast<std::size_t>(s.experts * panels13 * panel_cols), huge_pages);
+    b2 = AlignedBuffer<float>(static_cast<std::size_t>(s.experts * panels2 * panel_cols), huge_pages);
     for (index_t e = 0; e < s.experts; ++e) {
       const float* x13 = b13_of(e);
       const float* x2 = b2_of(e);
@@ -125,16 +126,17 @@ struct PackedExperts : PanelGrid {
 };
 
 /// Packs from the canonical layout. `w13(e, row, k)` and `w2(e, row, k)` return the stored weight
-/// (float or bf16 bits) of expert e; `b13(e)` / `b2(e)` return its bias row or nullptr.
+/// (float or bf16 bits) of expert e; `b13(e)` / `b2(e)` return its bias row or nullptr;
+/// `huge_pages`: as AlignedBuffer's (tuning::huge_pages).
 template <class W, class Layout = row_layout, class W13, class W2, class B13, class B2>
-PackedExperts<W, Layout> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 b13, B2 b2) {
+PackedExperts<W, Layout> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 b13, B2 b2, bool huge_pages = true) {
   PackedExperts<W, Layout> p;
-  p.init(s, b13, b2);
+  p.init(s, b13, b2, huge_pages);
   const index_t E = s.experts, H = s.hidden, I = s.intermediate;
   const index_t RH = Layout::rows(H), RI = Layout::rows(I);
   const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
-  p.w13 = AlignedBuffer<W>(n(E * p.panels13 * RH * panel_cols));
-  p.w2 = AlignedBuffer<W>(n(E * p.panels2 * RI * panel_cols));
+  p.w13 = AlignedBuffer<W>(n(E * p.panels13 * RH * panel_cols), huge_pages);
+  p.w2 = AlignedBuffer<W>(n(E * p.panels2 * RI * panel_cols), huge_pages);
   kernels::parallel_for(index_t{0}, E, [&](index_t e) {
     for (index_t cb = 0; cb < p.panels13; ++cb) {
       W* dst = p.w13.data() + (e * p.panels13 + cb) * RH * panel_cols;

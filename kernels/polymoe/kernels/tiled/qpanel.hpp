@@ -108,18 +108,19 @@ template <class F>
 
 /// Packs quantized weights from the scheme's own storage. code13(e, r, k) is the code (a byte, or a
 /// nibble in its low four bits) of canonical w13 row r, column k of expert e; scale13(e, r, g) the
-/// scale of row r's group g; global13 [E] the factor after it (NVFP4), likewise for w2.
+/// scale of row r's group g; global13 [E] the factor after it (NVFP4), likewise for w2;
+/// `huge_pages`: as AlignedBuffer's (tuning::huge_pages).
 template <class F, class C13, class S13, class C2, class S2, class B13, class B2>
 QPackedExperts<F> pack_quantized(const ExpertShape& s, C13 code13, S13 scale13, std::vector<float> global13, C2 code2,
-                                 S2 scale2, std::vector<float> global2, B13 b13, B2 b2) {
+                                 S2 scale2, std::vector<float> global2, B13 b13, B2 b2, bool huge_pages = true) {
   QPackedExperts<F> p;
-  p.init(s, b13, b2);
+  p.init(s, b13, b2, huge_pages);
   const index_t E = s.experts, H = s.hidden, I = s.intermediate;
   const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
-  p.w13 = AlignedBuffer<std::uint8_t>(n(E * p.panels13 * H * F::row_bytes));
-  p.w2 = AlignedBuffer<std::uint8_t>(n(E * p.panels2 * I * F::row_bytes));
-  p.s13 = AlignedBuffer<typename F::scale_type>(n(E * p.panels13 * F::groups(H) * panel_cols));
-  p.s2 = AlignedBuffer<typename F::scale_type>(n(E * p.panels2 * F::groups(I) * panel_cols));
+  p.w13 = AlignedBuffer<std::uint8_t>(n(E * p.panels13 * H * F::row_bytes), huge_pages);
+  p.w2 = AlignedBuffer<std::uint8_t>(n(E * p.panels2 * I * F::row_bytes), huge_pages);
+  p.s13 = AlignedBuffer<typename F::scale_type>(n(E * p.panels13 * F::groups(H) * panel_cols), huge_pages);
+  p.s2 = AlignedBuffer<typename F::scale_type>(n(E * p.panels2 * F::groups(I) * panel_cols), huge_pages);
   p.g13 = std::move(global13);
   p.g2 = std::move(global2);
   const auto fill = [&](std::uint8_t* codes, typename F::scale_type* scales, index_t K, index_t c, auto code,

@@ -30,15 +30,6 @@ inline void mpi_check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw error(std::string("MPI call ") + what + " failed");
 }
 
-[[nodiscard]] constexpr std::string_view method_name(RoutingMethod m) noexcept {
-  switch (m) {
-    case RoutingMethod::softmax_topk: return "softmax_topk";
-    case RoutingMethod::topk_softmax: return "topk_softmax";
-    case RoutingMethod::sigmoid_grouped_topk: return "sigmoid_grouped_topk";
-  }
-  return "?";
-}
-
 /// What the ranks of one expert-parallel layer must share, in the order it is compared: the
 /// policies, the MoeConfig fields every rank's result depends on (not ep_rank, nor the tokens and
 /// their count: each rank has its own), and checksums of the weights every rank holds whole (the
@@ -55,7 +46,7 @@ fingerprint layer_fingerprint(const MoeConfig& c, const BasicMoeWeights<Store>& 
   if (c.activation == Activation::swiglu_oai) f.add("swiglu_alpha", c.swiglu_alpha).add("swiglu_limit", c.swiglu_limit);
   f.add("expert_bias", c.expert_bias).add("router_weight_on_input", c.router_weight_on_input);
   const RouterConfig& r = c.router;
-  f.add("router.method", method_name(r.method)).add("top_k", r.top_k).add("router.renormalize", r.renormalize);
+  f.add("router.method", to_string(r.method)).add("top_k", r.top_k).add("router.renormalize", r.renormalize);
   f.add("router.routed_scaling_factor", r.routed_scaling_factor);
   if (r.method == RoutingMethod::sigmoid_grouped_topk) {
     f.add("router.n_group", r.n_group).add("router.topk_group", r.topk_group);
