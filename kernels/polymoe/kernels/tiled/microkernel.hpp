@@ -24,7 +24,7 @@
 #endif
 
 // Whether the target is an AMD Zen core (GCC 12 calls Zen 4 znver3, with AVX-512): the choices of
-// POLYMOE_TILED_DPBF16 below and POLYMOE_TILED_TALL (forward.hpp) follow it.
+// POLYMOE_TILED_DPBF16 below and POLYMOE_TILED_TALL (panel_products.hpp) follow it.
 #if defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
 #define POLYMOE_TILED_ZEN 1
 #else
