@@ -15,7 +15,7 @@
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/expert_weights.hpp>
 #include <polymoe/core/types.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/codecs/bf16.hpp>
 #include <polymoe/kernels/tiled/phases.hpp>
 #include <polymoe/kernels/tiled/tuning.hpp>
 

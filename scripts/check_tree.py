@@ -2,7 +2,8 @@
 """Keeps the tree's structure as docs/architecture.md describes it. Fails (exit 1, one line per
 finding) on:
 
-  layer     an #include <polymoe/...> that goes up a layer (core < kernels < policies < table < io)
+  layer     an #include <polymoe/...> that goes up a layer
+            (core < numbers < kernels < policies < table < io)
   env       an environment variable read in a library header (tuning is a kernel parameter)
   global    a mutable global or function-local static in a library header
   list      a hand-typed list of policies outside the pairing tables: one code line naming three or
@@ -23,6 +24,7 @@ import sys
 # Layers, bottom first: a header may include its own layer and those below.
 LAYERS = [
     ("core", re.compile(r"^include/polymoe/core/")),
+    ("numbers", re.compile(r"^include/polymoe/(codecs|quantize)/")),
     ("kernels", re.compile(r"^kernels/polymoe/kernels/")),
     ("policies", re.compile(r"^policies/polymoe/(a2a|quant|kernel)/")),
     ("table", re.compile(r"^(policies/polymoe/[^/]+\.hpp|include/polymoe/polymoe\.hpp)$")),

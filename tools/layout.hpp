@@ -26,7 +26,7 @@
 #include <polymoe/io/checkpoint_files.hpp>
 #include <polymoe/io/hf_checkpoint.hpp>
 #include <polymoe/io/model_presets.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/codecs/bf16.hpp>
 
 namespace polymoe::cli {
 

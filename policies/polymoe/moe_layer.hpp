@@ -30,7 +30,7 @@
 #include <polymoe/core/routing.hpp>
 #include <polymoe/core/wire.hpp>
 #include <polymoe/kernels/permute.hpp>
-#include <polymoe/kernels/quantize/wire.hpp>
+#include <polymoe/quantize/wire.hpp>
 
 namespace polymoe {
 

@@ -41,8 +41,8 @@
 
 #include <polymoe/core/expert_weights.hpp>
 #include <polymoe/io/checkpoint_files.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/codecs/fp16.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/codecs/fp16.hpp>
 #include <polymoe/quant/fp8_block.hpp>
 #include <polymoe/quant/int8_w8a8.hpp>
 #include <polymoe/quant/mxfp4.hpp>

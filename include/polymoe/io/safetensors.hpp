@@ -40,10 +40,10 @@
 #include <polymoe/core/types.hpp>
 #include <polymoe/io/file_io.hpp>
 #include <polymoe/io/json.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/codecs/e5m2.hpp>
-#include <polymoe/kernels/codecs/fp16.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/codecs/e5m2.hpp>
+#include <polymoe/codecs/fp16.hpp>
 #include <span>
 #include <string>
 #include <string_view>

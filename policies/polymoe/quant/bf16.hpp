@@ -4,7 +4,7 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/codecs/bf16.hpp>
 #include <polymoe/quant/store.hpp>
 
 namespace polymoe::quant {

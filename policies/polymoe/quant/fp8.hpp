@@ -6,7 +6,7 @@
 
 #include <polymoe/core/roles.hpp>
 #include <polymoe/core/wire.hpp>
-#include <polymoe/kernels/quantize/fp8.hpp>
+#include <polymoe/quantize/fp8.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
 namespace polymoe::quant {
@@ -50,7 +50,7 @@ struct fp8 {
       detail::require_scales(w2_scale.data, what, "w2_scale");
       for (const auto* t : {&w13, &w2})
         for (std::size_t i = 0; i < t->data.size(); ++i)
-          require(!kernels::quantize::is_e4m3_nan(t->data[i]), what, ": ", t == &w13 ? "w13" : "w2", " element ", i,
+          require(!polymoe::quantize::is_e4m3_nan(t->data[i]), what, ": ", t == &w13 ? "w13" : "w2", " element ", i,
                   " is an E4M3 NaN code");
       w.w13 = detail::copy_of(w13), w.w2 = detail::copy_of(w2);
       w.w13_scale = detail::copy_of(w13_scale), w.w2_scale = detail::copy_of(w2_scale);
@@ -67,7 +67,7 @@ struct fp8 {
               std::vector<std::uint8_t>(static_cast<std::size_t>(s.experts * n2)),
               std::vector<float>(static_cast<std::size_t>(s.experts)),
               std::vector<float>(static_cast<std::size_t>(s.experts))};
-    namespace kq = kernels::quantize;
+    namespace kq = polymoe::quantize;
     for (index_t e = 0; e < s.experts; ++e) {
       const float* a = f.w13.data() + e * n13;
       const float* b = f.w2.data() + e * n2;
@@ -82,14 +82,14 @@ struct fp8 {
     const ExpertShape& s = w.shape_;
     const index_t n13 = s.rows13() * s.hidden, n2 = s.hidden * s.intermediate;
     for (index_t r = 0; r < s.rows13(); ++r)
-      kernels::quantize::dequantize_e4m3(w.w13.data() + e * n13 + r * s.hidden, s.hidden, w.w13_scale[e],
+      polymoe::quantize::dequantize_e4m3(w.w13.data() + e * n13 + r * s.hidden, s.hidden, w.w13_scale[e],
                                          w13.row(r).data());
     for (index_t r = 0; r < s.hidden; ++r)
-      kernels::quantize::dequantize_e4m3(w.w2.data() + e * n2 + r * s.intermediate, s.intermediate, w.w2_scale[e],
+      polymoe::quantize::dequantize_e4m3(w.w2.data() + e * n2 + r * s.intermediate, s.intermediate, w.w2_scale[e],
                                          w2.row(r).data());
   }
   static void quantize_activation(std::span<float> row) noexcept {
-    kernels::quantize::fake_quantize_e4m3(row, static_cast<index_t>(row.size()));
+    polymoe::quantize::fake_quantize_e4m3(row, static_cast<index_t>(row.size()));
   }
 };
 

@@ -7,7 +7,7 @@
 
 #include <polymoe/core/roles.hpp>
 #include <polymoe/core/wire.hpp>
-#include <polymoe/kernels/quantize/fp8.hpp>
+#include <polymoe/quantize/fp8.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
 namespace polymoe::quant {
@@ -68,7 +68,7 @@ struct fp8_block {
         detail::require_shape(sc, what, nm + ".weight_scale_inv", {grid(rows), grid(cols)});
         detail::require_scales(sc.data, what, nm + ".weight_scale_inv");
         for (std::size_t i = 0; i < q.data.size(); ++i)
-          require(!kernels::quantize::is_e4m3_nan(q.data[i]), what, ": ", nm, ".weight element ", i,
+          require(!polymoe::quantize::is_e4m3_nan(q.data[i]), what, ": ", nm, ".weight element ", i,
                   " is an E4M3 NaN code");
         qs.insert(qs.end(), q.data.begin(), q.data.end());
         ss.insert(ss.end(), sc.data.begin(), sc.data.end());
@@ -88,7 +88,7 @@ struct fp8_block {
     }
   };
 
-  [[nodiscard]] static constexpr index_t grid(index_t n) noexcept { return kernels::quantize::blocks_of(n, block); }
+  [[nodiscard]] static constexpr index_t grid(index_t n) noexcept { return polymoe::quantize::blocks_of(n, block); }
 
   static weights quantize(const ExpertWeights& f) {
     constexpr std::string_view what = "quant::fp8_block::quantize";
@@ -103,10 +103,10 @@ struct fp8_block {
     for (index_t e = 0; e < s.experts; ++e) {
       for (index_t p = 0; p < parts; ++p) {
         const index_t row0 = e * s.rows13() + p * I;
-        kernels::quantize::quantize_e4m3_blocks(f.w13.data() + row0 * H, I, H, H, block, w.w13.data() + row0 * H,
+        polymoe::quantize::quantize_e4m3_blocks(f.w13.data() + row0 * H, I, H, H, block, w.w13.data() + row0 * H,
                                                 w.w13_scale_inv.data() + (e * parts + p) * part_scales);
       }
-      kernels::quantize::quantize_e4m3_blocks(f.w2.data() + e * H * I, H, I, I, block, w.w2.data() + e * H * I,
+      polymoe::quantize::quantize_e4m3_blocks(f.w2.data() + e * H * I, H, I, I, block, w.w2.data() + e * H * I,
                                               w.w2_scale_inv.data() + e * part_scales);
     }
     return w;
@@ -115,13 +115,13 @@ struct fp8_block {
     const ExpertShape& s = w.shape_;
     const index_t H = s.hidden, I = s.intermediate, parts = s.gated ? 2 : 1, part_scales = grid(I) * grid(H);
     for (index_t p = 0; p < parts; ++p)
-      kernels::quantize::dequantize_e4m3_blocks(w.w13.data() + (e * s.rows13() + p * I) * H,
+      polymoe::quantize::dequantize_e4m3_blocks(w.w13.data() + (e * s.rows13() + p * I) * H,
                                                 w.w13_scale_inv.data() + (e * parts + p) * part_scales, I, H, block,
                                                 w13.row(p * I).data(), w13.outerStride());
-    kernels::quantize::dequantize_e4m3_blocks(w.w2.data() + e * H * I, w.w2_scale_inv.data() + e * part_scales, H, I,
+    polymoe::quantize::dequantize_e4m3_blocks(w.w2.data() + e * H * I, w.w2_scale_inv.data() + e * part_scales, H, I,
                                               block, w2.data(), w2.outerStride());
   }
-  static void quantize_activation(std::span<float> row) noexcept { kernels::quantize::fake_quantize_e4m3(row, block); }
+  static void quantize_activation(std::span<float> row) noexcept { polymoe::quantize::fake_quantize_e4m3(row, block); }
 };
 
 /// fp8_block weights with activations left in fp32 (weight-only: W8A16/W8A32). The deepseek_v3_fp8

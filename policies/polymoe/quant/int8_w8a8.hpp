@@ -6,7 +6,7 @@
 
 #include <polymoe/core/roles.hpp>
 #include <polymoe/core/wire.hpp>
-#include <polymoe/kernels/quantize/int8.hpp>
+#include <polymoe/quantize/int8.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
 namespace polymoe::quant {
@@ -67,7 +67,7 @@ struct int8_w8a8 {
     decode(w.w13.data(), w.w13_scale.data(), e * s.rows13(), w13);
     decode(w.w2.data(), w.w2_scale.data(), e * s.hidden, w2);
   }
-  static void quantize_activation(std::span<float> row) noexcept { kernels::quantize::fake_quantize_int8(row); }
+  static void quantize_activation(std::span<float> row) noexcept { polymoe::quantize::fake_quantize_int8(row); }
 
  private:
   static void encode(const Matrix& m, std::vector<std::int8_t>& q, std::vector<float>& scale) {
@@ -75,8 +75,8 @@ struct int8_w8a8 {
     scale.resize(static_cast<std::size_t>(m.rows()));
     for (index_t r = 0; r < m.rows(); ++r) {
       const float* x = m.row(r).data();
-      scale[r] = kernels::quantize::int8_scale(kernels::quantize::amax(x, m.cols()));
-      kernels::quantize::quantize_int8(x, m.cols(), scale[r], q.data() + r * m.cols());
+      scale[r] = polymoe::quantize::int8_scale(polymoe::quantize::amax(x, m.cols()));
+      polymoe::quantize::quantize_int8(x, m.cols(), scale[r], q.data() + r * m.cols());
     }
   }
   static void decode(const std::int8_t* q, const float* scale, index_t row0, MatrixRef out) {

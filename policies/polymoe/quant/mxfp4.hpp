@@ -6,8 +6,8 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/quantize/mxfp4.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/quantize/mxfp4.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
 namespace polymoe::quant {
@@ -25,10 +25,10 @@ namespace polymoe::quant {
 struct mxfp4 {
   using quant_concept = quant_tag;
   static constexpr std::string_view name = "mxfp4";
-  static constexpr index_t block = kernels::quantize::mxfp4_block;
+  static constexpr index_t block = polymoe::quantize::mxfp4_block;
 
   [[nodiscard]] static constexpr index_t blocks_per_row(index_t K) noexcept {
-    return kernels::quantize::blocks_of(K, block);
+    return polymoe::quantize::blocks_of(K, block);
   }
 
   struct weights : ExpertStore {
@@ -81,11 +81,11 @@ struct mxfp4 {
   static void relay_gate_up(weights& w) {
     const ExpertShape& s = w.shape_;
     const index_t R = s.rows13(), nb = blocks_per_row(s.hidden);
-    kernels::quantize::deinterleave_rows(w.w13_blocks, s.experts, R, nb * 16);
-    kernels::quantize::deinterleave_rows(w.w13_scales, s.experts, R, nb);
+    polymoe::quantize::deinterleave_rows(w.w13_blocks, s.experts, R, nb * 16);
+    polymoe::quantize::deinterleave_rows(w.w13_scales, s.experts, R, nb);
     if (s.bias) {
       std::vector<float> b(w.b13.data(), w.b13.data() + w.b13.size());
-      kernels::quantize::deinterleave_rows(b, s.experts, R, 1);
+      polymoe::quantize::deinterleave_rows(b, s.experts, R, 1);
       std::copy(b.begin(), b.end(), w.b13.data());
     }
   }
@@ -111,14 +111,14 @@ struct mxfp4 {
     blocks.assign(static_cast<std::size_t>(m.rows() * nb * 16), 0);
     scales.assign(static_cast<std::size_t>(m.rows() * nb), 0);
     for (index_t r = 0; r < m.rows(); ++r)
-      kernels::quantize::quantize_mxfp4_row(m.row(r).data(), m.cols(), blocks.data() + r * nb * 16,
+      polymoe::quantize::quantize_mxfp4_row(m.row(r).data(), m.cols(), blocks.data() + r * nb * 16,
                                             scales.data() + r * nb);
   }
   static void decode(const std::vector<std::uint8_t>& blocks, const std::vector<std::uint8_t>& scales, index_t row0,
                      MatrixRef out) {
     const index_t nb = blocks_per_row(out.cols());
     for (index_t r = 0; r < out.rows(); ++r)
-      kernels::quantize::dequantize_mxfp4_row(blocks.data() + (row0 + r) * nb * 16, scales.data() + (row0 + r) * nb,
+      polymoe::quantize::dequantize_mxfp4_row(blocks.data() + (row0 + r) * nb * 16, scales.data() + (row0 + r) * nb,
                                               out.cols(), out.row(r).data());
   }
 };

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include <polymoe/core/roles.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/quantize/nvfp4.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/quantize/nvfp4.hpp>
 #include <polymoe/quant/checkpoint.hpp>
 
 namespace polymoe::quant {
@@ -22,10 +22,10 @@ namespace polymoe::quant {
 struct nvfp4 {
   using quant_concept = quant_tag;
   static constexpr std::string_view name = "nvfp4";
-  static constexpr index_t block = kernels::quantize::nvfp4_block;
+  static constexpr index_t block = polymoe::quantize::nvfp4_block;
 
   [[nodiscard]] static constexpr index_t blocks_per_row(index_t K) noexcept {
-    return kernels::quantize::blocks_of(K, block);
+    return polymoe::quantize::blocks_of(K, block);
   }
 
   struct weights : ExpertStore {
@@ -66,7 +66,7 @@ struct nvfp4 {
       detail::require_scales(w2_scale_2.data, what, "w2_scale_2");
       for (const auto* t : {&w13_scale, &w2_scale})
         for (std::size_t i = 0; i < t->data.size(); ++i)
-          require(!kernels::quantize::is_e4m3_nan(t->data[i]), what, ": ", t == &w13_scale ? "w13_scale" : "w2_scale",
+          require(!polymoe::quantize::is_e4m3_nan(t->data[i]), what, ": ", t == &w13_scale ? "w13_scale" : "w2_scale",
                   " element ", i, " is an E4M3 NaN code");
       w.w13 = detail::copy_of(w13), w.w13_scale = detail::copy_of(w13_scale);
       w.w13_scale_2 = detail::copy_of(w13_scale_2);
@@ -99,10 +99,10 @@ struct nvfp4 {
     scales.assign(static_cast<std::size_t>(m.rows() * nb), 0);
     scale_2.assign(static_cast<std::size_t>(experts), 1.0f);
     for (index_t e = 0; e < experts; ++e) {
-      scale_2[e] = kernels::quantize::nvfp4_scale_2(kernels::quantize::amax(m.data() + e * rows * m.cols(),
+      scale_2[e] = polymoe::quantize::nvfp4_scale_2(polymoe::quantize::amax(m.data() + e * rows * m.cols(),
                                                                             rows * m.cols()));
       for (index_t r = e * rows; r < (e + 1) * rows; ++r)
-        kernels::quantize::quantize_nvfp4_row(m.row(r).data(), m.cols(), scale_2[e], packed.data() + r * nb * 8,
+        polymoe::quantize::quantize_nvfp4_row(m.row(r).data(), m.cols(), scale_2[e], packed.data() + r * nb * 8,
                                               scales.data() + r * nb);
     }
   }
@@ -110,7 +110,7 @@ struct nvfp4 {
                      index_t row0, MatrixRef out) {
     const index_t nb = blocks_per_row(out.cols());
     for (index_t r = 0; r < out.rows(); ++r)
-      kernels::quantize::dequantize_nvfp4_row(packed.data() + (row0 + r) * nb * 8, scales.data() + (row0 + r) * nb,
+      polymoe::quantize::dequantize_nvfp4_row(packed.data() + (row0 + r) * nb * 8, scales.data() + (row0 + r) * nb,
                                               scale_2, out.cols(), out.row(r).data());
   }
 };
@@ -122,7 +122,7 @@ struct nvfp4 {
 /// weight_scale_2 exactly as a W4A4 GEMM applies it after accumulating e2m1 · e4m3 products.
 struct nvfp4_w4a4 : nvfp4 {
   static constexpr std::string_view name = "nvfp4_w4a4";
-  static void quantize_activation(std::span<float> row) noexcept { kernels::quantize::fake_quantize_nvfp4(row); }
+  static void quantize_activation(std::span<float> row) noexcept { polymoe::quantize::fake_quantize_nvfp4(row); }
 };
 
 /// NVFP4 weights with 16-bit activations (W4A16, as FP4 weights run on hardware without FP4

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <limits>
 #include <polymoe/io/safetensors.hpp>
-#include <polymoe/kernels/codecs/codecs.hpp>
+#include <polymoe/codecs/codecs.hpp>
 #include <sstream>
 #include <string>
 #include <vector>

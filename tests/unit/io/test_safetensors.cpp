@@ -12,8 +12,8 @@
 #include <map>
 #include <optional>
 #include <polymoe/io/safetensors.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/codecs/e4m3.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -1,5 +1,5 @@
 // The tiled kernels' vectorized activation quantizers (kernels/tiled/act_quant.hpp) against the
-// scalar codecs and quantizers of kernels/quantize, bit for bit: E2M1 and E4M3 rounding, and NVFP4 W4A4 rows
+// scalar codecs and quantizers of polymoe/quantize, bit for bit: E2M1 and E4M3 rounding, and NVFP4 W4A4 rows
 // as fp32 values (kernel::tiled) and as e2m1 · e4m3 values with the row's scale_2 (the AMX tiles).
 #include <algorithm>
 #include <bit>
@@ -14,10 +14,10 @@
 
 #include <gtest/gtest.h>
 
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/codecs/e2m1.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/quantize/nvfp4.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/codecs/e2m1.hpp>
+#include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/quantize/nvfp4.hpp>
 #include <polymoe/kernels/tiled/act_quant.hpp>
 
 using namespace polymoe;
@@ -66,7 +66,7 @@ TEST(ActQuant, Nvfp4RowsAreTheSchemesBitForBit) {
   // quantize::fake_quantize_nvfp4 (quant::nvfp4_w4a4::quantize_activation).
   for (const std::vector<float>& row : nvfp4_rows()) {
     std::vector<float> want = row, got = row;
-    kernels::quantize::fake_quantize_nvfp4(want);
+    polymoe::quantize::fake_quantize_nvfp4(want);
     kt::fake_quantize_nvfp4_row(got);
     for (std::size_t i = 0; i < row.size(); ++i)
       ASSERT_EQ(bits(got[i]), bits(want[i])) << "n=" << row.size() << " i=" << i << " x=" << row[i] << " got "
@@ -139,7 +139,7 @@ TEST(ActQuant, Nvfp4TileRowsAreTheSchemesValues) {
       std::vector<float> want(row.size());
       for (std::size_t i = 0; i < row.size(); ++i) want[i] = row[i] * wt;
       const bool finite = std::all_of(want.begin(), want.end(), [](float x) { return std::isfinite(x); });
-      kernels::quantize::fake_quantize_nvfp4(want);
+      polymoe::quantize::fake_quantize_nvfp4(want);
       std::vector<std::uint16_t> dst(static_cast<std::size_t>(n32), 0xFFFF);
       const float s = kt::quantize_nvfp4_tile_row(row.data(), wt, n, n32, dst.data());
       if (!finite || std::all_of(row.begin(), row.end(), [](float x) { return x == 0.0f; })) {

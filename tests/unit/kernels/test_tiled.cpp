@@ -570,7 +570,7 @@ TEST(Tiled, Int8ActivationCodesAreThePolicyAtEveryScale) {
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const float amax : {1e-35f, 1e-30f, 1e-12f, 3e-5f, 0.7f, 1.0f, 127.0f, 3e4f, 1e20f, 1e30f, 1e33f, 3e38f}) {
-    const float s = kernels::quantize::int8_scale(amax);
+    const float s = polymoe::quantize::int8_scale(amax);
     std::vector<float> x;
     x.push_back(amax);
     for (int n = -127; n < 127; ++n) {  // ties and their neighbours
@@ -586,7 +586,7 @@ TEST(Tiled, Int8ActivationCodesAreThePolicyAtEveryScale) {
     EXPECT_EQ(got_s, s) << "amax " << amax;
     EXPECT_EQ(kt::quantizer_reciprocal(s), amax > 1e-30f && amax < 1e32f) << "amax " << amax;
     for (index_t i = 0; i < n; ++i)
-      ASSERT_EQ(static_cast<int>(q[static_cast<std::size_t>(i)]) - 128, kernels::quantize::round_to_int8(x[i] / s))
+      ASSERT_EQ(static_cast<int>(q[static_cast<std::size_t>(i)]) - 128, polymoe::quantize::round_to_int8(x[i] / s))
           << "amax " << amax << " x " << x[i];
   }
 }

@@ -780,7 +780,7 @@ TEST(TiledAmx, VbmiKpairLoadGivesTheShuffledLoadsWords) {
 #endif
 
 TEST(TiledAmx, QuantizedRowsAreTheSchemesValues) {
-  // quantize_e4m3_row against kernels::quantize::fake_quantize_e4m3 (what quant::fp8 and fp8_block
+  // quantize_e4m3_row against polymoe::quantize::fake_quantize_e4m3 (what quant::fp8 and fp8_block
   // compute): for every element, value · its group's scale is the scheme's fp32 value exactly;
   // groups of 128 with a partial last one, and one group per row; a routing weight; an all-zero
   // group (zeros), a group with an infinity (bf16 of the inputs, scale 1); zeros up to n32.
@@ -797,7 +797,7 @@ TEST(TiledAmx, QuantizedRowsAreTheSchemesValues) {
     const float wt = 0.7f;
     std::vector<float> want(n);
     for (index_t i = 0; i < n; ++i) want[static_cast<std::size_t>(i)] = x[static_cast<std::size_t>(i)] * wt;
-    kernels::quantize::fake_quantize_e4m3(want, group);
+    polymoe::quantize::fake_quantize_e4m3(want, group);
     std::vector<std::uint16_t> row(n32, 0xFFFF);
     std::vector<float> sa(3, -1.0f);
     kt::quantize_e4m3_row(x.data(), wt, n, n32, group, row.data(), sa.data());
@@ -898,7 +898,7 @@ TEST(TiledAmx, Fp8TilesAgreeWithADoubleSum) {
         float* xi = x.data() + i * K;
         if (w8a8) {
           kt::quantize_e4m3_row(xi, 1.0f, K, K32, 128, a.data() + i * lda, sa.data() + i * groups);
-          kernels::quantize::fake_quantize_e4m3(std::span<float>(xi, static_cast<std::size_t>(K)), 128);
+          polymoe::quantize::fake_quantize_e4m3(std::span<float>(xi, static_cast<std::size_t>(K)), 128);
         } else {
           kt::split_bf16_row(xi, 1.0f, K, K32, a.data() + i * lda);
         }
@@ -963,7 +963,7 @@ void expect_e2m1_tiles_agree_with_a_double_sum(std::uint8_t scale0, int scale_sp
         continue;
       }
       sa[static_cast<std::size_t>(i)] = kt::quantize_nvfp4_tile_row(xi, 1.0f, K, K32, a.data() + i * lda);
-      kernels::quantize::fake_quantize_nvfp4(std::span<float>(xi, static_cast<std::size_t>(K)));  // the scheme's
+      polymoe::quantize::fake_quantize_nvfp4(std::span<float>(xi, static_cast<std::size_t>(K)));  // the scheme's
     }
     alignas(64) float c[kt::amx_block_rows * kt::panel_cols], slabs[kt::amx_block_rows * kt::panel_cols];
     const auto times_panel = [&](float* out, bool row_group) {

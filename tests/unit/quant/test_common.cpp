@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <polymoe/kernels/quantize/common.hpp>
+#include <polymoe/quantize/common.hpp>
 #include <random>
 #include <vector>
 
 namespace {
 
 using polymoe::index_t;
-namespace q = polymoe::kernels::quantize;
+namespace q = polymoe::quantize;
 
 float oracle_amax(const std::vector<float>& x) {
   float m = 0.0f;

@@ -13,7 +13,7 @@
 #include "test_util.hpp"
 
 using namespace polymoe;
-namespace kq = polymoe::kernels::quantize;
+namespace kq = polymoe::quantize;
 
 namespace {
 

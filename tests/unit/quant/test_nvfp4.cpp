@@ -12,12 +12,12 @@
 
 #include <gtest/gtest.h>
 
-#include <polymoe/kernels/codecs/e4m3.hpp>
+#include <polymoe/codecs/e4m3.hpp>
 
 #include "test_util.hpp"
 
 using namespace polymoe;
-namespace kq = polymoe::kernels::quantize;
+namespace kq = polymoe::quantize;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Activation wire formats (kernels/polymoe/kernels/quantize/wire.hpp): a row that travels quantized
+// Activation wire formats (kernels/polymoe/quantize/wire.hpp): a row that travels quantized
 // and is decoded must requantize, under the scheme's own activation quantizer, to exactly what the
 // sender's row quantizes to; rows the codec cannot carry exactly are declined; record sizes; and
 // which wire a (dispatcher, scheme) pair uses.
@@ -13,10 +13,10 @@
 
 #include <gtest/gtest.h>
 #include <polymoe/polymoe.hpp>
-#include <polymoe/kernels/quantize/wire.hpp>
+#include <polymoe/quantize/wire.hpp>
 
 using namespace polymoe;
-using kernels::quantize::wire_codec;
+using polymoe::quantize::wire_codec;
 
 namespace {
 
@@ -84,7 +84,7 @@ TEST(Wire, ValuesAtTheTopCodeKeepTheAmax) {
 // to beyond the saturation point, both signs (all exponents, subnormal E4M3 results, ties), and
 // every half-integer and its neighbours for int8.
 TEST(Wire, BranchFreeCodesEqualTheQuantizers) {
-  namespace d = kernels::quantize::detail;
+  namespace d = polymoe::quantize::detail;
   long checked = 0, e4m3_wrong = 0, int8_wrong = 0;
   for (std::uint32_t bits = 0; bits < 0x44800000u; bits += 61)
     for (std::uint32_t sign : {0u, 0x80000000u}) {
@@ -98,7 +98,7 @@ TEST(Wire, BranchFreeCodesEqualTheQuantizers) {
     for (float x : {h * 0.5f, std::nextafter(h * 0.5f, -1e9f), std::nextafter(h * 0.5f, 1e9f)}) {
       std::uint8_t q;
       d::int8_codes::encode(&x, 1, 1.0f, &q);
-      int8_wrong += static_cast<std::int8_t>(q) != kernels::quantize::round_to_int8(x);
+      int8_wrong += static_cast<std::int8_t>(q) != polymoe::quantize::round_to_int8(x);
     }
   EXPECT_GT(checked, 3'000'000);
   EXPECT_EQ(e4m3_wrong, 0);

@@ -1,7 +1,7 @@
 #pragma once
 // Activation quantizers of the tiled kernels, sixteen values to a register: E4M3 rounding (the W8A8
 // fp8 schemes) and NVFP4 W4A4 rows (quant::nvfp4_w4a4: a per-row scale_2 = amax / (6 · 448), then
-// blocks of 16 E2M1 values under an E4M3 block scale, kernels/quantize/nvfp4.hpp's arithmetic
+// blocks of 16 E2M1 values under an E4M3 block scale, quantize/nvfp4.hpp's arithmetic
 // operation for operation).
 //
 // An NVFP4 activation is e2m1 · e4m3 · scale_2, multiplied left to right. Its first product has at
@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <span>
 
-#include <polymoe/kernels/codecs/e2m1.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/quantize/nvfp4.hpp>
+#include <polymoe/codecs/e2m1.hpp>
+#include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/quantize/nvfp4.hpp>
 #include <polymoe/kernels/tiled/epilogue.hpp>
 
 namespace polymoe::kernels::tiled {

@@ -44,8 +44,8 @@
 #include <type_traits>
 #include <vector>
 
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/codecs/e2m1.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/codecs/e2m1.hpp>
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 #include <polymoe/kernels/tiled/qpanel.hpp>

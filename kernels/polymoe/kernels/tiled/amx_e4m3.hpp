@@ -33,8 +33,8 @@
 #include <array>
 #include <cstdint>
 
-#include <polymoe/kernels/codecs/bf16.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
+#include <polymoe/codecs/bf16.hpp>
+#include <polymoe/codecs/e4m3.hpp>
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/amx_e2m1.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>

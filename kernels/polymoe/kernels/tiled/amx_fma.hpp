@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/codecs/bf16.hpp>
 #include <polymoe/kernels/tiled/amx_layout.hpp>
 #include <polymoe/kernels/tiled/epilogue.hpp>
 #include <polymoe/kernels/tiled/microkernel.hpp>

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include <polymoe/core/activation.hpp>
-#include <polymoe/kernels/codecs/bf16.hpp>
+#include <polymoe/codecs/bf16.hpp>
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {

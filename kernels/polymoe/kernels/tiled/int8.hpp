@@ -29,8 +29,8 @@
 #include <cstring>
 #include <limits>
 
-#include <polymoe/kernels/quantize/common.hpp>
-#include <polymoe/kernels/quantize/int8.hpp>
+#include <polymoe/quantize/common.hpp>
+#include <polymoe/quantize/int8.hpp>
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 

@@ -32,9 +32,9 @@
 
 #include <polymoe/kernels/parallel.hpp>
 
-#include <polymoe/kernels/codecs/e2m1.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/codecs/e8m0.hpp>
+#include <polymoe/codecs/e2m1.hpp>
+#include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/codecs/e8m0.hpp>
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {

@@ -22,7 +22,7 @@
 #include <polymoe/core/expert_weights.hpp>
 #include <polymoe/core/formats.hpp>
 #include <polymoe/core/wire.hpp>
-#include <polymoe/kernels/quantize/wire.hpp>
+#include <polymoe/quantize/wire.hpp>
 
 namespace polymoe::a2a::detail {
 
@@ -197,7 +197,7 @@ class contiguous_type {
 /// starting from zero, as a single process's kernel sums a token's slots; each expert sees the
 /// same rows in the same order as in a single process (the ranks' tokens in rank order), so the
 /// routed experts' result is bitwise the single-process one, on every wire and with every kernel:
-/// the wire formats are exact for their scheme (<polymoe/kernels/quantize/wire.hpp>). (The shared
+/// the wire formats are exact for their scheme (<polymoe/quantize/wire.hpp>). (The shared
 /// expert runs on each rank's own tokens: bitwise too where the kernel's result for a row does
 /// not depend on the rows batched with it.) mpi_allgather moves the tokens its own
 /// way and returns the slots' results through the same combine (plan, return_rows, sum_slots).
@@ -277,7 +277,7 @@ class slot_exchange : public mpi_base {
   /// local expert.
   template <class Wire>
   void send(const MatrixCRef& hidden, const MatrixCRef& weights, Matrix& slots) {
-    using codec = kernels::quantize::wire_codec<Wire>;
+    using codec = polymoe::quantize::wire_codec<Wire>;
     const index_t H = hidden.cols(), k = k_, n = static_cast<index_t>(wire_token_.size());
     const std::size_t head = 4 * static_cast<std::size_t>(1 + k), rec = head + codec::bytes(H);
     send_records_.resize(static_cast<std::size_t>(n) * rec);

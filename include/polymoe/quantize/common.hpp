@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #endif
 
-namespace polymoe::kernels::quantize {
+namespace polymoe::quantize {
 
 /// max |x[i]| over n values (0 for n = 0). A NaN is ignored by the comparison; callers that must
 /// not see one check the weights first (ExpertWeights::validate). With AVX-512, sixteen running maxima: the same
@@ -101,4 +101,4 @@ void deinterleave_rows(std::vector<T>& data, index_t experts, index_t rows, inde
 /// Number of blocks of `block` elements that cover n (the last one may be partial).
 [[nodiscard]] constexpr index_t blocks_of(index_t n, index_t block) noexcept { return (n + block - 1) / block; }
 
-}  // namespace polymoe::kernels::quantize
+}  // namespace polymoe::quantize

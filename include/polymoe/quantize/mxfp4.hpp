@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include <polymoe/kernels/codecs/e2m1.hpp>
-#include <polymoe/kernels/codecs/e8m0.hpp>
-#include <polymoe/kernels/quantize/common.hpp>
+#include <polymoe/codecs/e2m1.hpp>
+#include <polymoe/codecs/e8m0.hpp>
+#include <polymoe/quantize/common.hpp>
 
-namespace polymoe::kernels::quantize {
+namespace polymoe::quantize {
 
 inline constexpr index_t mxfp4_block = 32;        ///< elements per MXFP4 block
 inline constexpr index_t mxfp4_block_bytes = 16;  ///< packed bytes per block
@@ -45,4 +45,4 @@ inline void dequantize_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t*
   }
 }
 
-}  // namespace polymoe::kernels::quantize
+}  // namespace polymoe::quantize

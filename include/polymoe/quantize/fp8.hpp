@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <span>
 
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/quantize/common.hpp>
+#include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/quantize/common.hpp>
 
-namespace polymoe::kernels::quantize {
+namespace polymoe::quantize {
 
 /// The E4M3 scale (dequantization multiplier) for values whose largest magnitude is `a`.
 [[nodiscard]] inline float e4m3_scale(float a) noexcept { return a > 0.0f ? a / codecs::e4m3_max : 1.0f; }
@@ -72,4 +72,4 @@ inline void fake_quantize_e4m3(std::span<float> row, index_t group) noexcept {
   }
 }
 
-}  // namespace polymoe::kernels::quantize
+}  // namespace polymoe::quantize

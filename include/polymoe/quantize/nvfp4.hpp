@@ -16,11 +16,11 @@
 #include <cstdint>
 #include <span>
 
-#include <polymoe/kernels/codecs/e2m1.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/quantize/common.hpp>
+#include <polymoe/codecs/e2m1.hpp>
+#include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/quantize/common.hpp>
 
-namespace polymoe::kernels::quantize {
+namespace polymoe::quantize {
 
 inline constexpr index_t nvfp4_block = 16;       ///< elements per NVFP4 block
 inline constexpr index_t nvfp4_block_bytes = 8;  ///< packed bytes per block
@@ -83,4 +83,4 @@ inline void fake_quantize_nvfp4(std::span<float> row) noexcept {
   }
 }
 
-}  // namespace polymoe::kernels::quantize
+}  // namespace polymoe::quantize

@@ -23,12 +23,12 @@
 #include <limits>
 
 #include <polymoe/core/wire.hpp>
-#include <polymoe/kernels/codecs/e4m3.hpp>
-#include <polymoe/kernels/quantize/common.hpp>
-#include <polymoe/kernels/quantize/fp8.hpp>
-#include <polymoe/kernels/quantize/int8.hpp>
+#include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/quantize/common.hpp>
+#include <polymoe/quantize/fp8.hpp>
+#include <polymoe/quantize/int8.hpp>
 
-namespace polymoe::kernels::quantize {
+namespace polymoe::quantize {
 
 template <class W>
 struct wire_codec;
@@ -171,4 +171,4 @@ struct wire_codec<wire::int8_rows> {
   static void decode(const std::byte* rec, index_t H, float* x) noexcept { impl::decode(rec, H, 0, x); }
 };
 
-}  // namespace polymoe::kernels::quantize
+}  // namespace polymoe::quantize

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <span>
 
-#include <polymoe/kernels/quantize/common.hpp>
+#include <polymoe/quantize/common.hpp>
 
-namespace polymoe::kernels::quantize {
+namespace polymoe::quantize {
 
 /// The int8 scale for values whose largest magnitude is `a`.
 [[nodiscard]] inline float int8_scale(float a) noexcept { return a > 0.0f ? a / 127.0f : 1.0f; }
@@ -41,4 +41,4 @@ inline void fake_quantize_int8(std::span<float> row) noexcept {
   for (float& v : row) v = static_cast<float>(round_to_int8(v / s)) * s;
 }
 
-}  // namespace polymoe::kernels::quantize
+}  // namespace polymoe::quantize
