@@ -1,6 +1,7 @@
-# Installs the polymoe build tree into a scratch prefix, then configures, builds and runs the
-# consumer project against it, and checks that its invalid triple is rejected with one error.
-#   -DPOLYMOE_BUILD= -DCONSUMER_SRC= -DWORK=
+# Installs the polymoe build tree into a scratch prefix (headers, package files, programs), then
+# configures, builds and runs the consumer project against it, checks that its invalid triple is
+# rejected with one error, and runs the installed programs from the prefix.
+#   -DPOLYMOE_BUILD= -DCONSUMER_SRC= -DWORK= -DPROGRAMS=
 file(REMOVE_RECURSE ${WORK})
 foreach(step
     "${CMAKE_COMMAND};--install;${POLYMOE_BUILD};--prefix;${WORK}/prefix"
@@ -13,6 +14,20 @@ foreach(step
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "consumer step failed: ${step}")
   endif()
+endforeach()
+
+# the programs installed with the headers (-DPROGRAMS=polymoe;polymoe_bench), each answering --help
+# from the prefix
+foreach(program ${PROGRAMS})
+  set(exe ${WORK}/prefix/bin/${program})
+  if(NOT EXISTS ${exe})
+    message(FATAL_ERROR "the install holds no ${exe}")
+  endif()
+  execute_process(COMMAND ${exe} --help RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "usage")
+    message(FATAL_ERROR "${exe} --help failed (${rc}):\n${out}")
+  endif()
+  message(STATUS "installed: ${exe}")
 endforeach()
 
 # the compile-fail harness's own check: rejected, with this message, and one error only
