@@ -232,16 +232,18 @@ def read_baseline(path):
     return allowed
 
 
+def rule_key(finding):
+    """(path, rule) of a finding 'path:line: rule: text'."""
+    path, _, rest = finding.partition(":")
+    return path, rest.split(": ", 2)[1]
+
+
 def against_baseline(findings, allowed):
     """The findings beyond the baseline, and the baseline entries that no longer match."""
     counts = {}
     for f in findings:
-        path, _, rest = f.partition(":")
-        rule = rest.split(": ", 2)[1]
-        counts[(path, rule)] = counts.get((path, rule), 0) + 1
-    new = [f for f in findings
-           if counts[(f.partition(":")[0], f.partition(":")[2].split(": ", 2)[1])] >
-           allowed.get((f.partition(":")[0], f.partition(":")[2].split(": ", 2)[1]), 0)]
+        counts[rule_key(f)] = counts.get(rule_key(f), 0) + 1
+    new = [f for f in findings if counts[rule_key(f)] > allowed.get(rule_key(f), 0)]
     stale = [f"{p} {r} {n} (now {counts.get((p, r), 0)})" for (p, r), n in sorted(allowed.items())
              if counts.get((p, r), 0) != n]
     return new, stale
