@@ -447,7 +447,8 @@ void threshold(const char* name, const std::vector<long>& threads, index_t K, in
                 continue;
               }
             if (side == 0) {
-              kernels::tiled::detail::block_times_panel(m, [&](index_t row) { return xs + row * K; }, K, panel, c[i].data());
+              kernels::tiled::detail::block_times_panel(m, [&](index_t row) { return xs + row * K; }, K, panel, c[i].data(),
+                                                        /*short_loops=*/true);
               continue;
             }
             // the tiles: W4A4's or W8A8's quantized rows (one term, with their scales), bf16 rows

@@ -8,3 +8,4 @@ polymoe_add_test(test_kernel_agreement ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/
 polymoe_add_test(test_permute ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_permute.cpp)
 polymoe_add_test(test_steady_state ${CMAKE_CURRENT_SOURCE_DIR}/unit/layer/test_steady_state.cpp)
 polymoe_add_test(test_degenerate ${CMAKE_CURRENT_SOURCE_DIR}/unit/layer/test_degenerate.cpp)
+polymoe_add_test(test_batch_invariance ${CMAKE_CURRENT_SOURCE_DIR}/unit/layer/test_batch_invariance.cpp)

@@ -42,6 +42,16 @@ namespace detail {
 template <class A2A>
 inline constexpr bool is_collective = requires(A2A& a, const std::string& e) { a.agree(e); };
 
+/// The kernel k set so that a row's result does not depend on the rows batched with it: its
+/// batch_invariant() where it has one, else k itself (a kernel without one is so as it is).
+template <class Kernel>
+Kernel batch_invariant_of(const Kernel& k) {
+  if constexpr (requires { { k.batch_invariant() } -> std::same_as<Kernel>; })
+    return k.batch_invariant();
+  else
+    return k;
+}
+
 /// Runs `check`, which must not itself communicate. With a collective dispatcher, whatever it
 /// throws (a polymoe::error, or e.g. std::bad_alloc) becomes a collective decision: every rank
 /// throws the failing rank's message, none is left waiting in the next collective.
@@ -303,6 +313,9 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   MoeConfig cfg_;
   A2A a2a_;
   Kernel kernel_;
+  // The shared expert runs on the tokens of the batch it is given (under expert parallelism, each
+  // rank's own), so its rows must not depend on their batch: see batch_invariant_of.
+  Kernel shared_kernel_ = detail::batch_invariant_of(kernel_);
   ExpertMlp mlp_{};
   std::optional<prepared_type> prepared_;
   std::optional<prepared_type> shared_;
@@ -345,7 +358,7 @@ void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::build(W&
     if constexpr (requires { a2a_.agree_on_layer(); })  // noted before the weights move
       a2a_.template describe_layer<A2A, Quant, Kernel>(cfg_, w);
     prepared_.emplace(kernel_.template prepare<Quant>(to_store(w.experts)));
-    if (w.shared) shared_.emplace(kernel_.template prepare<Quant>(to_store(*w.shared)));
+    if (w.shared) shared_.emplace(shared_kernel_.template prepare<Quant>(to_store(*w.shared)));
     finish(w);
   });
   // Collective dispatchers: every rank's layer must be the same layer (policies, config, the
@@ -377,14 +390,20 @@ void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::add_shar
   auto y = top_rows(shared_out_, T, cfg_.hidden);
   ids.setZero();
   if (cfg_.shared_expert_gate) {
-    w.noalias() = hidden * shared_gate_.transpose();
-    w = w.unaryExpr([](float z) { return 1.0f / (1.0f + std::exp(-z)); });
+    // Each row's gate by its own dot product, summed in order in double: the same bits whatever
+    // rows share its batch and wherever they sit in memory (a matrix product's sum order depends on both).
+    const float* g = shared_gate_.data();
+    for (index_t t = 0; t < T; ++t) {
+      double z = 0.0;
+      for (index_t i = 0; i < cfg_.hidden; ++i) z += static_cast<double>(hidden(t, i)) * g[i];
+      w(t, 0) = 1.0f / (1.0f + std::exp(-static_cast<float>(z)));
+    }
   } else {
     w.setOnes();
   }
   DispatchOutput<format::standard> d{hidden, ids, w, 1};
   CombineInput<format::standard> c{y};
-  shared_runner_.template operator()<Quant>(kernel_, d, *shared_, ExpertMlp{mlp_.activation, false}, c);
+  shared_runner_.template operator()<Quant>(shared_kernel_, d, *shared_, ExpertMlp{mlp_.activation, false}, c);
   out += y;
 }
 

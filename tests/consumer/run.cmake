@@ -1,8 +1,11 @@
 # Installs the polymoe build tree into a scratch prefix (headers, package files, programs), then
 # configures, builds and runs the consumer project against it, checks that its invalid triple is
 # rejected with one error, and runs the installed programs from the prefix.
-#   -DPOLYMOE_BUILD= -DCONSUMER_SRC= -DWORK= -DPROGRAMS=
+#   -DPOLYMOE_BUILD= -DCONSUMER_SRC= -DWORK= -DPROGRAMS= [-DDEPS_PREFIX_PATH=dir:dir]
 file(REMOVE_RECURSE ${WORK})
+if(DEPS_PREFIX_PATH)  # where the build found polymoe's dependencies, for the consumer's find_dependency
+  set(ENV{CMAKE_PREFIX_PATH} "${DEPS_PREFIX_PATH}")
+endif()
 foreach(step
     "${CMAKE_COMMAND};--install;${POLYMOE_BUILD};--prefix;${WORK}/prefix"
     "${CMAKE_COMMAND};-S;${CONSUMER_SRC};-B;${WORK}/build;-DCMAKE_PREFIX_PATH=${WORK}/prefix;-DCMAKE_BUILD_TYPE=Release"

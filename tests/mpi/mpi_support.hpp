@@ -74,6 +74,8 @@ inline Problem make_problem(Variant v) {
     p.w.shared = ExpertWeights(ExpertShape{1, H, 12, true, false});
     p.w.shared->w13 = randn(rng, 24, H, 0.2f);
     p.w.shared->w2 = randn(rng, H, 12, 0.25f);
+    p.cfg.shared_expert_gate = true;  // Qwen2-MoE's sigmoid gate
+    p.w.shared_gate = randn(rng, 1, H, 0.3f);
   }
   const index_t T = 37;
   p.hidden = randn(rng, T, H, 1.0f);

@@ -2,7 +2,8 @@
 // every kernel it pairs with (fp32 and bf16), and with the schemes whose activations travel
 // quantized (fp8, fp8_block, int8_w8a8 on the reference kernel), gives each rank exactly the rows a
 // single-process `local` layer gives for its tokens, bitwise (also with an infinite value in a
-// token and with the weight on the input); ragged sends each token once per rank and quantized
+// token, with the weight on the input, and with a gated shared expert that each rank runs on its
+// own tokens while the single process runs it on all); ragged sends each token once per rank and quantized
 // rows as codes (counted bytes); bad input on one rank (routing, weights a rank cannot quantize,
 // layers that disagree, a top-k width other than the layer's) is the same polymoe::error on every
 // rank (test_mpi_fingerprint.cpp: layers that differ in any other way).
@@ -27,22 +28,10 @@ template <class A, class Q, class K>
 void agreement(Variant v = {}) {
   const Problem p = make_problem(v);
   const Matrix h = p.hidden.middleRows(p.first, p.count), logits = p.logits.middleRows(p.first, p.count);
-  // A single process: the routed experts on all tokens, then the shared expert added on this
-  // rank's tokens, as each rank runs it (with a kernel whose result for a row depends on the rows
-  // batched with it, that differs from the shared expert run on all tokens). The shared expert
-  // alone is a layer whose routed experts give exact zeros.
-  Problem routed = p;
-  routed.cfg.shared_intermediate = 0;
-  routed.w.shared.reset();
-  MoeLayer<a2a::local, Q, K> single(routed.cfg, routed.w);
-  Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
-  if (v.shared) {
-    MoeWeights shared_only = p.w;
-    shared_only.experts.w13.setZero();
-    shared_only.experts.w2.setZero();
-    MoeLayer<a2a::local, Q, K> shared(p.cfg, shared_only);
-    want += shared.forward(h, logits);
-  }
+  // A single process runs all tokens: the routed experts and the shared expert (with its gate) on
+  // the whole batch, where each rank runs the shared expert on its own tokens alone.
+  MoeLayer<a2a::local, Q, K> single(p.cfg, p.w);
+  const Matrix want = single.forward(p.hidden, p.logits).middleRows(p.first, p.count);
   MpiMoeLayer<A, Q, K> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
   const Matrix got = layer.forward(h, logits);
   const bool same_shape = got.rows() == want.rows() && got.cols() == want.cols();
@@ -246,7 +235,7 @@ int main(int argc, char** argv) {
     if constexpr (!std::is_same_v<A, a2a::local> &&
                   (std::is_same_v<Q, quant::fp32> || std::is_same_v<Q, quant::bf16>)) {
       agreement<A, Q, K>();
-      if constexpr (std::is_same_v<Q, quant::fp32>) agreement<A, Q, K>({.shared = true});
+      agreement<A, Q, K>({.shared = true});
     }
     // Schemes whose activations travel quantized: exact on the reference kernel, with rows of
     // several groups of 128, an infinite value (that row travels in fp32) and the weight on the input.

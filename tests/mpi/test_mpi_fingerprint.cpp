@@ -144,7 +144,7 @@ void weights_that_must_match() {
     MoeWeights f = local_share(p);
     if (rank_ == bad_rank()) f.shared->w13.row(4) *= -1.0f;
     BasicMoeWeights<quant::fp8_block::weights> w{quant::fp8_block::quantize(f.experts),
-                                                  quant::fp8_block::quantize(*f.shared), {}, {}, {}};
+                                                  quant::fp8_block::quantize(*f.shared), f.shared_gate, {}, {}};
     const std::string msg =
         build_and_run<a2a::mpi_masked, quant::fp8_block, kernel::reference>(p, p.cfg, std::move(w));
     expect_refusal("a pre-quantized shared expert changed on the last rank", msg,

@@ -76,6 +76,11 @@ concept quant_scheme = opts_into_quant<Q> && named_policy<Q> && requires { typen
 ///                                                       object (static, or a const member where
 ///                                                       the kernel's settings shape its buffers)
 ///   k.run(DispatchOutput<F>, prepared<Q>, ExpertMlp, CombineInput<F>) for each native format F
+/// and optionally
+///   k.batch_invariant()                              -> K: the kernel set so that a row's result
+///                                                       does not depend on the rows batched with
+///                                                       it; the layer runs its shared expert with
+///                                                       it. A kernel without it must be so as it is.
 /// Which schemes and formats it implements is stated in the pairing table, not here.
 template <class K>
 concept expert_kernel = opts_into_kernel<K> && named_policy<K>;

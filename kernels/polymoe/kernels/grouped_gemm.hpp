@@ -60,6 +60,19 @@ inline void group_by_expert(const IdMatrixCRef& ids, index_t num_experts, Expert
       if (const auto id = ids(t, j); id >= 0) g.slots[fill[id]++] = t * k + j;
 }
 
+/// Rows of a chunk of n rows as the GEMMs run it: Eigen sums a row of X · Wᵀ in one order wherever
+/// the row sits only within a full group of its kernel's nr rows, and only above the size where it
+/// turns to a coefficient-wise product (EIGEN_GEMM_TO_COEFFBASED_THRESHOLD, on the sum of the three
+/// sizes); a chunk padded with zero rows to both gives each row the same bits in any batch, so the
+/// kernel is batch-invariant (the layer's shared expert relies on it).
+inline index_t padded_chunk_rows(index_t n, index_t H, index_t R, index_t I) noexcept {
+  constexpr index_t group = Eigen::internal::gebp_traits<float, float>::nr;
+  index_t rows = (n + group - 1) / group * group;
+  while (rows + H + R < EIGEN_GEMM_TO_COEFFBASED_THRESHOLD || rows + I + H < EIGEN_GEMM_TO_COEFFBASED_THRESHOLD)
+    rows += group;
+  return rows;
+}
+
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) with Eigen GEMMs per (expert, row chunk).
 template <class Q>
 void grouped_standard(const DispatchOutput<format::standard>& d, const DenseExperts& w, const ExpertMlp& mlp,
@@ -85,8 +98,9 @@ void grouped_standard(const DispatchOutput<format::standard>& d, const DenseExpe
     Matrix X, G, A, Y;
     for (std::size_t c = range.begin(); c != range.end(); ++c) {
       const auto [e, begin, end] = chunks[c];
-      const index_t n = end - begin;
-      X.resize(n, H);
+      const index_t n = end - begin, rows = padded_chunk_rows(n, H, R, I);
+      X.resize(rows, H);
+      X.bottomRows(rows - n).setZero();
       for (index_t i = 0; i < n; ++i) {
         const index_t slot = g.slots[begin + i];
         const float wt = d.weights(slot / k, slot % k);
@@ -96,15 +110,16 @@ void grouped_standard(const DispatchOutput<format::standard>& d, const DenseExpe
           X.row(i) = d.hidden.row(slot / k);
         Q::quantize_activation(std::span<float>(X.row(i).data(), static_cast<std::size_t>(H)));
       }
-      G.resize(n, R);
+      G.resize(rows, R);
       G.noalias() = X * w.w13.middleRows(e * R, R).transpose();
       if (s.bias) G.rowwise() += w.b13.row(e);
-      A.resize(n, I);
+      A.resize(rows, I);
+      A.bottomRows(rows - n).setZero();
       for (index_t i = 0; i < n; ++i) {
         apply_activation(mlp.activation, G.row(i).data(), A.row(i).data(), I);
         Q::quantize_activation(std::span<float>(A.row(i).data(), static_cast<std::size_t>(I)));
       }
-      Y.resize(n, H);
+      Y.resize(rows, H);
       Y.noalias() = A * w.w2.middleRows(e * H, H).transpose();
       if (s.bias) Y.rowwise() += w.b2.row(e);
       for (index_t i = 0; i < n; ++i) {

@@ -116,6 +116,14 @@ struct tiled_amx {
   kernels::tiled::tuning tuning{};
   kernels::tiled::PhaseTimes* phases = nullptr;  ///< where forwards record their phase times (nullptr: nowhere)
 
+  /// This kernel with tuning.batch_invariant set: every row by one path whatever its batch (the
+  /// layer runs its shared expert with it).
+  [[nodiscard]] tiled_amx batch_invariant() const {
+    tiled_amx k = *this;
+    k.tuning.batch_invariant = true;
+    return k;
+  }
+
   template <class Q>
   using prepared = kernels::tiled::Prepared<typename tiled_amx_detail::scheme<Q>::packed>;
 

@@ -671,8 +671,9 @@ TEST(Tiled, QuantizedPanelsWidenToTheCodecValues) {
 }
 
 /// Blocks of 3 and 4 rows on a quantized panel of format F (block_times_panel: qtile, the weights
-/// widened in registers) give the bits of the slab path (expand a slab into L1, tile<M> over it),
-/// over K = 300 and 1000 (partial scale groups and slabs), random codes and scales.
+/// widened in registers), and of 1 and 2 rows without the short loops (a batch-invariant run), give
+/// the bits of the slab path (expand a slab into L1, tile<M> over it), over K = 300 and 1000
+/// (partial scale groups and slabs), random codes and scales.
 template <class F>
 void expect_register_tiles_are_the_slab_paths_bits() {
   std::mt19937 rng(11);
@@ -695,10 +696,11 @@ void expect_register_tiles_are_the_slab_paths_bits() {
     const kt::QPanel<F> panel{codes.data(), scales.data(), 0.37f};
     std::vector<float> x(static_cast<std::size_t>(4 * K));
     for (auto& v : x) v = nd(rng);
-    for (const index_t m : {index_t{3}, index_t{4}}) {
+    for (const index_t m : {index_t{1}, index_t{2}, index_t{3}, index_t{4}}) {
       // (sized for the 6 rows that the slab path could be asked for)
       alignas(64) float got[kt::max_tile_rows * kt::panel_cols], want[kt::max_tile_rows * kt::panel_cols];
-      kt::detail::block_times_panel(m, [&](index_t i) { return x.data() + i * K; }, K, panel, got);
+      kt::detail::block_times_panel(m, [&](index_t i) { return x.data() + i * K; }, K, panel, got,
+                                    /*short_loops=*/false);
       constexpr index_t kb = kt::k_block<float>;
       alignas(64) float slab[kb * kt::panel_cols];
       const float* rows[kt::max_tile_rows];

@@ -21,31 +21,33 @@ namespace detail {
 /// The AVX-512 loop over the tile layout that this target runs: vdpbf16ps where it is chosen
 /// (POLYMOE_TILED_DPBF16, microkernel.hpp), else widening and FMAs.
 template <int MR>
-inline void pair_tile(const std::uint16_t* const* a, index_t K, const std::uint16_t* panel, float* c) noexcept {
+inline void pair_tile(const std::uint16_t* const* a, index_t K, const std::uint16_t* panel, float* c,
+                      bool short_loops) noexcept {
 #if POLYMOE_TILED_DPBF16
   if constexpr (MR <= decode_rows)
-    amx_layout_decode_dp<MR>(a, K, panel, c);
-  else
-    amx_layout_tile_dp<MR>(a, K, panel, c);
+    if (short_loops) return amx_layout_decode_dp<MR>(a, K, panel, c);
+  amx_layout_tile_dp<MR>(a, K, panel, c);
 #else
+  (void)short_loops;
   amx_layout_tile<MR>(a, K, panel, c);
 #endif
 }
 #endif
 
 /// c[m][64] = rows [0, m) of A (bf16, stride lda, padded to an even length) times an AMX-layout
-/// panel, without tiles.
+/// panel, without tiles (`short_loops` as block_times_panel's).
 inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, index_t K, const std::uint16_t* panel,
-                            float* c) noexcept {
+                            float* c, bool short_loops) noexcept {
 #if defined(POLYMOE_TILED_AVX512)
   const std::uint16_t* rows[max_tile_rows];
   for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
     const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
     for (int i = 0; i < n; ++i) rows[i] = a + (r0 + i) * lda;
     float* cr = c + r0 * panel_cols;
-    with_rows<max_tile_rows>(n, [&]<int M>() { pair_tile<M>(rows, K, panel, cr); });
+    with_rows<max_tile_rows>(n, [&]<int M>() { pair_tile<M>(rows, K, panel, cr, short_loops); });
   }
 #else
+  (void)short_loops;
   for (index_t i = 0; i < m; ++i)
     for (index_t p = 0; p < panel_cols; ++p) {
       float sum = 0.0f;
@@ -57,10 +59,11 @@ inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, inde
 }
 
 /// Rows [0, m) of A times one panel: tiles when enabled and the block has `min_rows` rows or more
-/// (`next`: the panel the thread multiplies next, or nullptr; see amx::kblock_ahead). With tiles,
-/// side() is called between k-blocks (amx::block22_side), some number of times.
+/// (`next`: the panel the thread multiplies next, or nullptr; see amx::kblock_ahead; `short_loops`
+/// as block_times_panel's). With tiles, side() is called between k-blocks (amx::block22_side),
+/// some number of times.
 template <class Side = no_side>
-inline void amx_block_times_panel(bool tiles, index_t min_rows, index_t m, const std::uint16_t* a, index_t lda,
+inline void amx_block_times_panel(bool tiles, bool short_loops, index_t min_rows, index_t m, const std::uint16_t* a, index_t lda,
                                   index_t K, const std::uint16_t* panel, const std::uint16_t* next, float* c,
                                   Side&& side = Side{}) noexcept {
 #if defined(POLYMOE_TILED_AMX_CODE)
@@ -71,7 +74,7 @@ inline void amx_block_times_panel(bool tiles, index_t min_rows, index_t m, const
   (void)next;
   (void)side;
 #endif
-  amx_layout_rows(m, a, lda, K, panel, c);
+  amx_layout_rows(m, a, lda, K, panel, c, short_loops);
 }
 
 /// bf16's AMX row-block cut in use: tuning::bf16_block_rows when it is a multiple of 16 up to
@@ -139,7 +142,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
             const std::uint16_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1)
                                          : next               ? pk.panel13(sr.block(*next).expert, 0)
                                                               : nullptr;
-            detail::amx_block_times_panel(pk.use_amx, min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, cb), after, cc,
+            detail::amx_block_times_panel(pk.use_amx, tune.short_loops(), min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, cb), after, cc,
                                           side);
           },
           [&](index_t cb, float* cc, index_t i) {
@@ -149,7 +152,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
       return;
     }
     alignas(64) float c[amx_block_rows * panel_cols];
-    detail::amx_block_times_panel(pk.use_amx, min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, task.panel),
+    detail::amx_block_times_panel(pk.use_amx, tune.short_loops(), min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, task.panel),
                                   next ? pk.panel13(sr.block(*next).expert, next->panel) : nullptr, c);
     const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
     detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
@@ -157,7 +160,7 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   const auto gemm2 = [&](const Task& task, const Task* next, const detail::worker& w) {
     alignas(64) float c[amx_block_rows * panel_cols];
     const RowBlock& b = sr.block(task);
-    detail::amx_block_times_panel(pk.use_amx, min_rows, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
+    detail::amx_block_times_panel(pk.use_amx, tune.short_loops(), min_rows, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
                                   pk.panel2(b.expert, task.panel),
                                   next ? pk.panel2(sr.block(*next).expert, next->panel) : nullptr, c);
     detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);

@@ -50,11 +50,12 @@ inline void tall_block_times_panel(index_t m, RowOf row, index_t K, const std::u
 #endif
 
 /// Runs the tiles of rows [0, m) of a row block against one panel; `row(i)` is the i-th input row.
-/// Leaves the results in c[m][64].
+/// Leaves the results in c[m][64]. `short_loops` (tuning::short_loops): one or two rows may run the
+/// decode loop, which sums in another order than the tiles.
 template <class W, class RowOf>
-inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, float* c) {
+inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, float* c, bool short_loops) {
   const float* rows[max_tile_rows];
-  if (m <= decode_rows) {
+  if (short_loops && m <= decode_rows) {
     for (index_t i = 0; i < m; ++i) rows[i] = row(i);
     if (m == 1)
       decode_tile<1>(rows, K, panel, c);
@@ -79,25 +80,27 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
   }
 }
 
-/// The same for a quantized panel: widened in registers for one or two rows (decode) and for three
-/// or four (qtile: the bits of the slab path), else a slab at a time into an L1 buffer that all the
-/// block's tiles share (see qpanel.hpp).
+/// The same for a quantized panel: widened in registers for one or two rows (decode, where
+/// `short_loops`) and for up to four (qtile: the bits of the slab path), else a slab at a time into
+/// an L1 buffer that all the block's tiles share (see qpanel.hpp).
 template <class F, class RowOf>
-inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& panel, float* c) {
+inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& panel, float* c, bool short_loops) {
   const float* rows[max_tile_rows];
 #if defined(POLYMOE_TILED_AVX512)
   if (m <= max_qtile_rows) {
     for (index_t i = 0; i < m; ++i) rows[i] = row(i);
     if (m == 1)
-      decode_qtile<1>(rows, K, panel, c);
+      short_loops ? decode_qtile<1>(rows, K, panel, c) : qtile<1>(rows, K, panel, c);
     else if (m == 2)
-      decode_qtile<2>(rows, K, panel, c);
+      short_loops ? decode_qtile<2>(rows, K, panel, c) : qtile<2>(rows, K, panel, c);
     else if (m == 3)
       qtile<3>(rows, K, panel, c);
     else
       qtile<4>(rows, K, panel, c);
     return;
   }
+#else
+  (void)short_loops;
 #endif
   constexpr index_t kb = k_block<float>;
   alignas(64) float slab[kb * panel_cols];

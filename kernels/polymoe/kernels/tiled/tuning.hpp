@@ -59,11 +59,19 @@ struct tuning {
   /// products (amx::decoded_row_group) instead of a slab before its products (the same bits).
   /// docs/decisions.md#row-group-loop
   bool row_group = true;
+  /// Every row by one path whatever else its block holds, so that a row's result does not depend
+  /// on its batch: blocks of one or two rows run the tile loops (the short loops sum in another
+  /// order), and kernel::tiled_amx puts every block on the tiles where the layer runs them. The
+  /// layer runs its shared expert so (expert parallelism runs it on each rank's own tokens); the
+  /// routed experts see the same rows either way and keep the measured paths.
+  bool batch_invariant = false;
 
   /// The AMX threshold in use for a format whose measured threshold is `measured`.
   [[nodiscard]] constexpr index_t tiles_from(index_t measured) const noexcept {
-    return amx_min_rows > 0 ? amx_min_rows : measured;
+    return batch_invariant ? 1 : amx_min_rows > 0 ? amx_min_rows : measured;
   }
+  /// Whether blocks of one or two rows may run the short loops (decode), whose sum order differs.
+  [[nodiscard]] constexpr bool short_loops() const noexcept { return !batch_invariant; }
 
   friend constexpr bool operator==(const tuning&, const tuning&) = default;
 };
@@ -79,7 +87,8 @@ inline constexpr std::string_view tuning_keys =
     "                              (default 0: each format's measured threshold; 1: every block)\n"
     "  bf16-block-rows=N           tiled_amx: bf16's row-block cut on the tiles (16..256, step 16; default 256)\n"
     "  one-term=on|off             tiled_amx: split rows with zero lo terms run the hi term alone\n"
-    "  row-group=on|off            tiled_amx: decoded blocks of <= 16 rows decode between tile products\n";
+    "  row-group=on|off            tiled_amx: decoded blocks of <= 16 rows decode between tile products\n"
+    "  batch-invariant=on|off      a row's result independent of its batch (the shared expert's setting)\n";
 
 /// Throws polymoe::error when a field is out of its range.
 inline void validate(const tuning& t) {
@@ -106,7 +115,7 @@ namespace detail {
                         ",gemm1-by-block=", detail::mode_name(t.gemm1_by_block), ",sum-span=", t.sum_span,
                         ",huge-pages=", flag(t.huge_pages), ",amx-min-rows=", t.amx_min_rows,
                         ",bf16-block-rows=", t.bf16_block_rows, ",one-term=", flag(t.one_term),
-                        ",row-group=", flag(t.row_group));
+                        ",row-group=", flag(t.row_group), ",batch-invariant=", flag(t.batch_invariant));
 }
 
 /// `base` with the settings of `spec`: `key=value` pairs separated by commas (tuning_keys; `_`
@@ -160,6 +169,8 @@ namespace detail {
       t.one_term = on_off();
     else if (key == "row-group")
       t.row_group = on_off();
+    else if (key == "batch-invariant")
+      t.batch_invariant = on_off();
     else
       throw polymoe::error(polymoe::detail::concat("tuning: unknown key '", key, "'; the keys:\n", tuning_keys));
   }
