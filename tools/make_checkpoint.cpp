@@ -46,7 +46,8 @@ io::json make_config(const preset& p, index_t layers) {
   c.set("num_hidden_layers", layers);
   c.set("num_experts_per_tok", p.top_k);
   c.set("hidden_act", "silu");
-  c.set("torch_dtype", p.stored == out_scheme::f32 ? "float32" : "bfloat16");
+  const out_scheme stored = parse_out_scheme(p.stored, true);
+  c.set("torch_dtype", stored.is_float() && stored.float_dtype == io::dtype::F32 ? "float32" : "bfloat16");
   c.set("polymoe_synthetic", json("random weights written by polymoe make-checkpoint --preset " + std::string(p.name)));
   switch (p.family) {
     case io::hf_family::mixtral:
@@ -70,8 +71,7 @@ io::json make_config(const preset& p, index_t layers) {
       c.set("num_local_experts", p.experts), c.set("intermediate_size", p.intermediate), c.set("swiglu_limit", 7.0);
       break;
   }
-  if (p.stored != out_scheme::bf16 && p.stored != out_scheme::f32)
-    c.set("quantization_config", quantization_config(p.stored, p.family));
+  if (!stored.is_float()) c.set("quantization_config", quantization_config(stored, p.family));
   return c;
 }
 
@@ -108,7 +108,8 @@ int cmd_make_checkpoint(int argc, char** argv) {
   const io::hf_names names{p->family};
   const index_t H = p->hidden;
   std::vector<io::tensor_source> out;
-  const io::dtype fdt = p->stored == out_scheme::bf16 ? io::dtype::BF16 : io::dtype::F32;
+  const out_scheme stored = parse_out_scheme(p->stored, true);
+  const io::dtype fdt = stored.is_float() ? stored.float_dtype : io::dtype::F32;
   auto random_tensor = [&](std::string tname, std::vector<std::int64_t> shape, io::dtype d, std::uint64_t stream,
                            float scale) {
     out.push_back({std::move(tname), d, shape, [=](std::span<std::byte> b) {
@@ -121,7 +122,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
   };
   for (index_t n = 0; n < layers; ++n) {
     const std::uint64_t L = static_cast<std::uint64_t>(n) << 32;
-    random_tensor(names.router(n), {p->experts, H}, gpt || p->stored == out_scheme::fp8_block ? io::dtype::F32 : fdt,
+    random_tensor(names.router(n), {p->experts, H}, gpt || !stored.is_float() ? io::dtype::F32 : fdt,
                   L | 0xFFFF0001u, std::sqrt(3.0f / static_cast<float>(H)));
     if (gpt) random_tensor(names.router_bias(n), {p->experts}, io::dtype::F32, L | 0xFFFF0002u, 0.1f);
     if (p->family == io::hf_family::deepseek_v3)
@@ -141,7 +142,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
     };
     const index_t I = p->intermediate, SI = c.shared_intermediate;
     auto P = std::make_shared<expert_provider>(
-        p->stored, [=](index_t e) { return expert(e, I); }, [=]() { return expert(0xFFFFFF, SI); });
+        stored, [=](index_t e) { return expert(e, I); }, [=]() { return expert(0xFFFFFF, SI); });
     add_expert_tensors(out, names, n, c, std::move(P));
   }
   std::uint64_t total = 0;

@@ -47,18 +47,30 @@ int cmd_quantize(int argc, char** argv) {
   const args a =
       parse_args("quantize", argc, argv, 2, {"checkpoint", "layer", "scheme", "out", "shard-mb"}, {"force"});
   if (a.flag("help")) {
-    std::cout << R"(usage: polymoe quantize --checkpoint DIR --layer N|all --scheme mxfp4|nvfp4|fp8-block|int8 --out DIR
+    std::cout << R"(usage: polymoe quantize --checkpoint DIR --layer N|all --scheme NAME --out DIR
                         [--shard-mb MB] [--force]
 
 Writes a copy of the checkpoint whose MoE experts (routed and shared) in layer N, or in every MoE
 layer, are quantized with the scheme, in the layout real checkpoints use, and a config.json with the
 matching quantization_config; every other tensor is copied unchanged. The result is read back by
-`polymoe run` without requantization.
-  mxfp4      GPT-OSS: experts.*_blocks / *_scales; per-expert families: weight (U8) + weight_scale (E8M0)
-  nvfp4      ModelOpt: weight (U8) + weight_scale (F8_E4M3, blocks of 16) + weight_scale_2 (F32)
-  fp8-block  DeepSeek-V3: weight (F8_E4M3) + weight_scale_inv (F32, 128x128 blocks)
-  int8       weight (I8) + weight_scale (F32 per output channel) (sglang w8a8_int8)
-Stored weights are dequantized first when the input is already quantized. Experts are processed one
+`polymoe run` without requantization. The schemes and their tensors per projection P (gpt_oss:
+stacked under experts.gate_up_proj / down_proj with the suffixes in brackets):
+)";
+    boost::mp11::mp_for_each<boost::mp11::mp_transform<boost::mp11::mp_identity, io::stored_layouts>>(
+        [&]<class W>(boost::mp11::mp_identity<W>) {
+          using L = quant::checkpoint_layout<W>;
+          std::string line = "  " + std::string(L::alias == L::name ? L::name : L::alias);
+          line.resize(std::max<std::size_t>(line.size() + 1, 13), ' ');
+          bool first = true;
+          io::for_each_stored_tensor<W>([&](const auto& t) {
+            line += std::string(first ? "" : " + ") + "P" + std::string(t.suffix) + " " +
+                    std::string(io::dtype_name(io::dtypes_of(t.type).front()));
+            if (!t.stacked.empty()) line += " [" + std::string(t.stacked) + "]";
+            first = false;
+          });
+          std::cout << line << "\n";
+        });
+    std::cout << R"(Stored weights are dequantized first when the input is already quantized. Experts are processed one
 at a time; output larger than --shard-mb (default 4096) is sharded with model.safetensors.index.json.
 DIR must be empty or absent. --force writes into a DIR that holds a checkpoint, and then removes the
 files of that checkpoint (config.json, its index, the shards the index lists, model.safetensors) the

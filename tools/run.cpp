@@ -51,15 +51,13 @@ Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharde
 constexpr const char* run_help_end = R"(`polymoe list` prints every valid (a2a, quant, kernel) triple.
 )";
 
+/// The scheme a layer of stored form `s` runs unless told otherwise: fp32 for float weights, else
+/// the one its checkpoint layout names.
 std::string default_quant(io::stored_scheme s) {
-  switch (s) {
-    case io::stored_scheme::float_weights: return "fp32";
-    case io::stored_scheme::fp8_block: return "fp8_block_weight_only";
-    case io::stored_scheme::mxfp4: return "mxfp4";
-    case io::stored_scheme::nvfp4: return "nvfp4";
-    case io::stored_scheme::int8: return "int8_w8a8";
-  }
-  return "fp32";
+  if (s.is_float()) return "fp32";
+  return std::string(io::with_layout(s, []<class W>(boost::mp11::mp_identity<W>) {
+    return quant::checkpoint_layout<W>::scheme::name;
+  }));
 }
 
 /// Router logits computed row by row (a matrix-vector product per token), so that a token's

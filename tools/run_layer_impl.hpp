@@ -48,7 +48,7 @@ void run_triple(run_context& ctx) {
           ctx.note = "pre-quantized weights used as stored (no requantization)";
         } else {
           layer.emplace(ctx.cfg, io::dequantized(w), make_dispatcher<A2A>(ctx), kernel);
-          ctx.note = "stored " + std::string(io::scheme_of_store<decltype(w.experts)>::type::name) +
+          ctx.note = "stored " + std::string(quant::checkpoint_layout<std::decay_t<decltype(w.experts)>>::name) +
                      " weights dequantized, then quantized to " + std::string(Q::name);
         }
       },

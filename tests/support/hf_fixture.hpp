@@ -51,7 +51,7 @@ inline HfCase load_hf_case(const std::string& name) {
   hc.router_logits = io_file.matrix("router_logits");
   hc.expected = io_file.matrix("output");
   io::hf_layer layer = io::hf_checkpoint::open(dir).load_layer(0);
-  require(layer.scheme == io::stored_scheme::float_weights, "test fixture loader: case ", name,
+  require(layer.scheme == io::stored_scheme::float_weights(), "test fixture loader: case ", name,
           " is pre-quantized; use quant_fixture.hpp");
   hc.cfg = layer.cfg;
   hc.weights = std::move(std::get<MoeWeights>(layer.weights));

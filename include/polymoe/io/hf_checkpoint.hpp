@@ -12,16 +12,11 @@
 //                in the columns), gate_up_proj_bias, down_proj [E,I,H], down_proj_bias}}
 //
 // How a layer's experts are stored is read from the tensors themselves (so a checkpoint whose
-// layers differ, as gpt_oss_mxfp4 keeps layer 1 in fp32, loads correctly):
-//   float        F32 / BF16 / F16 weights
-//   fp8_block    DeepSeek-V3: F8_E4M3 `weight` + F32 `weight_scale_inv` [ceil(N/128), ceil(K/128)]
-//   mxfp4        GPT-OSS `*_blocks` [E,N,K/32,16] + `*_scales` [E,N,K/32]; per-expert families:
-//                U8 `weight` [N, K/2] + U8 (E8M0) `weight_scale` [N, K/32]
-//   nvfp4        ModelOpt: U8 `weight` [N, K/2] + F8_E4M3 `weight_scale` [N, K/16] + F32
-//                `weight_scale_2` [] (gate and up must share it)
-//   int8         I8 `weight` [N, K] + F32 `weight_scale` [N, 1] (per output channel)
-// Pre-quantized layers load into the scheme's stored form (BasicMoeWeights<Q::weights>) through
-// its checkpoint factory, never requantized. Only the chosen layer's tensors are read, and under
+// layers differ, as gpt_oss_mxfp4 keeps layer 1 in fp32, loads correctly): float weights (F32,
+// BF16, F16), or the checkpoint layout of a scheme, declared next to the scheme
+// (quant::checkpoint_layout; the list is stored_layouts, <polymoe/io/stored_layouts.hpp>).
+// Pre-quantized layers load into the scheme's stored form (BasicMoeWeights<W>), its values
+// checked as the layout's elements say, never requantized. Only the chosen layer's tensors are read, and under
 // expert parallelism only the local experts' (tensor slices of the memory mapping).
 //
 //   auto ckpt = polymoe::io::hf_checkpoint::open("Qwen3-30B-A3B");
@@ -43,10 +38,7 @@
 #include <polymoe/io/checkpoint_files.hpp>
 #include <polymoe/codecs/bf16.hpp>
 #include <polymoe/codecs/fp16.hpp>
-#include <polymoe/quant/fp8_block.hpp>
-#include <polymoe/quant/int8_w8a8.hpp>
-#include <polymoe/quant/mxfp4.hpp>
-#include <polymoe/quant/nvfp4.hpp>
+#include <polymoe/io/stored_layouts.hpp>
 
 namespace polymoe::io {
 
@@ -70,20 +62,6 @@ enum class hf_family { mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss };
     if (to_string(f) == model_type) return f;
   throw error(polymoe::detail::concat("config.json: model_type \"", model_type,
                                       "\" is not supported (known: mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss)"));
-}
-
-/// How a layer's expert weights are stored in the checkpoint.
-enum class stored_scheme { float_weights, fp8_block, mxfp4, nvfp4, int8 };
-
-[[nodiscard]] constexpr std::string_view to_string(stored_scheme s) noexcept {
-  switch (s) {
-    case stored_scheme::float_weights: return "float";
-    case stored_scheme::fp8_block: return "fp8_block";
-    case stored_scheme::mxfp4: return "mxfp4";
-    case stored_scheme::nvfp4: return "nvfp4";
-    case stored_scheme::int8: return "int8";
-  }
-  return "?";
 }
 
 /// Tensor names of a family (what the Hub's checkpoints use).
@@ -117,11 +95,9 @@ struct hf_names {
 /// One layer loaded: its MoeConfig (ep_rank / ep_size set) and its weights, in fp32 or in the
 /// stored form of the checkpoint's scheme (only the local experts).
 struct hf_layer {
-  using weights_variant =
-      std::variant<MoeWeights, BasicMoeWeights<quant::fp8_block::weights>, BasicMoeWeights<quant::mxfp4::weights>,
-                   BasicMoeWeights<quant::nvfp4::weights>, BasicMoeWeights<quant::int8_w8a8::weights>>;
+  using weights_variant = stored_layer_weights;
   MoeConfig cfg;
-  stored_scheme scheme = stored_scheme::float_weights;
+  stored_scheme scheme = stored_scheme::float_weights();
   weights_variant weights;
 };
 
@@ -178,22 +154,10 @@ template <class Q>
   return out;
 }
 
-/// The scheme whose `weights` is W (for the stored forms a checkpoint can hold).
-template <class W>
-struct scheme_of_store;
-template <>
-struct scheme_of_store<quant::fp8_block::weights> { using type = quant::fp8_block; };
-template <>
-struct scheme_of_store<quant::mxfp4::weights> { using type = quant::mxfp4; };
-template <>
-struct scheme_of_store<quant::nvfp4::weights> { using type = quant::nvfp4; };
-template <>
-struct scheme_of_store<quant::int8_w8a8::weights> { using type = quant::int8_w8a8; };
-
 /// A whole layer's stored weights as fp32 MoeWeights (router, gate and biases carried over).
 template <class W>
 [[nodiscard]] MoeWeights dequantized(const BasicMoeWeights<W>& m) {
-  using Q = typename scheme_of_store<W>::type;
+  using Q = typename quant::checkpoint_layout<W>::scheme;
   MoeWeights f;
   f.experts = dequantize_store<Q>(m.experts);
   if (m.shared) f.shared = dequantize_store<Q>(*m.shared);
@@ -231,10 +195,20 @@ class hf_checkpoint {
   [[nodiscard]] stored_scheme scheme_of(index_t n) const {
     check_layer(n);
     if (family() == hf_family::gpt_oss) {
-      if (files_.contains(names_.stacked(n, "gate_up_proj_blocks"))) return stored_scheme::mxfp4;
-      require(files_.contains(names_.stacked(n, "gate_up_proj")), "checkpoint: layer ", n, " has neither '",
-              names_.stacked(n, "gate_up_proj"), "' nor '", names_.stacked(n, "gate_up_proj_blocks"), "'");
-      return stored_scheme::float_weights;
+      // The stacked form of a layout: its first tensor under the stacked name.
+      std::string names = polymoe::detail::concat("'", names_.stacked(n, "gate_up_proj"), "'");
+      stored_scheme found = stored_scheme::float_weights();
+      boost::mp11::mp_for_each<boost::mp11::mp_iota_c<stored_layout_count>>([&](auto I) {
+        using W = boost::mp11::mp_at_c<stored_layouts, I>;
+        const auto& first = std::get<0>(quant::checkpoint_layout<W>::tensors);
+        if (first.stacked.empty()) return;
+        const std::string name = names_.stacked(n, "gate_up_proj" + std::string(first.stacked));
+        if (files_.contains(name)) found = stored_scheme{static_cast<int>(I)};
+        names += polymoe::detail::concat(" or '", name, "'");
+      });
+      if (!found.is_float()) return found;
+      require(files_.contains(names_.stacked(n, "gate_up_proj")), "checkpoint: layer ", n, " has none of ", names);
+      return found;
     }
     return scheme_at(names_.expert(n, 0));
   }
@@ -326,8 +300,7 @@ class hf_checkpoint {
   /// Routed experts [first, first + count) of layer n in fp32 (dequantized when stored quantized).
   [[nodiscard]] ExpertWeights load_fp32_experts(index_t n, index_t first, index_t count) const {
     const MoeConfig c = moe_config(n);
-    const ExpertShape s{count, c.hidden, c.intermediate, is_gated(c.activation), c.expert_bias};
-    return to_fp32(load_routed(n, c, first, count, scheme_of(n)), s);
+    return to_fp32(load_routed(n, c, first, count, scheme_of(n)));
   }
   /// Layer n's shared expert in fp32, or nullopt when it has none.
   [[nodiscard]] std::optional<ExpertWeights> load_fp32_shared(index_t n) const {
@@ -335,7 +308,7 @@ class hf_checkpoint {
     if (c.shared_intermediate == 0) return std::nullopt;
     const ExpertShape s{1, c.hidden, c.shared_intermediate, is_gated(c.activation), false};
     const stored_scheme sc = scheme_at(names_.shared(n));
-    return to_fp32(load_per_expert(s, sc, [&](index_t) { return names_.shared(n); }), s);
+    return to_fp32(load_per_expert(s, sc, [&](index_t) { return names_.shared(n); }));
   }
 
   /// Layer n for rank ep_rank of ep_size: config, router, the local routed experts and the shared
@@ -355,7 +328,7 @@ class hf_checkpoint {
       const ExpertShape s{1, c.hidden, c.shared_intermediate, is_gated(c.activation), false};
       const stored_scheme sc = scheme_at(names_.shared(n));
       shared = load_per_expert(s, sc, [&](index_t) { return names_.shared(n); });
-      if (sc != L.scheme) shared = requantize(to_fp32(*shared, s), L.scheme);  // keep one store type
+      if (sc != L.scheme) shared = requantize(to_fp32(*shared), L.scheme);  // keep one store type
     }
     std::visit(
         [&](auto& w) {
@@ -371,8 +344,7 @@ class hf_checkpoint {
   }
 
  private:
-  using stored = std::variant<ExpertWeights, quant::fp8_block::weights, quant::mxfp4::weights, quant::nvfp4::weights,
-                              quant::int8_w8a8::weights>;
+  using stored = stored_experts;
 
   hf_checkpoint(json config, hf_family fam, checkpoint_files files)
       : config_(std::move(config)), names_{fam}, files_(std::move(files)) {}
@@ -469,7 +441,7 @@ class hf_checkpoint {
             detail::shape_string(want));
     return t;
   }
-  const tensor_info& expect(const std::string& name, std::vector<std::int64_t> want, std::initializer_list<dtype> ok) const {
+  const tensor_info& expect(const std::string& name, std::vector<std::int64_t> want, const std::vector<dtype>& ok) const {
     const tensor_info& t = expect_shape(name, std::move(want));
     bool good = false;
     std::string names;
@@ -482,38 +454,48 @@ class hf_checkpoint {
     return t;
   }
 
+  /// The stored form of the expert at `prefix`: the layout whose tensors for its gate projection
+  /// are all there with dtypes it takes (of several, the one with the most: NVFP4's hold MXFP4's),
+  /// else float weights, when the weight has a float dtype and no other tensor beside it.
   [[nodiscard]] stored_scheme scheme_at(const std::string& prefix) const {
-    const std::string w = prefix + names_.gate() + ".weight";
-    const tensor_info& t = files_.info(w);
-    if (files_.contains(w + "_scale_inv")) return stored_scheme::fp8_block;
-    if (files_.contains(w + "_scale_2")) return stored_scheme::nvfp4;
-    if (files_.contains(w + "_scale")) {
-      if (t.dtype == dtype::I8) return stored_scheme::int8;
-      if (t.dtype == dtype::U8) return stored_scheme::mxfp4;
-      throw error(polymoe::detail::concat("checkpoint: tensor '", w, "' has a weight_scale but dtype ",
-                                          dtype_name(t.dtype), " (expected I8 for int8 or U8 for mxfp4)"));
-    }
-    require(detail::is_float(t.dtype), "checkpoint: tensor '", w, "' has dtype ", dtype_name(t.dtype),
-            " but no scale tensor ('", w, "_scale_inv', '", w, "_scale' or '", w, "_scale_2')");
-    return stored_scheme::float_weights;
+    const std::string w = prefix + names_.gate();
+    const tensor_info& t = files_.info(w + ".weight");
+    stored_scheme best = stored_scheme::float_weights();
+    std::size_t most = 0;
+    bool extra = false;  // a tensor of some layout beside the weight
+    boost::mp11::mp_for_each<boost::mp11::mp_iota_c<stored_layout_count>>([&](auto I) {
+      using W = boost::mp11::mp_at_c<stored_layouts, I>;
+      std::size_t n = 0;
+      bool all = true;
+      for_each_stored_tensor<W>([&](const auto& st) {
+        const std::string name = w + std::string(st.suffix);
+        const bool there = files_.contains(name);
+        extra |= there && st.suffix != ".weight";
+        const auto ok = dtypes_of(st.type);
+        all = all && there && std::find(ok.begin(), ok.end(), files_.info(name).dtype) != ok.end();
+        ++n;
+      });
+      if (all && n > most) best = stored_scheme{static_cast<int>(I)}, most = n;
+    });
+    if (!best.is_float()) return best;
+    require(detail::is_float(t.dtype) && !extra, "checkpoint: '", w, ".weight' (", dtype_name(t.dtype),
+            ") and the tensors beside it are none of the stored forms polymoe reads: ", stored_forms_text());
+    return best;
   }
 
-  /// Keeps copies of tensor data alive while the schemes' factories read views of them.
-  struct pool {
-    std::deque<std::vector<std::uint8_t>> u8;
-    std::deque<std::vector<std::int8_t>> i8;
-    std::deque<std::vector<float>> f32;
-  };
-
+  /// Elements [first, first + count) of a stored tensor appended to `out` (float tensors as fp32,
+  /// codes as their bytes).
   template <class T>
-  quant::tensor_view<T> view_of(std::vector<T>& v, std::vector<std::int64_t> shape) const {
-    return {std::span<const T>(v), std::move(shape)};
-  }
-  /// Raw bytes of `name` (bytes [b, b + n)) appended to `out`.
-  void append_bytes(const tensor_info& t, std::size_t b, std::size_t n, std::vector<std::uint8_t>& out) const {
-    const auto raw = files_.bytes(t.name);
-    const auto* p = reinterpret_cast<const std::uint8_t*>(raw.data());
-    out.insert(out.end(), p + b, p + b + n);
+  void append_values(const tensor_info& t, std::int64_t first, std::int64_t count, std::vector<T>& out) const {
+    if constexpr (std::is_same_v<T, float>) {
+      const auto v = detail::float_slice(t, files_.bytes(t.name), first, count);
+      out.insert(out.end(), v.begin(), v.end());
+    } else {
+      static_assert(sizeof(T) == 1, "a stored code is a byte");
+      const auto raw = files_.bytes(t.name);
+      const auto* p = reinterpret_cast<const T*>(raw.data());
+      out.insert(out.end(), p + first, p + first + count);
+    }
   }
 
   /// Routed experts [first, first + count).
@@ -529,120 +511,48 @@ class hf_checkpoint {
     const index_t E = s.experts, H = s.hidden, I = s.intermediate;
     require(s.gated, "checkpoint: non-gated experts are not supported by the Hugging Face loader");
     const std::string g = names_.gate(), u = names_.up(), d = names_.down();
-    switch (sc) {
-      case stored_scheme::float_weights: {
-        ExpertWeights w(s);
-        for (index_t e = 0; e < E; ++e) {
-          const std::string p = prefix_of(e);
-          auto load = [&](const std::string& proj, index_t rows, index_t cols, auto dst) {
-            const auto& t = expect(p + proj + ".weight", {rows, cols}, {dtype::F32, dtype::BF16, dtype::F16});
-            const auto v = detail::float_slice(t, files_.bytes(t.name), 0, rows * cols);
-            dst = Eigen::Map<const Matrix>(v.data(), rows, cols);
-          };
-          load(g, I, H, w.w13_of(e).topRows(I));
-          load(u, I, H, w.w13_of(e).bottomRows(I));
-          load(d, H, I, w.w2_of(e));
-        }
-        return w;
-      }
-      case stored_scheme::fp8_block: {
-        pool P;
-        std::vector<quant::fp8_block::checkpoint_expert> xs;
-        auto q = [&](const std::string& name, index_t rows, index_t cols) {
-          const auto& t = expect(name, {rows, cols}, {dtype::F8_E4M3});
-          auto& v = P.u8.emplace_back();
-          append_bytes(t, 0, t.nbytes(), v);
-          return view_of(v, t.shape);
+    if (sc.is_float()) {
+      ExpertWeights w(s);
+      for (index_t e = 0; e < E; ++e) {
+        const std::string p = prefix_of(e);
+        auto load = [&](const std::string& proj, index_t rows, index_t cols, auto dst) {
+          const auto& t = expect(p + proj + ".weight", {rows, cols}, {dtype::F32, dtype::BF16, dtype::F16});
+          const auto v = detail::float_slice(t, files_.bytes(t.name), 0, rows * cols);
+          dst = Eigen::Map<const Matrix>(v.data(), rows, cols);
         };
-        auto sc_inv = [&](const std::string& name, index_t rows, index_t cols) {
-          const index_t gr = quant::fp8_block::grid(rows), gc = quant::fp8_block::grid(cols);
-          const auto& t = expect(name, {gr, gc}, {dtype::F32});
-          auto& v = P.f32.emplace_back(detail::float_slice(t, files_.bytes(t.name), 0, gr * gc));
-          return view_of(v, t.shape);
-        };
-        for (index_t e = 0; e < E; ++e) {
-          const std::string p = prefix_of(e);
-          quant::fp8_block::checkpoint_expert x;
-          x.gate = q(p + g + ".weight", I, H);
-          x.up = q(p + u + ".weight", I, H);
-          x.down = q(p + d + ".weight", H, I);
-          x.gate_scale_inv = sc_inv(p + g + ".weight_scale_inv", I, H);
-          x.up_scale_inv = sc_inv(p + u + ".weight_scale_inv", I, H);
-          x.down_scale_inv = sc_inv(p + d + ".weight_scale_inv", H, I);
-          xs.push_back(std::move(x));
-        }
-        return quant::fp8_block::weights::from_checkpoint(s, xs);
+        load(g, I, H, w.w13_of(e).topRows(I));
+        load(u, I, H, w.w13_of(e).bottomRows(I));
+        load(d, H, I, w.w2_of(e));
       }
-      case stored_scheme::mxfp4: {
-        const index_t nbH = quant::mxfp4::blocks_per_row(H), nbI = quant::mxfp4::blocks_per_row(I);
-        std::vector<std::uint8_t> b13, s13, b2, s2;
-        for (index_t e = 0; e < E; ++e) {
-          const std::string p = prefix_of(e);
-          for (const auto& [proj, rows, nb, bl, sl] :
-               {std::tuple{g, I, nbH, &b13, &s13}, std::tuple{u, I, nbH, &b13, &s13}, std::tuple{d, H, nbI, &b2, &s2}}) {
-            const auto& tb = expect(p + proj + ".weight", {rows, nb * 16}, {dtype::U8});
-            const auto& ts = expect(p + proj + ".weight_scale", {rows, nb}, {dtype::U8});
-            append_bytes(tb, 0, tb.nbytes(), *bl);
-            append_bytes(ts, 0, ts.nbytes(), *sl);
-          }
-        }
-        const index_t R = s.rows13();
-        return quant::mxfp4::weights::from_blocks(s, view_of(b13, {E, R, nbH, 16}), view_of(s13, {E, R, nbH}),
-                                                  view_of(b2, {E, H, nbI, 16}), view_of(s2, {E, H, nbI}));
-      }
-      case stored_scheme::nvfp4: {
-        const index_t nbH = quant::nvfp4::blocks_per_row(H), nbI = quant::nvfp4::blocks_per_row(I);
-        std::vector<std::uint8_t> q13, sc13, q2, sc2;
-        std::vector<float> s2_13, s2_2;
-        auto scale2 = [&](const std::string& name) {
-          const auto& t = files_.info(name);
-          require(t.numel() == 1, "checkpoint: tensor '", name, "' has shape ", t.shape_string(), ", expected a scalar");
-          require(t.dtype == dtype::F32, "checkpoint: tensor '", name, "' has dtype ", dtype_name(t.dtype),
-                  ", expected F32");
-          return detail::float_slice(t, files_.bytes(name), 0, 1)[0];
-        };
-        for (index_t e = 0; e < E; ++e) {
-          const std::string p = prefix_of(e);
-          for (const auto& [proj, rows, nb, ql, sl] :
-               {std::tuple{g, I, nbH, &q13, &sc13}, std::tuple{u, I, nbH, &q13, &sc13}, std::tuple{d, H, nbI, &q2, &sc2}}) {
-            const auto& tq = expect(p + proj + ".weight", {rows, nb * 8}, {dtype::U8});
-            const auto& ts = expect(p + proj + ".weight_scale", {rows, nb}, {dtype::F8_E4M3, dtype::U8});
-            append_bytes(tq, 0, tq.nbytes(), *ql);
-            append_bytes(ts, 0, ts.nbytes(), *sl);
-          }
-          const float sg = scale2(p + g + ".weight_scale_2"), su = scale2(p + u + ".weight_scale_2");
-          require(sg == su, "checkpoint: '", p + g, ".weight_scale_2' (", sg, ") and '", p + u, ".weight_scale_2' (", su,
-                  ") differ; polymoe's nvfp4 needs one global scale for the fused gate/up projection");
-          s2_13.push_back(sg);
-          s2_2.push_back(scale2(p + d + ".weight_scale_2"));
-        }
-        const index_t R = s.rows13();
-        return quant::nvfp4::weights::from_checkpoint(s, view_of(q13, {E, R, nbH * 8}), view_of(sc13, {E, R, nbH}),
-                                                      view_of(s2_13, {E}), view_of(q2, {E, H, nbI * 8}),
-                                                      view_of(sc2, {E, H, nbI}), view_of(s2_2, {E}));
-      }
-      case stored_scheme::int8: {
-        std::vector<std::int8_t> q13, q2;
-        std::vector<float> s13, s2;
-        for (index_t e = 0; e < E; ++e) {
-          const std::string p = prefix_of(e);
-          for (const auto& [proj, rows, cols, ql, sl] :
-               {std::tuple{g, I, H, &q13, &s13}, std::tuple{u, I, H, &q13, &s13}, std::tuple{d, H, I, &q2, &s2}}) {
-            const auto& tq = expect(p + proj + ".weight", {rows, cols}, {dtype::I8});
-            const auto& ts = expect(p + proj + ".weight_scale", {rows, 1}, {dtype::F32});
-            const auto raw = files_.bytes(tq.name);
-            const auto* qp = reinterpret_cast<const std::int8_t*>(raw.data());
-            ql->insert(ql->end(), qp, qp + tq.nbytes());
-            const auto sv = detail::float_slice(ts, files_.bytes(ts.name), 0, rows);
-            sl->insert(sl->end(), sv.begin(), sv.end());
-          }
-        }
-        const index_t R = s.rows13();
-        return quant::int8_w8a8::weights::from_checkpoint(s, view_of(q13, {E, R, H}), view_of(s13, {E, R}),
-                                                          view_of(q2, {E, H, I}), view_of(s2, {E, H}));
-      }
+      return w;
     }
-    throw error("checkpoint: unknown stored scheme");
+    return with_layout(sc, [&]<class W>(boost::mp11::mp_identity<W>) -> stored {
+      W w{};
+      w.shape_ = s;
+      const std::string proj[3] = {g, u, d};
+      for (index_t e = 0; e < E; ++e) {
+        const std::string p = prefix_of(e);
+        for_each_stored_tensor<W>([&](const auto& t) {
+          for (int j = 0; j < 3; ++j) {
+            const index_t N = j < 2 ? I : H, K = j < 2 ? H : I;
+            const std::string name = p + proj[j] + std::string(t.suffix);
+            const tensor_info& ti = expect(name, stored_shape(t, N, K), dtypes_of(t.type));
+            auto& field = j < 2 ? w.*(t.field13) : w.*(t.field2);
+            const std::size_t at = field.size();
+            append_values(ti, 0, ti.numel(), field);
+            quant::detail::require_elements(t.type, std::span(field).subspan(at), "checkpoint", "tensor '" + name + "'");
+            if (t.scalar && j == 1) {  // gate and up share one: up's must be gate's
+              require(field[at] == field[at - 1], "checkpoint: '", p + g + std::string(t.suffix), "' (", field[at - 1],
+                      ") and '", name, "' (", field[at], ") differ; polymoe's ", quant::checkpoint_layout<W>::name,
+                      " needs one for the fused gate/up projection");
+              field.pop_back();
+            }
+          }
+        });
+      }
+      w.validate("checkpoint");
+      return w;
+    });
   }
 
   /// gpt_oss: stacked tensors, experts [first, first + s.experts).
@@ -655,24 +565,32 @@ class hf_checkpoint {
       return Matrix(Eigen::Map<const Matrix>(v.data(), El, cols));
     };
     Matrix b13 = bias("gate_up_proj_bias", 2 * I), b2 = bias("down_proj_bias", H);
-    if (sc == stored_scheme::mxfp4) {
-      const index_t nbH = quant::mxfp4::blocks_per_row(H), nbI = quant::mxfp4::blocks_per_row(I);
-      std::vector<std::uint8_t> gb, gs, db, ds;
-      const auto slice = [&](const std::string& what, std::vector<std::int64_t> shape, std::vector<std::uint8_t>& out) {
-        std::int64_t per = 1;
-        for (std::size_t i = 1; i < shape.size(); ++i) per *= shape[i];
-        shape[0] = E;
-        const auto& t = expect(names_.stacked(n, what), shape, {dtype::U8});
-        append_bytes(t, static_cast<std::size_t>(first * per), static_cast<std::size_t>(El * per), out);
-      };
-      slice("gate_up_proj_blocks", {E, 2 * I, nbH, 16}, gb);
-      slice("gate_up_proj_scales", {E, 2 * I, nbH}, gs);
-      slice("down_proj_blocks", {E, H, nbI, 16}, db);
-      slice("down_proj_scales", {E, H, nbI}, ds);
-      return quant::mxfp4::weights::from_blocks(s, view_of(gb, {El, 2 * I, nbH, 16}), view_of(gs, {El, 2 * I, nbH}),
-                                                view_of(db, {El, H, nbI, 16}), view_of(ds, {El, H, nbI}),
-                                                std::move(b13), std::move(b2), quant::gate_up_order::interleaved);
-    }
+    if (!sc.is_float())
+      return with_layout(sc, [&]<class W>(boost::mp11::mp_identity<W>) -> stored {
+        W w{};
+        w.shape_ = s;
+        w.b2 = std::move(b2);
+        w.b13 = Matrix(El, 2 * I);
+        for (index_t e = 0; e < El; ++e) w.b13.row(e) = deinterleave_bias(b13.row(e));
+        for_each_stored_tensor<W>([&](const auto& t) {
+          require(!t.stacked.empty() && !t.scalar, "checkpoint: gpt_oss stores its experts stacked, which the ",
+                  quant::checkpoint_layout<W>::name, " layout has no form for");
+          for (const int j : {0, 1}) {  // gate_up (rows interleaved: 2j gate, 2j + 1 up), down
+            const index_t N = j == 0 ? 2 * I : H, K = j == 0 ? H : I;
+            const std::string name =
+                names_.stacked(n, std::string(j == 0 ? "gate_up_proj" : "down_proj") + std::string(t.stacked));
+            const tensor_info& ti = expect(name, stacked_shape(t, E, N, K), dtypes_of(t.type));
+            const std::int64_t per = E ? ti.numel() / E : 0;
+            auto& field = j == 0 ? w.*(t.field13) : w.*(t.field2);
+            append_values(ti, first * per, El * per, field);
+            quant::detail::require_elements(t.type, std::span(field), "checkpoint", "tensor '" + name + "'");
+            // Whole stored rows move, so the values are those of dequantize-then-deinterleave.
+            if (j == 0) polymoe::quantize::deinterleave_rows(field, El, N, per / N);
+          }
+        });
+        w.validate("checkpoint");
+        return w;
+      });
     const auto& tgu = expect(names_.stacked(n, "gate_up_proj"), {E, H, 2 * I}, {dtype::F32, dtype::BF16, dtype::F16});
     const auto& td = expect(names_.stacked(n, "down_proj"), {E, I, H}, {dtype::F32, dtype::BF16, dtype::F16});
     const auto gu = detail::float_slice(tgu, files_.bytes(tgu.name), first * H * 2 * I, El * H * 2 * I);
@@ -688,26 +606,22 @@ class hf_checkpoint {
   }
 
   /// Dequantizes any stored form to fp32 (exact values the scheme stands for).
-  [[nodiscard]] static ExpertWeights to_fp32(stored st, const ExpertShape&) {
+  [[nodiscard]] static ExpertWeights to_fp32(stored st) {
     return std::visit(
         [](auto& w) -> ExpertWeights {
           using W = std::decay_t<decltype(w)>;
           if constexpr (std::is_same_v<W, ExpertWeights>)
             return std::move(w);
           else
-            return dequantize_store<typename scheme_of_store<W>::type>(w);
+            return dequantize_store<typename quant::checkpoint_layout<W>::scheme>(w);
         },
         st);
   }
   [[nodiscard]] static stored requantize(const ExpertWeights& w, stored_scheme sc) {
-    switch (sc) {
-      case stored_scheme::float_weights: return w;
-      case stored_scheme::fp8_block: return quant::fp8_block::quantize(w);
-      case stored_scheme::mxfp4: return quant::mxfp4::quantize(w);
-      case stored_scheme::nvfp4: return quant::nvfp4::quantize(w);
-      case stored_scheme::int8: return quant::int8_w8a8::quantize(w);
-    }
-    return w;
+    if (sc.is_float()) return w;
+    return with_layout(sc, [&]<class W>(boost::mp11::mp_identity<W>) -> stored {
+      return quant::checkpoint_layout<W>::scheme::quantize(w);
+    });
   }
 
   template <class W>

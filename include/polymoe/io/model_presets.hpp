@@ -9,9 +9,6 @@
 
 namespace polymoe::io {
 
-/// How a preset's synthetic checkpoint stores its expert weights (the real model's own form).
-enum class stored_dtype { f32, bf16, fp8_block, mxfp4, nvfp4, int8 };
-
 struct model_preset {
   std::string_view name;
   hf_family family;
@@ -20,25 +17,27 @@ struct model_preset {
   index_t shared = 0;                 ///< deepseek: n_shared_experts; qwen2_moe: shared_expert_intermediate_size
   index_t n_group = 1, topk_group = 1;
   double scaling = 1.0;               ///< routed scaling factor
-  stored_dtype stored = stored_dtype::bf16;
+  /// How the synthetic checkpoint stores its experts (the real model's own form): "f32", "bf16",
+  /// or the name of a scheme's checkpoint layout (quant::checkpoint_layout).
+  std::string_view stored = "bf16";
   std::string_view about;
 };
 
 inline constexpr model_preset model_presets[] = {
-    {"tiny", hf_family::qwen3_moe, 256, 128, 16, 4, 2, 0, 1, 1, 1.0, stored_dtype::bf16, "Qwen3-MoE layout, BF16"},
-    {"tiny-mixtral", hf_family::mixtral, 128, 256, 8, 2, 2, 0, 1, 1, 1.0, stored_dtype::bf16, "Mixtral layout, BF16"},
-    {"tiny-qwen2-moe", hf_family::qwen2_moe, 128, 64, 8, 2, 2, 256, 1, 1, 1.0, stored_dtype::f32,
+    {"tiny", hf_family::qwen3_moe, 256, 128, 16, 4, 2, 0, 1, 1, 1.0, "bf16", "Qwen3-MoE layout, BF16"},
+    {"tiny-mixtral", hf_family::mixtral, 128, 256, 8, 2, 2, 0, 1, 1, 1.0, "bf16", "Mixtral layout, BF16"},
+    {"tiny-qwen2-moe", hf_family::qwen2_moe, 128, 64, 8, 2, 2, 256, 1, 1, 1.0, "f32",
      "Qwen2-MoE layout, shared expert with sigmoid gate, F32"},
-    {"tiny-deepseek-v3", hf_family::deepseek_v3, 256, 128, 16, 4, 2, 1, 4, 2, 2.5, stored_dtype::fp8_block,
+    {"tiny-deepseek-v3", hf_family::deepseek_v3, 256, 128, 16, 4, 2, 1, 4, 2, 2.5, "fp8_block",
      "DeepSeek-V3 layout, grouped routing, shared expert, FP8 128x128 blocks"},
-    {"tiny-gpt-oss", hf_family::gpt_oss, 128, 128, 8, 2, 2, 0, 1, 1, 1.0, stored_dtype::mxfp4, "GPT-OSS layout, MXFP4 experts"},
-    {"mixtral-8x7b", hf_family::mixtral, 4096, 14336, 8, 2, 1, 0, 1, 1, 1.0, stored_dtype::bf16,
+    {"tiny-gpt-oss", hf_family::gpt_oss, 128, 128, 8, 2, 2, 0, 1, 1, 1.0, "mxfp4", "GPT-OSS layout, MXFP4 experts"},
+    {"mixtral-8x7b", hf_family::mixtral, 4096, 14336, 8, 2, 1, 0, 1, 1, 1.0, "bf16",
      "Mixtral-8x7B shapes (32 layers in the real model), BF16"},
-    {"qwen3-30b-a3b", hf_family::qwen3_moe, 2048, 768, 128, 8, 1, 0, 1, 1, 1.0, stored_dtype::bf16,
+    {"qwen3-30b-a3b", hf_family::qwen3_moe, 2048, 768, 128, 8, 1, 0, 1, 1, 1.0, "bf16",
      "Qwen3-30B-A3B shapes (48 layers in the real model), BF16"},
-    {"deepseek-v3", hf_family::deepseek_v3, 7168, 2048, 256, 8, 1, 1, 8, 4, 2.5, stored_dtype::fp8_block,
+    {"deepseek-v3", hf_family::deepseek_v3, 7168, 2048, 256, 8, 1, 1, 8, 4, 2.5, "fp8_block",
      "DeepSeek-V3 shapes (61 layers in the real model), FP8 blocks"},
-    {"gpt-oss-20b", hf_family::gpt_oss, 2880, 2880, 32, 4, 1, 0, 1, 1, 1.0, stored_dtype::mxfp4,
+    {"gpt-oss-20b", hf_family::gpt_oss, 2880, 2880, 32, 4, 1, 0, 1, 1, 1.0, "mxfp4",
      "GPT-OSS-20B shapes (24 layers in the real model), MXFP4"},
 };
 

@@ -9,12 +9,15 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <tuple>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <polymoe/core/error.hpp>
 #include <polymoe/quant/store.hpp>
+#include <polymoe/quantize/fp8.hpp>
 
 namespace polymoe::quant {
 
@@ -45,13 +48,6 @@ void require_shape(const tensor_view<T>& t, std::string_view what, std::string_v
           " elements, its shape ", shape_text(w), " needs ", n);
 }
 
-/// polymoe::error unless every fp32 scale is finite and not negative.
-inline void require_scales(std::span<const float> s, std::string_view what, std::string_view name) {
-  for (std::size_t i = 0; i < s.size(); ++i)
-    require(std::isfinite(s[i]) && s[i] >= 0.0f, what, ": ", name, "[", i, "] = ", s[i],
-            " is not a finite, non-negative scale");
-}
-
 /// The store's shape and biases, checked: b13 [E, rows13] and b2 [E, H] when shape.bias, else empty.
 inline ExpertStore checked_store(const ExpertShape& s, std::string_view what, Matrix b13, Matrix b2) {
   check_biases(s, what, b13, b2);
@@ -61,6 +57,77 @@ inline ExpertStore checked_store(const ExpertShape& s, std::string_view what, Ma
 template <class T>
 std::vector<T> copy_of(const tensor_view<T>& t) {
   return std::vector<T>(t.data.begin(), t.data.end());
+}
+
+}  // namespace detail
+
+/// What one element of a stored tensor is, and so its checkpoint dtypes and the values refused at load.
+enum class element : std::uint8_t {
+  f32_scale,   ///< F32, finite and not negative
+  e4m3,        ///< F8_E4M3 codes, no NaN code
+  e4m3_scale,  ///< E4M3 codes stored as F8_E4M3 or U8, no NaN code
+  e8m0,        ///< U8 E8M0 exponents, no NaN code (0xFF)
+  u8,          ///< U8 bytes of packed codes, any value
+  i8,          ///< I8 codes, any value
+};
+
+/// A stored extent for a projection extent n: ceil(n / group) · per_group (group 0: per_group).
+struct extent {
+  index_t group = 1, per_group = 1;
+  [[nodiscard]] constexpr index_t of(index_t n) const noexcept {
+    return group == 0 ? per_group : (n + group - 1) / group * per_group;
+  }
+};
+
+/// One tensor of a scheme's checkpoint layout, per projection (gate [I, H], up [I, H], down [H, I])
+/// of N rows and K columns: the name's suffix after the projection (".weight_scale_inv"), the
+/// suffix after the stacked name in a stacked family (GPT-OSS "_blocks"; empty: the layout has no
+/// stacked form), the element, and the shape {rows.of(N), cols.of(K)}, or a scalar that gate and
+/// up share. Field13 and Field2 are the store's members it fills: gate's values then up's in
+/// Field13 and down's in Field2, expert after expert (a scalar: one value per expert each).
+template <auto Field13, auto Field2>
+struct stored_tensor {
+  std::string_view suffix, stacked;
+  element type;
+  extent rows{}, cols{};
+  bool scalar = false;
+  static constexpr auto field13 = Field13;
+  static constexpr auto field2 = Field2;
+};
+
+/// How checkpoints store the weights W of a scheme, declared next to the scheme (a specialisation
+/// with `name`, `alias`, `scheme` (the scheme a layer of these weights runs unless told otherwise),
+/// `quantization_config` (config.json's, as JSON text) and `tensors`, a tuple of stored_tensor);
+/// the checkpoint loader reads it and the tool's writer writes it. Weights without one are not
+/// stored in checkpoints.
+template <class W>
+struct checkpoint_layout;
+
+template <class W>
+concept has_checkpoint_layout = requires { checkpoint_layout<W>::tensors; };
+
+namespace detail {
+
+/// polymoe::error naming `name` and the index of the first value that `type` refuses.
+template <class T>
+void require_elements(element type, std::span<T> v, std::string_view what, std::string_view name) {
+  using V = std::remove_const_t<T>;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<V, float>) {
+      require(std::isfinite(v[i]) && v[i] >= 0.0f, what, ": ", name, "[", i, "] = ", v[i],
+              " is not a finite, non-negative scale");
+    } else if constexpr (std::is_same_v<V, std::uint8_t>) {
+      if (type == element::e4m3 || type == element::e4m3_scale)
+        require(!polymoe::quantize::is_e4m3_nan(v[i]), what, ": ", name, " element ", i, " is an E4M3 NaN code");
+      else if (type == element::e8m0)
+        require(v[i] != 0xFF, what, ": ", name, " element ", i, " is the E8M0 NaN code 0xFF");
+    }
+  }
+}
+
+/// polymoe::error unless every fp32 scale is finite and not negative.
+inline void require_scales(std::span<const float> s, std::string_view what, std::string_view name) {
+  require_elements(element::f32_scale, s, what, name);
 }
 
 }  // namespace detail

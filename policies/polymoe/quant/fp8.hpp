@@ -48,10 +48,8 @@ struct fp8 {
       detail::require_shape(w2_scale, what, "w2_scale", {s.experts});
       detail::require_scales(w13_scale.data, what, "w13_scale");
       detail::require_scales(w2_scale.data, what, "w2_scale");
-      for (const auto* t : {&w13, &w2})
-        for (std::size_t i = 0; i < t->data.size(); ++i)
-          require(!polymoe::quantize::is_e4m3_nan(t->data[i]), what, ": ", t == &w13 ? "w13" : "w2", " element ", i,
-                  " is an E4M3 NaN code");
+      detail::require_elements(element::e4m3, w13.data, what, "w13");
+      detail::require_elements(element::e4m3, w2.data, what, "w2");
       w.w13 = detail::copy_of(w13), w.w2 = detail::copy_of(w2);
       w.w13_scale = detail::copy_of(w13_scale), w.w2_scale = detail::copy_of(w2_scale);
       return w;

@@ -67,9 +67,7 @@ struct fp8_block {
         detail::require_shape(q, what, nm + ".weight", {rows, cols});
         detail::require_shape(sc, what, nm + ".weight_scale_inv", {grid(rows), grid(cols)});
         detail::require_scales(sc.data, what, nm + ".weight_scale_inv");
-        for (std::size_t i = 0; i < q.data.size(); ++i)
-          require(!polymoe::quantize::is_e4m3_nan(q.data[i]), what, ": ", nm, ".weight element ", i,
-                  " is an E4M3 NaN code");
+        detail::require_elements(element::e4m3, q.data, what, nm + ".weight");
         qs.insert(qs.end(), q.data.begin(), q.data.end());
         ss.insert(ss.end(), sc.data.begin(), sc.data.end());
       };
@@ -130,6 +128,22 @@ struct fp8_block_weight_only : fp8_block {
   static constexpr std::string_view name = "fp8_block_weight_only";
   using activation_wire = wire::fp32;
   static void quantize_activation(std::span<float>) noexcept {}
+};
+
+/// DeepSeek-V3's tensors: per projection `weight` F8_E4M3 [N, K] and `weight_scale_inv` F32
+/// [ceil(N/128), ceil(K/128)]; a layer of them runs fp8_block_weight_only (the checkpoint's own
+/// computation keeps activations in full precision) unless told otherwise.
+template <>
+struct checkpoint_layout<fp8_block::weights> {
+  using W = fp8_block::weights;
+  using scheme = fp8_block_weight_only;
+  static constexpr std::string_view name = "fp8_block", alias = "fp8-block";
+  static constexpr std::string_view quantization_config =
+      R"({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})";
+  static constexpr auto tensors = std::tuple{
+      stored_tensor<&W::w13, &W::w2>{".weight", "", element::e4m3},
+      stored_tensor<&W::w13_scale_inv, &W::w2_scale_inv>{".weight_scale_inv", "", element::f32_scale,
+                                                         {fp8_block::block, 1}, {fp8_block::block, 1}}};
 };
 
 }  // namespace polymoe::quant

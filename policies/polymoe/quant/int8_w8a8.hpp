@@ -86,4 +86,17 @@ struct int8_w8a8 {
   }
 };
 
+/// W8A8 int8 tensors: per projection `weight` I8 [N, K] and `weight_scale` F32 [N, 1] (one per
+/// output channel).
+template <>
+struct checkpoint_layout<int8_w8a8::weights> {
+  using W = int8_w8a8::weights;
+  using scheme = int8_w8a8;
+  static constexpr std::string_view name = "int8", alias = "int8_w8a8";
+  static constexpr std::string_view quantization_config = R"({"quant_method": "w8a8_int8"})";
+  static constexpr auto tensors = std::tuple{
+      stored_tensor<&W::w13, &W::w2>{".weight", "", element::i8},
+      stored_tensor<&W::w13_scale, &W::w2_scale>{".weight_scale", "", element::f32_scale, {}, {0, 1}}};
+};
+
 }  // namespace polymoe::quant

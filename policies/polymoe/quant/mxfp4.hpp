@@ -61,10 +61,8 @@ struct mxfp4 {
       detail::require_shape(w13_scales, what, "w13_scales", {s.experts, R, nbH});
       detail::require_shape(w2_blocks, what, "w2_blocks", {s.experts, s.hidden, nbI, 16});
       detail::require_shape(w2_scales, what, "w2_scales", {s.experts, s.hidden, nbI});
-      for (const auto* t : {&w13_scales, &w2_scales})
-        for (std::size_t i = 0; i < t->data.size(); ++i)
-          require(t->data[i] != 0xFF, what, ": ", t == &w13_scales ? "w13_scales" : "w2_scales", " element ", i,
-                  " is the E8M0 NaN code 0xFF");
+      detail::require_elements(element::e8m0, w13_scales.data, what, "w13_scales");
+      detail::require_elements(element::e8m0, w2_scales.data, what, "w2_scales");
       w.w13_blocks = detail::copy_of(w13_blocks), w.w13_scales = detail::copy_of(w13_scales);
       w.w2_blocks = detail::copy_of(w2_blocks), w.w2_scales = detail::copy_of(w2_scales);
       if (order == gate_up_order::interleaved) {
@@ -130,6 +128,20 @@ struct mxfp4 {
 struct mxfp4_w4a16 : mxfp4 {
   static constexpr std::string_view name = "mxfp4_w4a16";
   static void quantize_activation(std::span<float> row) noexcept { codecs::round_to_bf16(row); }
+};
+
+/// OCP MXFP4 tensors: per projection `weight` U8 [N, ceil(K/32)·16] (two E2M1 codes a byte) and
+/// `weight_scale` U8 E8M0 [N, ceil(K/32)]; GPT-OSS stacks them as `*_blocks` [E, N, ceil(K/32), 16]
+/// and `*_scales` [E, N, ceil(K/32)], gate and up rows interleaved.
+template <>
+struct checkpoint_layout<mxfp4::weights> {
+  using W = mxfp4::weights;
+  using scheme = mxfp4;
+  static constexpr std::string_view name = "mxfp4", alias = "mxfp4";
+  static constexpr std::string_view quantization_config = R"({"quant_method": "mxfp4"})";
+  static constexpr auto tensors = std::tuple{
+      stored_tensor<&W::w13_blocks, &W::w2_blocks>{".weight", "_blocks", element::u8, {}, {mxfp4::block, 16}},
+      stored_tensor<&W::w13_scales, &W::w2_scales>{".weight_scale", "_scales", element::e8m0, {}, {mxfp4::block, 1}}};
 };
 
 }  // namespace polymoe::quant

@@ -64,10 +64,8 @@ struct nvfp4 {
       detail::require_shape(w2_scale_2, what, "w2_scale_2", {s.experts});
       detail::require_scales(w13_scale_2.data, what, "w13_scale_2");
       detail::require_scales(w2_scale_2.data, what, "w2_scale_2");
-      for (const auto* t : {&w13_scale, &w2_scale})
-        for (std::size_t i = 0; i < t->data.size(); ++i)
-          require(!polymoe::quantize::is_e4m3_nan(t->data[i]), what, ": ", t == &w13_scale ? "w13_scale" : "w2_scale",
-                  " element ", i, " is an E4M3 NaN code");
+      detail::require_elements(element::e4m3_scale, w13_scale.data, what, "w13_scale");
+      detail::require_elements(element::e4m3_scale, w2_scale.data, what, "w2_scale");
       w.w13 = detail::copy_of(w13), w.w13_scale = detail::copy_of(w13_scale);
       w.w13_scale_2 = detail::copy_of(w13_scale_2);
       w.w2 = detail::copy_of(w2), w.w2_scale = detail::copy_of(w2_scale), w.w2_scale_2 = detail::copy_of(w2_scale_2);
@@ -131,6 +129,21 @@ struct nvfp4_w4a4 : nvfp4 {
 struct nvfp4_w4a16 : nvfp4 {
   static constexpr std::string_view name = "nvfp4_w4a16";
   static void quantize_activation(std::span<float> row) noexcept { codecs::round_to_bf16(row); }
+};
+
+/// ModelOpt NVFP4 tensors: per projection `weight` U8 [N, ceil(K/16)·8], `weight_scale` E4M3
+/// [N, ceil(K/16)] (F8_E4M3 or U8) and `weight_scale_2` F32 [] (gate and up must share it).
+template <>
+struct checkpoint_layout<nvfp4::weights> {
+  using W = nvfp4::weights;
+  using scheme = nvfp4;
+  static constexpr std::string_view name = "nvfp4", alias = "nvfp4";
+  static constexpr std::string_view quantization_config =
+      R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16})";
+  static constexpr auto tensors = std::tuple{
+      stored_tensor<&W::w13, &W::w2>{".weight", "", element::u8, {}, {nvfp4::block, 8}},
+      stored_tensor<&W::w13_scale, &W::w2_scale>{".weight_scale", "", element::e4m3_scale, {}, {nvfp4::block, 1}},
+      stored_tensor<&W::w13_scale_2, &W::w2_scale_2>{".weight_scale_2", "", element::f32_scale, {}, {}, true}};
 };
 
 }  // namespace polymoe::quant

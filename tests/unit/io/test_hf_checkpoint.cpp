@@ -40,7 +40,7 @@ INSTANTIATE_TEST_SUITE_P(checkpoint, checkpoint_ep, ::testing::Values("mixtral",
 
 TEST(checkpoint, gpt_oss_mxfp4_loads_as_the_scheme_factory_makes_it) {
   const auto L = io::hf_checkpoint::open(case_dir("gpt_oss_mxfp4")).load_layer(0);
-  ASSERT_EQ(L.scheme, io::stored_scheme::mxfp4);
+  ASSERT_EQ(L.scheme, io::stored_scheme::of<quant::mxfp4::weights>());
   const auto& w = std::get<BasicMoeWeights<quant::mxfp4::weights>>(L.weights);
   const auto ref = test::load_gpt_oss_mxfp4();
   EXPECT_EQ(w.experts.w13_blocks, ref.weights.experts.w13_blocks);
@@ -55,12 +55,12 @@ TEST(checkpoint, gpt_oss_mxfp4_loads_as_the_scheme_factory_makes_it) {
   const std::size_t per = w.experts.w13_blocks.size() / 8;
   EXPECT_TRUE(std::equal(pw.experts.w13_blocks.begin(), pw.experts.w13_blocks.end(), w.experts.w13_blocks.begin() + 2 * per));
   // layer 1 of the same checkpoint is fp32
-  EXPECT_EQ(io::hf_checkpoint::open(case_dir("gpt_oss_mxfp4")).scheme_of(1), io::stored_scheme::float_weights);
+  EXPECT_EQ(io::hf_checkpoint::open(case_dir("gpt_oss_mxfp4")).scheme_of(1), io::stored_scheme::float_weights());
 }
 
 TEST(checkpoint, deepseek_fp8_loads_as_the_scheme_factory_makes_it) {
   const auto L = io::hf_checkpoint::open(case_dir("deepseek_v3_fp8")).load_layer(0);
-  ASSERT_EQ(L.scheme, io::stored_scheme::fp8_block);
+  ASSERT_EQ(L.scheme, io::stored_scheme::of<quant::fp8_block::weights>());
   const auto& w = std::get<BasicMoeWeights<quant::fp8_block::weights>>(L.weights);
   const auto ref = test::load_deepseek_v3_fp8();
   EXPECT_EQ(w.experts.w13, ref.weights.experts.w13);

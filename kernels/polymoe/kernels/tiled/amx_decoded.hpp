@@ -90,159 +90,155 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
   constexpr bool amx = false;
   (void)row_group;
 #endif
-  PhaseClock clock(phases);
-  begin_forward(d, s, out, ws, amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows});
-  const ExpertRows& sr = ws.sorted;
-  const index_t N = sr.rows();
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
   const auto tiles = [&](const RowBlock& b) { return amx && b.rows >= min_rows; };
   const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
-  const bool some_tiles = std::any_of(sr.blocks.begin(), sr.blocks.end(), tiles);
-  const bool some_fma = !std::all_of(sr.blocks.begin(), sr.blocks.end(), tiles);
-  clock.lap(PhaseTimes::sort);
+  bool some_tiles = false, some_fma = false;  // blocks on the tiles, blocks on the FMA path
 
-  // Inputs in sorted order: tile rows (and scales) for the blocks on tiles; for the others fp32
-  // rows, the caller's or copies (weighted, and quantized as the scheme does). Quantized tile rows
-  // without a routing weight on the input are quantized once per token and copied to each of the
-  // token's sorted rows (the quantizer costs several times the copy;
-  // docs/decisions.md#quantize-once-per-token).
-  if (some_tiles) {
-    ws.a16.resize(at((N + spare) * ldh));
-    if (qact) ws.a_scales.resize(at(N * gH));
-  }
-  [[maybe_unused]] const bool per_token = qact && some_tiles && !mlp.weight_on_input;
+  const auto inputs = [&](const ExpertRows& sr) {
+    const index_t N = sr.rows();
+    some_tiles = std::any_of(sr.blocks.begin(), sr.blocks.end(), tiles);
+    some_fma = !std::all_of(sr.blocks.begin(), sr.blocks.end(), tiles);
+
+    // Inputs in sorted order: tile rows (and scales) for the blocks on tiles; for the others fp32
+    // rows, the caller's or copies (weighted, and quantized as the scheme does). Quantized tile rows
+    // without a routing weight on the input are quantized once per token and copied to each of the
+    // token's sorted rows (the quantizer costs several times the copy;
+    // docs/decisions.md#quantize-once-per-token).
+    if (some_tiles) {
+      ws.a16.resize(at((N + spare) * ldh));
+      if (qact) ws.a_scales.resize(at(N * gH));
+    }
+    [[maybe_unused]] const bool per_token = qact && some_tiles && !mlp.weight_on_input;
 #if defined(POLYMOE_TILED_AMX_CODE)
-  if (per_token) {
-    const index_t T = d.hidden.rows();
-    ws.t16.resize(at(T * ldh));
-    ws.t_scales.resize(at(T * gH));
-    kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 4), [&](const tbb::blocked_range<index_t>& r) {
-      for (index_t t = r.begin(); t != r.end(); ++t)
-        quantize_row(d.hidden.row(t).data(), 1.0f, H, H32, ws.t16.data() + t * ldh, ws.t_scales.data() + t * gH);
-    });
-  }
+    if (per_token) {
+      const index_t T = d.hidden.rows();
+      ws.t16.resize(at(T * ldh));
+      ws.t_scales.resize(at(T * gH));
+      kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 4), [&](const tbb::blocked_range<index_t>& r) {
+        for (index_t t = r.begin(); t != r.end(); ++t)
+          quantize_row(d.hidden.row(t).data(), 1.0f, H, H32, ws.t16.data() + t * ldh, ws.t_scales.data() + t * gH);
+      });
+    }
 #endif
-  ws.a_rows.resize(at(N));
-  if (some_fma && (one_bf16 || mlp.weight_on_input)) ws.x.resize(at(N * H));
-  // Weight-only blocks on the tiles whose split rows have only zero lo terms (inputs that are bf16
-  // values, as an engine's bf16 hidden states are) run GEMM 1 with the hi terms alone: the same
-  // bits, half the tile work (amx::bf16x2_hi_ops).
-  const bool one_term_allowed = !one_bf16 && tune.one_term;
-  ws.one_term.assign(sr.blocks.size(), std::uint8_t{0});
-  kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
-      const RowBlock& b = sr.blocks[bi];
-      bool lo_zero = true;
+    ws.a_rows.resize(at(N));
+    if (some_fma && (one_bf16 || mlp.weight_on_input)) ws.x.resize(at(N * H));
+    // Weight-only blocks on the tiles whose split rows have only zero lo terms (inputs that are bf16
+    // values, as an engine's bf16 hidden states are) run GEMM 1 with the hi terms alone: the same
+    // bits, half the tile work (amx::bf16x2_hi_ops).
+    const bool one_term_allowed = !one_bf16 && tune.one_term;
+    ws.one_term.assign(sr.blocks.size(), std::uint8_t{0});
+    kernels::parallel_for(tbb::blocked_range<std::size_t>(0, sr.blocks.size()),
+                          [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t bi = r.begin(); bi != r.end(); ++bi) {
+        const RowBlock& b = sr.blocks[bi];
+        bool lo_zero = true;
+        for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
+          const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
+          const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
+#if defined(POLYMOE_TILED_AMX_CODE)
+          if (tiles(b)) {
+            if constexpr (qact) {
+              if (per_token) {
+                const index_t t = sr.slot_of[at(n)] / k;
+                std::copy_n(ws.t16.data() + t * ldh, H32, ws.a16.data() + n * ldh);
+                std::copy_n(ws.t_scales.data() + t * gH, gH, ws.a_scales.data() + n * gH);
+              } else {
+                quantize_row(src, wt, H, H32, ws.a16.data() + n * ldh, ws.a_scales.data() + n * gH);
+              }
+            } else if constexpr (a16) {
+              to_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
+            } else {
+              lo_zero &= split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
+            }
+            continue;
+          }
+#endif
+          if (one_bf16 || mlp.weight_on_input) {
+            float* dst = ws.x.data() + n * H;
+            for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
+            if constexpr (a16) round_bf16(dst, H);
+            Act::row(std::span<float>(dst, at(H)));
+            src = dst;
+          }
+          ws.a_rows[at(n)] = src;
+        }
+        ws.one_term[bi] = one_term_allowed && tiles(b) && lo_zero;
+      }
+    });
+  };
+
+  const auto gemms = [&](const ExpertRows& sr, bool stream, auto&& run) {
+    const index_t N = sr.rows();
+
+    // GEMM 1 + activation: fp32 rows (W8A8 and W4A4, quantized per block when its GEMM 1 is done; FMA
+    // blocks, rounded to bf16 for W4A16), or tile rows straight from the epilogue (weight-only blocks
+    // on tiles: split rows, or W4A16's bf16 rows; columns [I, I32) zero). Then GEMM 2, bias and
+    // routing weight, as one pipeline.
+    if (some_tiles) {
+      ws.h16.resize(at((N + spare) * ldi));
+      if (qact) ws.hs.resize(at(N * gI));
+      if constexpr (a16) zero_k_padding(ws.h16.data(), N, ldi, I, I32);
+    }
+    if (qact || some_fma) ws.act.resize(at(N * I));
+    const auto gemm1 = [&](const Task& task, const Task*, const detail::worker& w) {
+      alignas(64) float c[amx_block_rows * panel_cols];
+      const RowBlock& b = sr.block(task);
+      const index_t cb = task.panel;
+#if defined(POLYMOE_TILED_AMX_CODE)
+      if (tiles(b)) {
+        times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, qact ? ws.a_scales.data() + b.begin * gH : nullptr,
+                    gH, H, pk.panel13(b.expert, cb), c, ws.one_term[at(task.block)] != 0);
+        const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
+        if constexpr (qact)
+          detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
+        else if constexpr (a16)
+          detail::finish13<true>(mlp, pk, b, cb, c, ws.h16.data(), ldi);
+        else
+          detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
+        return;
+      }
+#endif
+      detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
+                                pk.panel13(b.expert, cb), c, tune.short_loops());
+      const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
+      detail::finish13<a16>(mlp, pk, b, cb, c, ws.act.data(), I);
+    };
+    // W8A8, W4A4: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
+    // place as the scheme does).
+    const auto quantize_block = [&](index_t bi) {
+      const RowBlock& b = sr.blocks[at(bi)];
       for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
-        const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
-        const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
+        float* row = ws.act.data() + n * I;
 #if defined(POLYMOE_TILED_AMX_CODE)
         if (tiles(b)) {
-          if constexpr (qact) {
-            if (per_token) {
-              const index_t t = sr.slot_of[at(n)] / k;
-              std::copy_n(ws.t16.data() + t * ldh, H32, ws.a16.data() + n * ldh);
-              std::copy_n(ws.t_scales.data() + t * gH, gH, ws.a_scales.data() + n * gH);
-            } else {
-              quantize_row(src, wt, H, H32, ws.a16.data() + n * ldh, ws.a_scales.data() + n * gH);
-            }
-          } else if constexpr (a16) {
-            to_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
-          } else {
-            lo_zero &= split_bf16_row(src, wt, H, H32, ws.a16.data() + n * ldh);
-          }
+          quantize_row(row, 1.0f, I, I32, ws.h16.data() + n * ldi, ws.hs.data() + n * gI);
           continue;
         }
 #endif
-        if (one_bf16 || mlp.weight_on_input) {
-          float* dst = ws.x.data() + n * H;
-          for (index_t c = 0; c < H; ++c) dst[c] = src[c] * wt;
-          if constexpr (a16) round_bf16(dst, H);
-          Act::row(std::span<float>(dst, at(H)));
-          src = dst;
-        }
-        ws.a_rows[at(n)] = src;
+        Act::row(std::span<float>(row, at(I)));
       }
-      ws.one_term[bi] = one_term_allowed && tiles(b) && lo_zero;
-    }
-  });
-  clock.lap(PhaseTimes::inputs);
-
-  // GEMM 1 + activation: fp32 rows (W8A8 and W4A4, quantized per block when its GEMM 1 is done; FMA
-  // blocks, rounded to bf16 for W4A16), or tile rows straight from the epilogue (weight-only blocks
-  // on tiles: split rows, or W4A16's bf16 rows; columns [I, I32) zero). Then GEMM 2, bias and
-  // routing weight, as one pipeline.
-  if (some_tiles) {
-    ws.h16.resize(at((N + spare) * ldi));
-    if (qact) ws.hs.resize(at(N * gI));
-    if constexpr (a16) zero_k_padding(ws.h16.data(), N, ldi, I, I32);
-  }
-  if (qact || some_fma) ws.act.resize(at(N * I));
-  ws.y.resize(at(N * H));
-  const bool stream =
-      detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes(), tune.y_stream);
-  make_tasks(sr, pk.panels13, ws.tasks13);
-  make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task, const Task*, const detail::worker& w) {
-    alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.block(task);
-    const index_t cb = task.panel;
+    };
+    const auto gemm2 = [&](const Task& task, const Task*, const detail::worker& w) {
+      alignas(64) float c[amx_block_rows * panel_cols];
+      const RowBlock& b = sr.block(task);
 #if defined(POLYMOE_TILED_AMX_CODE)
-    if (tiles(b)) {
-      times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, qact ? ws.a_scales.data() + b.begin * gH : nullptr,
-                  gH, H, pk.panel13(b.expert, cb), c, ws.one_term[at(task.block)] != 0);
-      const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
-      if constexpr (qact)
-        detail::finish13<false>(mlp, pk, b, cb, c, ws.act.data(), I);
-      else if constexpr (a16)
-        detail::finish13<true>(mlp, pk, b, cb, c, ws.h16.data(), ldi);
+      if (tiles(b))
+        times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, qact ? ws.hs.data() + b.begin * gI : nullptr, gI, I,
+                    pk.panel2(b.expert, task.panel), c);
       else
-        detail::split_finish13(mlp, pk, b, cb, c, ws.h16.data(), ldi);
-      return;
-    }
 #endif
-    detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
-                              pk.panel13(b.expert, cb), c, tune.short_loops());
-    const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
-    detail::finish13<a16>(mlp, pk, b, cb, c, ws.act.data(), I);
-  };
-  // W8A8, W4A4: a block's activations quantized once its GEMM 1 is done (tile rows and scales, or in
-  // place as the scheme does).
-  const auto quantize_block = [&](index_t bi) {
-    const RowBlock& b = sr.blocks[at(bi)];
-    for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
-      float* row = ws.act.data() + n * I;
-#if defined(POLYMOE_TILED_AMX_CODE)
-      if (tiles(b)) {
-        quantize_row(row, 1.0f, I, I32, ws.h16.data() + n * ldi, ws.hs.data() + n * gI);
-        continue;
-      }
-#endif
-      Act::row(std::span<float>(row, at(I)));
-    }
-  };
-  const auto gemm2 = [&](const Task& task, const Task*, const detail::worker& w) {
-    alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.block(task);
-#if defined(POLYMOE_TILED_AMX_CODE)
-    if (tiles(b))
-      times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, qact ? ws.hs.data() + b.begin * gI : nullptr, gI, I,
-                  pk.panel2(b.expert, task.panel), c);
+        detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
+                                  pk.panel2(b.expert, task.panel), c, tune.short_loops());
+      detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
+    };
+    if constexpr (qact)
+      run(pk.pipelined, pk.panels13, pk.panels2, gemm1, quantize_block, gemm2);
     else
-#endif
-      detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
-                                pk.panel2(b.expert, task.panel), c, tune.short_loops());
-    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
+      run(pk.pipelined, pk.panels13, pk.panels2, gemm1, nullptr, gemm2);
   };
-  if constexpr (qact)
-    detail::run_gemms(pk.pipelined, tune, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
-                      quantize_block, gemm2);
-  else
-    detail::run_gemms(pk.pipelined, tune, clock, sr.blocks, ws.tasks13, pk.panels13, ws.tasks2, ws.pending, gemm1,
-                      nullptr, gemm2);
-
-  sum_slots(sr, ws.y, k, out, tune.sum_span);
-  clock.lap(PhaseTimes::sum);
+  forward_skeleton(d, s, pk.expert_bytes(), out, ws, amx ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows}, tune,
+                   phases, inputs, gemms);
 }
 
 }  // namespace polymoe::kernels::tiled

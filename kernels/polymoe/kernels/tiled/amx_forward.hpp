@@ -63,7 +63,8 @@ inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, inde
 /// as block_times_panel's). With tiles, side() is called between k-blocks (amx::block22_side),
 /// some number of times.
 template <class Side = no_side>
-inline void amx_block_times_panel(bool tiles, bool short_loops, index_t min_rows, index_t m, const std::uint16_t* a, index_t lda,
+inline void amx_block_times_panel(bool tiles, bool short_loops, index_t min_rows, index_t m, const std::uint16_t* a,
+                                  index_t lda,
                                   index_t K, const std::uint16_t* panel, const std::uint16_t* next, float* c,
                                   Side&& side = Side{}) noexcept {
 #if defined(POLYMOE_TILED_AMX_CODE)
@@ -98,78 +99,74 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
   // Row strides of the bf16 GEMM inputs (elements): H32 and I32 rounded to an odd number of lines.
   const index_t ldh = amx_row_stride_bytes(2 * H32) / 2, ldi = amx_row_stride_bytes(2 * I32) / 2;
   const index_t min_rows = tune.tiles_from(amx_min_rows_bf16);
-  PhaseClock clock(phases);
-  begin_forward(d, s, out, ws, pk.use_amx ? BlockCut{detail::bf16_block_rows(tune), 16} : BlockCut{block_rows});
-  const ExpertRows& sr = ws.sorted;
-  const index_t N = sr.rows();
+  const bool short_loops = tune.short_loops();
   constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
-  clock.lap(PhaseTimes::sort);
 
   // bf16 input rows in sorted order (weighted first when the routing weight scales the input).
-  ws.a16.resize(static_cast<std::size_t>((N + spare) * ldh));
-  kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t n = r.begin(); n != r.end(); ++n) {
-      const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
-      const float wt = mlp.weight_on_input ? ws.row_weight[static_cast<std::size_t>(n)] : 1.0f;
-      to_bf16_row(d.hidden.row(slot / k).data(), wt, H, H32, ws.a16.data() + n * ldh);
-    }
-  });
-  clock.lap(PhaseTimes::inputs);
-
-  // GEMM 1 + activation, stored as the bf16 rows that GEMM 2 reads (the scheme rounds it to bf16);
-  // columns [I, I32) of every row stay zero. Then GEMM 2, bias and routing weight: two phases, or
-  // (kernel::tiled_amx) one pipeline, a row block's GEMM 2 as soon as its GEMM 1 is done
-  // (detail::pipelined_tasks).
-  ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
-  zero_k_padding(ws.h16.data(), N, ldi, I, I32);
-  ws.y.resize(static_cast<std::size_t>(N * H));
-  const bool stream =
-      detail::stream_y(ws.y.size() * sizeof(float), sr.experts_with_rows(), pk.expert_bytes(), tune.y_stream);
-  const bool by_block =
-      detail::gemm1_by_block(detail::pipeline_on(pk.pipelined, tune), N, sr.blocks.size(), tune.gemm1_by_block);
-  make_tasks(sr, by_block ? 1 : pk.panels13, ws.tasks13);
-  make_tasks(sr, pk.panels2, ws.tasks2);
-  const auto gemm1 = [&](const Task& task, const Task* next, const detail::worker& w) {
-    const RowBlock& b = sr.block(task);
-    const std::uint16_t* a = ws.a16.data() + b.begin * ldh;
-    if (by_block) {
-      // Panel after panel, each panel's epilogue inside the next panel's tiles
-      // (detail::gemm1_panels_interleaved).
-      alignas(64) float c[2][amx_block_rows * panel_cols];
-      detail::gemm1_panels_interleaved(
-          pk.panels13, b.rows, c[0], c[1], w.task_ns,
-          [&](index_t cb, float* cc, auto& side) {
-            const std::uint16_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1)
-                                         : next               ? pk.panel13(sr.block(*next).expert, 0)
-                                                              : nullptr;
-            detail::amx_block_times_panel(pk.use_amx, tune.short_loops(), min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, cb), after, cc,
-                                          side);
-          },
-          [&](index_t cb, float* cc, index_t i) {
-            detail::finish13_row<true>(mlp, pk, cb, pk.bias13(b.expert, cb), cc + i * panel_cols,
-                                       ws.h16.data() + (b.begin + i) * ldi);
-          });
-      return;
-    }
-    alignas(64) float c[amx_block_rows * panel_cols];
-    detail::amx_block_times_panel(pk.use_amx, tune.short_loops(), min_rows, b.rows, a, ldh, H, pk.panel13(b.expert, task.panel),
-                                  next ? pk.panel13(sr.block(*next).expert, next->panel) : nullptr, c);
-    const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
-    detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
+  const auto inputs = [&](const ExpertRows& sr) {
+    const index_t N = sr.rows();
+    ws.a16.resize(static_cast<std::size_t>((N + spare) * ldh));
+    kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t n = r.begin(); n != r.end(); ++n) {
+        const index_t slot = sr.slot_of[static_cast<std::size_t>(n)];
+        const float wt = mlp.weight_on_input ? ws.row_weight[static_cast<std::size_t>(n)] : 1.0f;
+        to_bf16_row(d.hidden.row(slot / k).data(), wt, H, H32, ws.a16.data() + n * ldh);
+      }
+    });
   };
-  const auto gemm2 = [&](const Task& task, const Task* next, const detail::worker& w) {
-    alignas(64) float c[amx_block_rows * panel_cols];
-    const RowBlock& b = sr.block(task);
-    detail::amx_block_times_panel(pk.use_amx, tune.short_loops(), min_rows, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
-                                  pk.panel2(b.expert, task.panel),
-                                  next ? pk.panel2(sr.block(*next).expert, next->panel) : nullptr, c);
-    detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
-  };
-  detail::run_gemms(pk.pipelined, tune, clock, sr.blocks, ws.tasks13, by_block ? 1 : pk.panels13, ws.tasks2,
-                    ws.pending, gemm1, nullptr, gemm2);
 
-  sum_slots(sr, ws.y, k, out, tune.sum_span);
-  clock.lap(PhaseTimes::sum);
+  const auto gemms = [&](const ExpertRows& sr, bool stream, auto&& run) {
+    const index_t N = sr.rows();
+    // GEMM 1 + activation, stored as the bf16 rows that GEMM 2 reads (the scheme rounds it to bf16);
+    // columns [I, I32) of every row stay zero. Then GEMM 2, bias and routing weight: two phases, or
+    // (kernel::tiled_amx) one pipeline, a row block's GEMM 2 as soon as its GEMM 1 is done
+    // (detail::pipelined_tasks).
+    ws.h16.resize(static_cast<std::size_t>((N + spare) * ldi));
+    zero_k_padding(ws.h16.data(), N, ldi, I, I32);
+    const bool by_block =
+        detail::gemm1_by_block(detail::pipeline_on(pk.pipelined, tune), N, sr.blocks.size(), tune.gemm1_by_block);
+    const auto gemm1 = [&](const Task& task, const Task* next, const detail::worker& w) {
+      const RowBlock& b = sr.block(task);
+      const std::uint16_t* a = ws.a16.data() + b.begin * ldh;
+      if (by_block) {
+        // Panel after panel, each panel's epilogue inside the next panel's tiles
+        // (detail::gemm1_panels_interleaved).
+        alignas(64) float c[2][amx_block_rows * panel_cols];
+        detail::gemm1_panels_interleaved(
+            pk.panels13, b.rows, c[0], c[1], w.task_ns,
+            [&](index_t cb, float* cc, auto& side) {
+              const std::uint16_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1)
+                                           : next               ? pk.panel13(sr.block(*next).expert, 0)
+                                                                : nullptr;
+              detail::amx_block_times_panel(pk.use_amx, short_loops, min_rows, b.rows, a, ldh, H,
+                                            pk.panel13(b.expert, cb), after, cc, side);
+            },
+            [&](index_t cb, float* cc, index_t i) {
+              detail::finish13_row<true>(mlp, pk, cb, pk.bias13(b.expert, cb), cc + i * panel_cols,
+                                         ws.h16.data() + (b.begin + i) * ldi);
+            });
+        return;
+      }
+      alignas(64) float c[amx_block_rows * panel_cols];
+      detail::amx_block_times_panel(pk.use_amx, short_loops, min_rows, b.rows, a, ldh, H,
+                                    pk.panel13(b.expert, task.panel),
+                                    next ? pk.panel13(sr.block(*next).expert, next->panel) : nullptr, c);
+      const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
+      detail::finish13<true>(mlp, pk, b, task.panel, c, ws.h16.data(), ldi);
+    };
+    const auto gemm2 = [&](const Task& task, const Task* next, const detail::worker& w) {
+      alignas(64) float c[amx_block_rows * panel_cols];
+      const RowBlock& b = sr.block(task);
+      detail::amx_block_times_panel(pk.use_amx, short_loops, min_rows, b.rows, ws.h16.data() + b.begin * ldi, ldi, I,
+                                    pk.panel2(b.expert, task.panel),
+                                    next ? pk.panel2(sr.block(*next).expert, next->panel) : nullptr, c);
+      detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
+    };
+    run(pk.pipelined, by_block ? 1 : pk.panels13, pk.panels2, gemm1, nullptr, gemm2);
+  };
+  forward_skeleton(d, s, pk.expert_bytes(), out, ws,
+                   pk.use_amx ? BlockCut{detail::bf16_block_rows(tune), 16} : BlockCut{block_rows}, tune, phases,
+                   inputs, gemms);
 }
 
 }  // namespace polymoe::kernels::tiled
