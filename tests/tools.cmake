@@ -62,6 +62,9 @@ foreach(cmd run quantize list make-checkpoint inspect compare)
   tool_test(cli.help.${cmd} COMMAND ${tool} ${cmd} --help)
 endforeach()
 tool_test(cli.list COMMAND ${tool} list)
+tool_test(cli.version COMMAND ${tool} --version)
+set_tests_properties(tool.cli.version PROPERTIES PASS_REGULAR_EXPRESSION
+                     "polymoe ${PROJECT_VERSION} \\(commit ([0-9a-f]+|unknown)\\).*tiled kernels: .*--kernel auto runs tiled")
 set_tests_properties(tool.cli.list PROPERTIES PASS_REGULAR_EXPRESSION "local +fp32 +reference")
 tool_expect_error(cli.unknown_quant "unknown --quant 'nope'.*fp32" ${tool} run --checkpoint ${hf}/mixtral --layer 0
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --quant nope)
@@ -154,6 +157,13 @@ quantize_case(deepseek_v3 fp8-block fp8_block_weight_only 8e-2)
 quantize_case(deepseek_v3 nvfp4 nvfp4 0.25)
 quantize_case(qwen3_moe int8 int8_w8a8 5e-2)
 quantize_case(gpt_oss mxfp4 mxfp4 0.25)
+# a scheme named by its own name whose weights a layout stores: --scheme mxfp4_w4a16 writes the
+# MXFP4 layout, byte for byte what --scheme mxfp4 writes, and says so by the layout's one name
+tool_test(quantize.w4a16_spelling.write SETUP tool_qw4 COMMAND ${tool} quantize --checkpoint ${hf}/mixtral
+          --layer all --scheme mxfp4_w4a16 --out ${work}/quantized_w4a16 --force)
+set_tests_properties(tool.quantize.w4a16_spelling.write PROPERTIES PASS_REGULAR_EXPRESSION "\\(mxfp4, 1 layer")
+tool_test(quantize.w4a16_spelling.same REQUIRES "tool_qw4;tool_q_mixtral_mxfp4" COMMAND ${tool} compare
+          ${work}/quantized_w4a16/model.safetensors ${work}/quantized_mixtral_mxfp4/model.safetensors --exact)
 # one layer only: layer 0 becomes mxfp4, layer 1 stays float and runs exactly as before
 tool_test(quantize.one_layer.write SETUP tool_q1 COMMAND ${tool} quantize --checkpoint ${hf}/gpt_oss --layer 0
           --scheme mxfp4 --out ${work}/quantized_one_layer --force)
@@ -186,12 +196,42 @@ foreach(preset tiny tiny-mixtral tiny-qwen2-moe tiny-deepseek-v3 tiny-gpt-oss)
   tool_test(checkpoint.${preset}.run_reference SETUP tool_mkrr_${preset} REQUIRES tool_mk_${preset} COMMAND ${tool}
             run --checkpoint ${d} --layer 1 --input ${d}/input.safetensors
             --output ${work}/mk_${preset}_ref.safetensors --kernel reference)
+  # both runs take the defaults: the BF16 presets run bf16, whose kernels agree to 1e-4 (summation
+  # order, as in the unit tests), the others their stored scheme or fp32 (1e-5)
+  set(agree 1e-5)
+  if(preset STREQUAL "tiny" OR preset STREQUAL "tiny-mixtral")
+    set(agree 1e-4)
+  endif()
   tool_test(checkpoint.${preset}.kernels_agree REQUIRES "tool_mkr_${preset};tool_mkrr_${preset}" COMMAND ${tool}
-            compare ${work}/mk_${preset}.safetensors ${work}/mk_${preset}_ref.safetensors --tol 1e-5)
+            compare ${work}/mk_${preset}.safetensors ${work}/mk_${preset}_ref.safetensors --tol ${agree})
 endforeach()
 set_tests_properties(tool.checkpoint.tiny.inspect PROPERTIES PASS_REGULAR_EXPRESSION "family +qwen3_moe.*E=16 k=4 H=256 I=128")
+# `run` with no --quant / --kernel: the checkpoint's own scheme and the fastest kernel that pairs
+# with it here (tiled_amx where the CPU runs AMX tiles; it does not run fp32), said in the summary
+set_tests_properties(tool.checkpoint.tiny.run PROPERTIES PASS_REGULAR_EXPRESSION
+                     "chosen +--quant bf16 \\(the checkpoint's BF16 weights\\), --kernel tiled(_amx)? \\(auto")
+set_tests_properties(tool.checkpoint.tiny-qwen2-moe.run PROPERTIES PASS_REGULAR_EXPRESSION
+                     "chosen +--quant fp32 \\(the checkpoint's F32 weights\\), --kernel tiled \\(auto")
+set_tests_properties(tool.checkpoint.tiny-deepseek-v3.run PROPERTIES PASS_REGULAR_EXPRESSION
+                     "chosen +--quant fp8_block_weight_only \\(the checkpoint's fp8_block weights\\), --kernel tiled")
 set_tests_properties(tool.checkpoint.tiny-deepseek-v3.inspect PROPERTIES PASS_REGULAR_EXPRESSION "experts fp8_block")
 set_tests_properties(tool.checkpoint.tiny-gpt-oss.inspect PROPERTIES PASS_REGULAR_EXPRESSION "experts mxfp4")
+# progress of the long steps on stderr: plain lines into a file or pipe, a bar redrawn on a
+# terminal (a pseudo-terminal made by util-linux `script`), nothing with --quiet
+tool_test(progress.plain COMMAND ${tool} make-checkpoint --preset tiny --out ${work}/ckpt_progress --seed 7 --progress)
+set_tests_properties(tool.progress.plain PROPERTIES PASS_REGULAR_EXPRESSION
+                     "polymoe: make-checkpoint: writing [^\n]*100 %, [0-9.]+ MB of [0-9.]+ MB, done in")
+tool_test(progress.quiet COMMAND ${tool} make-checkpoint --preset tiny --out ${work}/ckpt_progress_quiet --seed 7
+          --progress --quiet)
+set_tests_properties(tool.progress.quiet PROPERTIES FAIL_REGULAR_EXPRESSION "writing|preset tiny|wrote")
+find_program(POLYMOE_SCRIPT script)
+if(POLYMOE_SCRIPT)
+  tool_test(progress.terminal COMMAND ${POLYMOE_SCRIPT} -qec
+            "${tool} make-checkpoint --preset tiny --out ${work}/ckpt_progress_tty --seed 7 --progress" /dev/null)
+  set_tests_properties(tool.progress.terminal PROPERTIES PASS_REGULAR_EXPRESSION "\r[^\n]*\\[#+\\] 100 %")
+else()
+  message(STATUS "polymoe: the progress bar on a terminal is not tested: util-linux `script` was not found")
+endif()
 tool_test(checkpoint.sharded.make SETUP tool_mk_sharded COMMAND ${tool} make-checkpoint --preset tiny
           --out ${work}/ckpt_sharded --seed 7 --shard-mb 1)
 tool_test(checkpoint.sharded.inspect REQUIRES tool_mk_sharded COMMAND ${tool} inspect ${work}/ckpt_sharded)

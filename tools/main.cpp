@@ -27,6 +27,29 @@ int cmd_list(int argc, char** argv) {
   return 0;
 }
 
+/// `polymoe --version`: the version, the commit it was configured from, the instruction sets the
+/// kernels were compiled for, and whether this machine runs the AMX tiles.
+int cmd_version() {
+  std::printf("polymoe %s (commit %s)\n", POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+#if defined(POLYMOE_TILED_AVX512)
+  std::printf("  tiled kernels: AVX-512%s%s\n", POLYMOE_TILED_DPBF16 ? ", AVX-512 BF16 dot products" : "",
+#if defined(POLYMOE_TILED_AMX_CODE)
+              ", AMX tiles (kernel::tiled_amx)"
+#else
+              ""
+#endif
+  );
+#else
+  std::printf("  tiled kernels: portable loops (built without AVX-512)\n");
+#endif
+#if defined(POLYMOE_TILED_AMX_CODE)
+  const char* why = kernels::tiled::amx_unavailable_reason();
+  std::printf("  this machine: %s%s\n", why ? "no AMX tiles: " : "AMX tiles run", why ? why : "");
+#endif
+  std::printf("  --kernel auto runs %s for bf16\n", std::string(auto_kernel("local", "bf16")).c_str());
+  return 0;
+}
+
 }  // namespace polymoe::cli
 
 namespace {
@@ -34,11 +57,12 @@ constexpr const char* usage = R"(usage: polymoe <command> [options]    (polymoe 
 
 commands:
   run              run one MoE layer of a checkpoint on an input file
-  quantize         write a quantized copy of a checkpoint (mxfp4, nvfp4, fp8-block, int8)
+  quantize         write a quantized copy of a checkpoint (the schemes with a checkpoint layout)
   list             print the valid (a2a, quant, kernel) triples
   make-checkpoint  write a synthetic checkpoint in Hugging Face layout (tiny, mixtral-8x7b, ...)
   inspect          print a checkpoint's family, shapes, quantization and tensors per layer
   compare          compare a tensor of two safetensors files (relative max error)
+  --version        the version, its commit and the instruction sets compiled in
 )";
 }
 
@@ -54,6 +78,7 @@ int main(int argc, char** argv) {
       std::cout << usage;
       return 0;
     }
+    if (cmd == "--version" || cmd == "version") return cmd_version();
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "quantize") return cmd_quantize(argc, argv);
     if (cmd == "list") return cmd_list(argc, argv);

@@ -5,6 +5,7 @@
 
 #include "cli.hpp"
 #include "layout.hpp"
+#include "progress.hpp"
 
 namespace polymoe::cli {
 namespace {
@@ -78,15 +79,17 @@ io::json make_config(const preset& p, index_t layers) {
 }  // namespace
 
 int cmd_make_checkpoint(int argc, char** argv) {
-  const args a = parse_args("make-checkpoint", argc, argv, 2, {"preset", "out", "layers", "seed", "tokens", "shard-mb"});
+  const args a = parse_args("make-checkpoint", argc, argv, 2, {"preset", "out", "layers", "seed", "tokens", "shard-mb"},
+                            {"quiet", "progress"});
   if (a.flag("help")) {
     std::cout << "usage: polymoe make-checkpoint --preset NAME --out DIR [--layers N] [--seed S] [--tokens T]\n"
-                 "                               [--shard-mb MB]\n\n"
+                 "                               [--shard-mb MB] [--quiet] [--progress]\n\n"
                  "Writes a synthetic checkpoint in Hugging Face layout (config.json + safetensors, sharded with\n"
                  "model.safetensors.index.json above --shard-mb, default 4096) with the shapes of a real model\n"
                  "and seeded random weights: only the MoE tensors (router, experts, shared experts) of each\n"
                  "layer. Also writes DIR/input.safetensors with hidden_states [T, H] (--tokens, default 16).\n"
-                 "Tensors are generated and written one at a time. Presets:\n";
+                 "Tensors are generated and written one at a time; a write longer than a second shows its\n"
+                 "progress on stderr (--progress: from the start; --quiet: no progress and no summary). Presets:\n";
     for (const auto& p : io::model_presets)
       std::printf("  %-18s %s\n", std::string(p.name).c_str(), std::string(p.about).c_str());
     return 0;
@@ -147,16 +150,20 @@ int cmd_make_checkpoint(int argc, char** argv) {
   }
   std::uint64_t total = 0;
   for (const auto& t : out) total += t.nbytes();
-  std::printf("polymoe make-checkpoint: preset %s (%s), %lld layer%s, %zu tensors, %.3f GB -> %s\n", std::string(p->name).c_str(),
-              std::string(p->about).c_str(),
-              static_cast<long long>(layers), layers == 1 ? "" : "s", out.size(), static_cast<double>(total) / 1e9,
-              out_dir.c_str());
+  const bool quiet = a.flag("quiet");
+  if (!quiet)
+    std::printf("polymoe make-checkpoint: preset %s (%s), %lld layer%s, %zu tensors, %.3f GB -> %s\n",
+                std::string(p->name).c_str(), std::string(p->about).c_str(), static_cast<long long>(layers),
+                layers == 1 ? "" : "s", out.size(), static_cast<double>(total) / 1e9, out_dir.c_str());
   std::fflush(stdout);
   if (total > (1ull << 30))
     std::fprintf(stderr, "polymoe make-checkpoint: warning: this writes %.1f GB (generated and written one tensor at a "
                          "time; needs that much free disk)\n", static_cast<double>(total) / 1e9);
   std::fflush(stdout);
-  const auto files = io::write_checkpoint(out_dir, std::move(out), shard);
+  const auto files = [&] {
+    progress p(progress_mode(a), "make-checkpoint: writing " + out_dir, total);
+    return io::write_checkpoint(out_dir, std::move(out), shard, [&](std::uint64_t done) { p.set(done); });
+  }();
   io::write_text_file(std::filesystem::path(out_dir) / "config.json", make_config(*p, layers).dump());
   if (tokens > 0) {
     std::vector<float> x(static_cast<std::size_t>(tokens * H));
@@ -164,8 +171,9 @@ int cmd_make_checkpoint(int argc, char** argv) {
     io::save_safetensors(std::filesystem::path(out_dir) / "input.safetensors",
                          {io::tensor_view<float>("hidden_states", {tokens, H}, std::span<const float>(x))});
   }
-  std::printf("  wrote %zu safetensors file%s, config.json%s\n", files.size(), files.size() == 1 ? "" : "s",
-              tokens > 0 ? ", input.safetensors (hidden_states)" : "");
+  if (!quiet)
+    std::printf("  wrote %zu safetensors file%s, config.json%s\n", files.size(), files.size() == 1 ? "" : "s",
+                tokens > 0 ? ", input.safetensors (hidden_states)" : "");
   return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli.hpp"
 #include "layout.hpp"
+#include "progress.hpp"
 
 namespace polymoe::cli {
 
@@ -45,10 +46,11 @@ void remove_stale(const std::filesystem::path& dir, const std::string& name) {
 
 int cmd_quantize(int argc, char** argv) {
   const args a =
-      parse_args("quantize", argc, argv, 2, {"checkpoint", "layer", "scheme", "out", "shard-mb"}, {"force"});
+      parse_args("quantize", argc, argv, 2, {"checkpoint", "layer", "scheme", "out", "shard-mb"},
+                 {"force", "quiet", "progress"});
   if (a.flag("help")) {
     std::cout << R"(usage: polymoe quantize --checkpoint DIR --layer N|all --scheme NAME --out DIR
-                        [--shard-mb MB] [--force]
+                        [--shard-mb MB] [--force] [--quiet] [--progress]
 
 Writes a copy of the checkpoint whose MoE experts (routed and shared) in layer N, or in every MoE
 layer, are quantized with the scheme, in the layout real checkpoints use, and a config.json with the
@@ -74,7 +76,8 @@ stacked under experts.gate_up_proj / down_proj with the suffixes in brackets):
 at a time; output larger than --shard-mb (default 4096) is sharded with model.safetensors.index.json.
 DIR must be empty or absent. --force writes into a DIR that holds a checkpoint, and then removes the
 files of that checkpoint (config.json, its index, the shards the index lists, model.safetensors) the
-new one does not replace; nothing else in DIR is touched.
+new one does not replace; nothing else in DIR is touched. A write longer than a second shows its
+progress on stderr (--progress: from the start; --quiet: no progress and no summary).
 )";
     return 0;
   }
@@ -116,7 +119,12 @@ new one does not replace; nothing else in DIR is touched.
                      layout_detail::put(b, src.data(), src.size());
                    }});
   }
-  const auto files = io::write_checkpoint(out_dir, std::move(out), shard);
+  std::uint64_t total = 0;
+  for (const auto& t : out) total += t.nbytes();
+  const auto files = [&] {
+    progress p(progress_mode(a), "quantize: writing " + out_dir, total);
+    return io::write_checkpoint(out_dir, std::move(out), shard, [&](std::uint64_t done) { p.set(done); });
+  }();
   io::json config = ckpt->config();
   config.set("quantization_config", quantization_config(scheme, ckpt->family()));
   io::write_text_file(std::filesystem::path(out_dir) / "config.json", config.dump());
@@ -132,9 +140,10 @@ new one does not replace; nothing else in DIR is touched.
   }
   for (const auto& f : previous)  // the previous checkpoint's files that the new one does not replace
     if (f != "config.json" && std::find(files.begin(), files.end(), f) == files.end()) remove_stale(out_dir, f);
-  std::printf("polymoe quantize: %s -> %s (%s, %zu layer%s, %zu file%s%s)\n", in_dir.c_str(), out_dir.c_str(),
-              a.get("scheme").c_str(), layers.size(), layers.size() == 1 ? "" : "s", files.size(),
-              files.size() == 1 ? "" : "s", copied_input ? ", input.safetensors copied" : "");
+  if (!a.flag("quiet"))  // the layout's one name, whichever spelling --scheme used
+    std::printf("polymoe quantize: %s -> %s (%s, %zu layer%s, %zu file%s%s)\n", in_dir.c_str(), out_dir.c_str(),
+                std::string(to_string(scheme.layout)).c_str(), layers.size(), layers.size() == 1 ? "" : "s",
+                files.size(), files.size() == 1 ? "" : "s", copied_input ? ", input.safetensors copied" : "");
   return 0;
 }
 

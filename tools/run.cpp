@@ -26,7 +26,7 @@ namespace {
 
 constexpr const char* run_help = R"(usage: polymoe run --checkpoint DIR --layer N --input IN.safetensors --output OUT.safetensors
                    [--a2a NAME] [--quant NAME] [--kernel NAME] [--threads N] [--repeat N]
-                   [--tuning KEY=VALUE,...] [--ignore-input-logits] [--quiet]
+                   [--tuning KEY=VALUE,...] [--ignore-input-logits] [--quiet] [--progress]
 
 Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharded or not).
   IN   hidden_states [T, H] (F32 or BF16), optionally router_logits [T, E]; without them (or with
@@ -36,10 +36,12 @@ Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharde
              `mpirun -np R`: each rank takes a contiguous share of the tokens and holds only its
              own experts; rank 0 writes the complete output. The ranks compare their layer,
              input and options before the layer runs; any difference fails every rank.
-  --quant    scheme (default: the checkpoint's own: fp32 for float weights, fp8_block_weight_only
-             for DeepSeek FP8 blocks, mxfp4, nvfp4, int8_w8a8). Float weights are quantized on load;
-             stored weights of another scheme are dequantized first.
-  --kernel   expert kernel (default tbb_grouped).
+  --quant    scheme (default: the checkpoint's own: bf16 for BF16 weights, fp32 for F32 and F16,
+             and for quantized weights the scheme of their layout, e.g. fp8_block_weight_only for
+             DeepSeek FP8 blocks). Float weights are quantized on load; stored weights of another
+             scheme are dequantized first.
+  --kernel   expert kernel, or auto (the default): the fastest that pairs with the dispatcher and
+             scheme on this machine (tiled_amx where the CPU runs AMX tiles, else tiled, ...).
   --threads  oneTBB threads (default: all).   --repeat  forward passes to time (default 1; with more,
              their mean after one untimed warm-up call).
   --capacity mpi_masked rows per local expert (default: T * top_k, which no batch exceeds).
@@ -51,10 +53,10 @@ Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharde
 constexpr const char* run_help_end = R"(`polymoe list` prints every valid (a2a, quant, kernel) triple.
 )";
 
-/// The scheme a layer of stored form `s` runs unless told otherwise: fp32 for float weights, else
-/// the one its checkpoint layout names.
-std::string default_quant(io::stored_scheme s) {
-  if (s.is_float()) return "fp32";
+/// The scheme a layer stored as `s` (float weights of dtype `d`) runs unless told otherwise: bf16
+/// for BF16 weights, fp32 for F32 and F16 (exact), else the one its checkpoint layout names.
+std::string default_quant(io::stored_scheme s, io::dtype d) {
+  if (s.is_float()) return d == io::dtype::BF16 ? "bf16" : "fp32";
   return std::string(io::with_layout(s, []<class W>(boost::mp11::mp_identity<W>) {
     return quant::checkpoint_layout<W>::scheme::name;
   }));
@@ -154,7 +156,7 @@ int cmd_run(int argc, char** argv) {
   const args a = parse_args("run", argc, argv, 2,
                             {"checkpoint", "layer", "input", "output", "a2a", "quant", "kernel", "threads", "repeat",
                              "capacity", "tuning"},
-                            {"ignore-input-logits", "quiet"});
+                            {"ignore-input-logits", "quiet", "progress"});
   if (a.flag("help")) {
     std::cout << run_help << kernels::tiled::tuning_keys << run_help_end;
     return 0;
@@ -176,17 +178,38 @@ int cmd_run(int argc, char** argv) {
   const auto ckpt = io::hf_checkpoint::open(ckpt_dir);
   require_writable_output("run", out_path, ckpt.files(), {in_path});
   const io::stored_scheme stored = ckpt.scheme_of(layer_n);
-  const triple_variant selected =
-      select_triple(a.get("a2a", "local"), a.has("quant") ? a.get("quant") : default_quant(stored),
-                    a.get("kernel", "tbb_grouped"));
+  // The defaults are the fast choice: the checkpoint's own scheme, the fastest kernel here.
+  const std::string a2a_name = a.get("a2a", "local");
+  const io::dtype float_dtype = stored.is_float() ? ckpt.stored_dtype_of(layer_n) : io::dtype::F32;
+  const std::string quant_name = a.has("quant") ? a.get("quant") : default_quant(stored, float_dtype);
+  std::string kernel_name = a.get("kernel", "auto");
+  const bool auto_kernel_chosen = normalize_name(kernel_name) == "auto";
+  if (auto_kernel_chosen) {
+    const std::string_view best = auto_kernel(a2a_name, quant_name);
+    // none pairs: select_triple names the dispatcher or scheme at fault
+    kernel_name = best.empty() ? std::string(all_triple_names().front().kernel) : std::string(best);
+  }
+  const triple_variant selected = select_triple(a2a_name, quant_name, kernel_name);
   const triple_names names = names_of(selected);
+  std::string chosen;  // what the defaults chose, said in the summary
+  if (!a.has("quant"))
+    chosen += detail::concat("--quant ", names.quant, " (the checkpoint's ",
+                             stored.is_float() ? io::dtype_name(float_dtype) : to_string(stored), " weights)");
+  if (auto_kernel_chosen)
+    chosen += detail::concat(chosen.empty() ? "" : ", ", "--kernel ", names.kernel, " (auto: the fastest here for ",
+                             names.quant, ")");
 
   int fake_argc = 1;
   char** fake_argv = argv;
   mpi_session mpi(names.a2a.starts_with("mpi_"), fake_argc, fake_argv);
   try {
     const auto t_open = clock::now();
-    io::hf_layer L = ckpt.load_layer(layer_n, mpi.rank, mpi.size);
+    // progress on stderr from rank 0 only (the ranks' lines would interleave)
+    const progress::mode shown = mpi.rank == 0 ? progress_mode(a) : progress::mode::off;
+    io::hf_layer L = [&] {
+      progress p(shown, detail::concat("run: loading layer ", layer_n, " of ", ckpt_dir));
+      return ckpt.load_layer(layer_n, mpi.rank, mpi.size);
+    }();
     const auto t_loaded = clock::now();
     const auto in = io::safetensors_file::open(in_path);
     const Matrix hidden_all = in.matrix("hidden_states");
@@ -202,6 +225,7 @@ int cmd_run(int argc, char** argv) {
     ctx.capacity = a.integer_in("capacity", 0, 0, std::numeric_limits<int>::max());
     ctx.tuning = tuning;
     ctx.tuning_given = a.has("tuning");
+    ctx.shown_progress = shown;
     ctx.hidden = hidden_all.middleRows(b, e - b);
     a2a::fingerprint same;  // what every rank must share (the layer adds its own fingerprint)
     same.add("--layer", layer_n).add("--a2a", names.a2a).add("--quant", names.quant).add("--kernel", names.kernel);
@@ -243,10 +267,11 @@ int cmd_run(int argc, char** argv) {
                     static_cast<long long>(L.cfg.hidden), static_cast<long long>(L.cfg.intermediate),
                     static_cast<long long>(E), static_cast<long long>(k),
                     L.cfg.shared_intermediate ? " +shared expert" : "");
-        std::printf("  layer      MoeLayer<%s, %s, %s>%s%s%s\n", std::string(names.a2a).c_str(),
+        std::printf("  layer      MoeLayer<%s, %s, %s>%s%s%s%s\n", std::string(names.a2a).c_str(),
                     std::string(names.quant).c_str(), std::string(names.kernel).c_str(),
                     mpi.size > 1 ? (" on " + std::to_string(mpi.size) + " ranks").c_str() : "",
                     a.has("tuning") ? ("\n  tuning     " + kernels::tiled::to_string(tuning)).c_str() : "",
+                    chosen.empty() ? "" : ("\n  chosen     " + chosen).c_str(),
                     ctx.note.empty() ? "" : ("\n  weights    " + ctx.note).c_str());
         std::printf("  timing     open %.3f s, load layer %.3f s, quantize+prepare %.3f s, forward %.3f ms (%.1f tokens/s; %s)\n",
                     secs(t_open - t_start), secs(t_loaded - t_open), ctx.prepare_seconds, ctx.forward_seconds * 1e3,

@@ -9,6 +9,7 @@
 #include <polymoe/io/hf_checkpoint.hpp>
 #include <polymoe/kernels/tiled/tuning.hpp>
 
+#include "progress.hpp"
 #include "selection.hpp"
 
 namespace polymoe::cli {
@@ -23,6 +24,7 @@ struct run_context {
   index_t capacity = 0;      ///< mpi_masked rows per local expert (0: total_tokens * top_k)
   kernels::tiled::tuning tuning;  ///< --tuning: the tiled kernels' (kernels without one refuse it)
   bool tuning_given = false;      ///< whether --tuning was given
+  progress::mode shown_progress = progress::mode::off;  ///< progress of the long steps on stderr
   // results
   Matrix out;
   IdMatrix topk_ids;

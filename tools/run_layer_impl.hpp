@@ -37,6 +37,8 @@ void run_triple(run_context& ctx) {
   const Kernel kernel = make_kernel<Kernel>(ctx);
   const auto t0 = clock::now();
   std::optional<tool_layer<A2A, Q, Kernel>> layer;
+  std::optional<progress> preparing(std::in_place, ctx.shown_progress,
+                                    detail::concat("run: preparing the experts (", Q::name, ", ", Kernel::name, ")"));
   std::visit(
       [&](auto& w) {
         using W = std::decay_t<decltype(w)>;
@@ -53,6 +55,7 @@ void run_triple(run_context& ctx) {
         }
       },
       ctx.weights);
+  preparing.reset();  // its last line before what follows
   const auto t1 = clock::now();
   // With --repeat > 1 the mean is of warm calls: one untimed call first (first touch of the
   // layer's buffers, thread start-up).

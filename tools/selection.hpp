@@ -64,6 +64,25 @@ inline std::string normalize_name(std::string_view s) {
   return out;
 }
 
+/// `--kernel auto`: of the kernels that pair with (a2a, quant) in the tool's table, the one of
+/// highest Kernel::speed that is fast on this machine (Kernel::fast_here()); empty when none pairs.
+inline std::string_view auto_kernel(std::string_view a2a_in, std::string_view quant_in) {
+  const std::string a = normalize_name(a2a_in), q = normalize_name(quant_in);
+  std::string_view best;
+  int best_speed = -1;
+  boost::mp11::mp_for_each<boost::mp11::mp_transform<triple_tag, tool_triples>>([&](auto t) {
+    using T = decltype(t);
+    using K = typename T::kernel;
+    if (T::a2a::name != a || T::quant::name != q) return;
+    int speed = 0;
+    if constexpr (requires { K::speed; }) speed = K::speed;
+    bool fast = true;
+    if constexpr (requires { K::fast_here(); }) fast = K::fast_here();
+    if (fast && speed > best_speed) best = K::name, best_speed = speed;
+  });
+  return best;
+}
+
 /// The variant alternative for the named triple; polymoe::error listing valid choices otherwise.
 inline triple_variant select_triple(std::string_view a2a_in, std::string_view quant_in, std::string_view kernel_in) {
   const std::string a = normalize_name(a2a_in), q = normalize_name(quant_in), k = normalize_name(kernel_in);

@@ -77,6 +77,11 @@ concept quant_scheme = opts_into_quant<Q> && named_policy<Q> && requires { typen
 ///                                                       the kernel's settings shape its buffers)
 ///   k.run(DispatchOutput<F>, prepared<Q>, ExpertMlp, CombineInput<F>) for each native format F
 /// and optionally
+///   K::speed (constexpr int)                         its rank for "the fastest kernel" (--kernel
+///                                                       auto picks the highest that pairs and is
+///                                                       fast here; none: 0)
+///   K::fast_here()                                   whether this machine has what makes it fast
+///                                                       (none: always)
 ///   k.batch_invariant()                              -> K: the kernel set so that a row's result
 ///                                                       does not depend on the rows batched with
 ///                                                       it; the layer runs its shared expert with

@@ -213,8 +213,10 @@ struct tensor_source {
 
 namespace detail {
 /// Writes one safetensors file from sources, calling each fill once, in name order, through an
-/// atomic_output_file (a fill that throws leaves `path` as it was and no temporary behind).
-inline void write_streamed(const std::filesystem::path& path, std::vector<const tensor_source*> order) {
+/// atomic_output_file (a fill that throws leaves `path` as it was and no temporary behind);
+/// `written` (when set) gets `done` after each tensor, advanced by its bytes.
+inline void write_streamed(const std::filesystem::path& path, std::vector<const tensor_source*> order,
+                           const std::function<void(std::uint64_t)>& written, std::uint64_t& done) {
   std::sort(order.begin(), order.end(), [](const tensor_source* a, const tensor_source* b) { return a->name < b->name; });
   std::string header = "{";
   std::uint64_t offset = 0;
@@ -240,6 +242,8 @@ inline void write_streamed(const std::filesystem::path& path, std::vector<const 
     buf.assign(static_cast<std::size_t>(t->nbytes()), std::byte{0});
     if (t->fill) t->fill(buf);
     out.write(buf);
+    done += buf.size();
+    if (written) written(done);
   }
   out.commit();
 }
@@ -247,9 +251,11 @@ inline void write_streamed(const std::filesystem::path& path, std::vector<const 
 
 /// Writes `tensors` into `dir` (created if needed) as model.safetensors, or, when their data
 /// exceeds `shard_bytes`, as model-0000i-of-0000n.safetensors shards (in name order) with
-/// model.safetensors.index.json. Returns the files written.
+/// model.safetensors.index.json. Returns the files written. `written` (optional) is called after
+/// each tensor with the bytes of tensor data written so far (for progress reports).
 inline std::vector<std::string> write_checkpoint(const std::filesystem::path& dir, std::vector<tensor_source> tensors,
-                                                 std::uint64_t shard_bytes = 4ull << 30) {
+                                                 std::uint64_t shard_bytes = 4ull << 30,
+                                                 const std::function<void(std::uint64_t)>& written = {}) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   require(!ec, "cannot create directory '", dir.string(), "': ", ec.message());
@@ -265,20 +271,21 @@ inline std::vector<std::string> write_checkpoint(const std::filesystem::path& di
     in_shard += n;
     total += n;
   }
-  std::vector<std::string> written;
+  std::vector<std::string> files;
+  std::uint64_t done = 0;
   if (shards.size() == 1) {
-    detail::write_streamed(dir / "model.safetensors", shards[0]);
+    detail::write_streamed(dir / "model.safetensors", shards[0], written, done);
     std::filesystem::remove(dir / index_file_name, ec);
-    written.push_back("model.safetensors");
-    return written;
+    files.push_back("model.safetensors");
+    return files;
   }
   json weight_map = json::object();
   char name[64];
   for (std::size_t i = 0; i < shards.size(); ++i) {
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    detail::write_streamed(dir / name, shards[i]);
+    detail::write_streamed(dir / name, shards[i], written, done);
     for (const auto* t : shards[i]) weight_map.set(t->name, json(std::string(name)));
-    written.push_back(name);
+    files.push_back(name);
   }
   json meta = json::object();
   meta.set("total_size", json(static_cast<std::int64_t>(total)));
@@ -287,7 +294,7 @@ inline std::vector<std::string> write_checkpoint(const std::filesystem::path& di
   index.set("weight_map", std::move(weight_map));
   write_text_file(dir / index_file_name, index.dump());
   std::filesystem::remove(dir / "model.safetensors", ec);
-  return written;
+  return files;
 }
 
 }  // namespace polymoe::io

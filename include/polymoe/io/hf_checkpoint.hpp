@@ -212,6 +212,14 @@ class hf_checkpoint {
     }
     return scheme_at(names_.expert(n, 0));
   }
+  /// The dtype of layer n's routed float expert weights as stored (F32, BF16 or F16; ask only where
+  /// scheme_of(n) is float weights).
+  [[nodiscard]] dtype stored_dtype_of(index_t n) const {
+    check_layer(n);
+    if (family() == hf_family::gpt_oss && files_.contains(names_.stacked(n, "gate_up_proj")))
+      return files_.info(names_.stacked(n, "gate_up_proj")).dtype;
+    return files_.info(names_.expert(n, 0) + names_.gate() + ".weight").dtype;
+  }
 
   /// Layer n's MoeConfig (global: ep_size 1), from config.json and the router's tensors.
   [[nodiscard]] MoeConfig moe_config(index_t n) const {

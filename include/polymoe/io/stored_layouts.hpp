@@ -64,13 +64,19 @@ struct stored_scheme {
     if (is_float()) return "float";
     return with_layout_at(index, []<class W>(boost::mp11::mp_identity<W>) { return quant::checkpoint_layout<W>::name; });
   }
-  /// The stored form named `s` (a layout's name or alias); nullopt-like index -2 when none is.
+  /// The stored form named `s`: a layout's name or alias, or the name of a scheme of the table
+  /// whose weights it stores (mxfp4_w4a16 is stored as mxfp4); index -2 when none is.
   [[nodiscard]] static stored_scheme named(std::string_view s) {
     stored_scheme found{-2};
     boost::mp11::mp_for_each<boost::mp11::mp_iota_c<stored_layout_count>>([&](auto I) {
       using L = quant::checkpoint_layout<boost::mp11::mp_at_c<stored_layouts, I>>;
       if (s == L::name || s == L::alias) found.index = static_cast<int>(I);
     });
+    boost::mp11::mp_for_each<boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::quants_of<core_table>>>(
+        [&]<class Q>(boost::mp11::mp_identity<Q>) {
+          if constexpr (quant::has_checkpoint_layout<typename Q::weights>)
+            if (found.index < 0 && s == Q::name) found = of<typename Q::weights>();
+        });
     return found;
   }
   friend constexpr bool operator==(stored_scheme, stored_scheme) = default;

@@ -11,6 +11,7 @@ namespace polymoe::kernel {
 struct reference {
   using kernel_concept = kernel_tag;
   static constexpr std::string_view name = "reference";
+  static constexpr int speed = 0;  ///< rank among the kernels (--kernel auto): the oracle, not fast
 
   /// The reference runs the scheme's stored form as it is (no re-layout).
   template <class Q>

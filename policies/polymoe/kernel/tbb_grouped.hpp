@@ -12,6 +12,7 @@ namespace polymoe::kernel {
 struct tbb_grouped {
   using kernel_concept = kernel_tag;
   static constexpr std::string_view name = "tbb_grouped";
+  static constexpr int speed = 1;  ///< rank among the kernels (--kernel auto)
 
   template <class Q>
   using prepared = kernels::DenseExperts;

@@ -231,6 +231,7 @@ struct scheme<quant::int8_w8a8> {
 struct tiled {
   using kernel_concept = kernel_tag;
   static constexpr std::string_view name = "tiled";
+  static constexpr int speed = 2;  ///< rank among the kernels (--kernel auto)
 
   kernels::tiled::tuning tuning{};
   kernels::tiled::PhaseTimes* phases = nullptr;  ///< where forwards record their phase times (nullptr: nowhere)

@@ -112,6 +112,10 @@ struct scheme<quant::fp8_block_weight_only> : decoded_scheme<quant::fp8_block_we
 struct tiled_amx {
   using kernel_concept = kernel_tag;
   static constexpr std::string_view name = "tiled_amx";
+  static constexpr int speed = 3;  ///< rank among the kernels (--kernel auto), where the tiles run
+  /// Whether this machine runs the tiles (without them the layout's AVX-512 loops run, no faster
+  /// than kernel::tiled's).
+  static bool fast_here() { return kernels::tiled::amx_unavailable_reason() == nullptr; }
 
   kernels::tiled::tuning tuning{};
   kernels::tiled::PhaseTimes* phases = nullptr;  ///< where forwards record their phase times (nullptr: nowhere)

@@ -256,6 +256,15 @@ TEST_F(file_io, same_file_follows_links_and_hard_links) {
   EXPECT_NO_THROW(require_not_overwriting(file("absent"), read, "x"));
 }
 
+TEST_F(file_io, a_checkpoint_write_reports_the_bytes_written_after_each_tensor) {
+  std::vector<tensor_source> ts;
+  for (int i = 0; i < 5; ++i) ts.push_back({"t" + std::to_string(i), dtype::F32, {16 * (i + 1)}, {}});
+  std::vector<std::uint64_t> seen;
+  write_checkpoint(dir_, ts, 200, [&](std::uint64_t done) { seen.push_back(done); });  // sharded: across shards too
+  // 64, 128, 192, 256, 320 bytes: the running total, tensor after tensor, in name order
+  EXPECT_EQ(seen, (std::vector<std::uint64_t>{64, 192, 384, 640, 960}));
+}
+
 TEST_F(file_io, the_paths_of_a_checkpoint_are_its_index_and_shards) {
   std::vector<tensor_source> ts;
   for (int i = 0; i < 3; ++i) ts.push_back({"t" + std::to_string(i), dtype::F32, {64}, {}});
