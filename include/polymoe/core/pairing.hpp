@@ -14,6 +14,7 @@
 #include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
 #include <polymoe/core/formats.hpp>
+#include <polymoe/core/memory_space.hpp>
 #include <polymoe/core/pairing_rows.hpp>
 
 namespace polymoe {
@@ -34,6 +35,8 @@ template <class... Ts> struct schemes_this_kernel_implements {};
 template <class... Ts> struct kernels_that_implement_this_scheme {};
 template <class... Ts> struct formats_this_kernel_runs {};
 template <class... Ts> struct kernels_that_can_run_this_format {};
+template <class... Ts> struct memory_spaces_this_dispatcher_carries {};
+template <class... Ts> struct dispatchers_that_carry_this_space {};
 
 // Each diagnostic fails when instantiated, once. Search the compiler output for its name: the
 // template arguments printed with it are the offending types and the valid alternatives.
@@ -97,6 +100,14 @@ struct kernel_cannot_run_dispatch_format {
                 "axis produces, natively or through an adapter_row of the table; choose a "
                 "kernel from polymoe::diagnostic::kernels_that_can_run_this_format<...> or a dispatcher whose "
                 "format is in polymoe::diagnostic::formats_this_kernel_runs<...> (both in the instantiation above)");
+};
+template <class A2A, class DispatcherSpaces, class Kernel, class KernelSpace, class DispatchersOfSpace>
+struct dispatcher_does_not_carry_the_kernel_memory_space {
+  static_assert(detail::dependent_false<A2A>,
+                "polymoe: MoeLayer<A2A, Quant, Kernel>: the Kernel axis computes in a memory space (KernelSpace "
+                "above) that the A2A axis does not carry (polymoe::diagnostic::memory_spaces_this_dispatcher_carries"
+                "<...> above); choose a dispatcher from polymoe::diagnostic::dispatchers_that_carry_this_space<...> "
+                "or a kernel that computes in one of the dispatcher's spaces");
 };
 }  // namespace diagnostic
 
@@ -224,6 +235,10 @@ struct well_formed {
 template <class List, template <class...> class As>
 using as = mp::mp_rename<List, As>;
 
+/// Whether dispatcher A carries memory space S (memory_space.hpp).
+template <class A, class S>
+using carries = mp::mp_contains<dispatcher_memory_spaces<A>, S>;
+
 template <class Table, class A2A, class Quant, class Kernel>
 consteval auto resolve_fn() {
   namespace d = diagnostic;
@@ -253,6 +268,12 @@ consteval auto resolve_fn() {
     return std::type_identity<failure<d::kernel_does_not_implement_quant_scheme<
         Kernel, Quant, as<kernel_schemes<Table, Kernel>, d::schemes_this_kernel_implements>,
         as<kernels_of_scheme, d::kernels_that_implement_this_scheme>>>>{};
+  } else if constexpr (!carries<A2A, kernel_memory_space<Kernel>>::value) {
+    using S = kernel_memory_space<Kernel>;
+    using carriers = mp::mp_copy_if_q<dispatchers, mp::mp_bind_back<carries, S>>;
+    return std::type_identity<failure<d::dispatcher_does_not_carry_the_kernel_memory_space<
+        A2A, as<dispatcher_memory_spaces<A2A>, d::memory_spaces_this_dispatcher_carries>, Kernel, S,
+        as<carriers, d::dispatchers_that_carry_this_space>>>>{};
   } else {
     using F = typename A2A::format;
     if constexpr (can_run<Table, F, Kernel>::value) {

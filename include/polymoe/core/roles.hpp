@@ -37,7 +37,8 @@ concept declares_format = requires { typename T::format; } && is_dispatch_format
 ///   a.dispatch(hidden [T,H], ids [T,k] global, weights [T,k], cfg) -> DispatchOutput<F>
 ///   a.combine_input(d, out [T,H])                                 -> CombineInput<F> (where the kernel writes)
 ///   a.combine(c, out [T,H])                                       -> void (out = routed sum for the local tokens)
-/// Example: polymoe::a2a::local (standard format, no communication).
+/// and optionally `using memory_spaces = mp_list<space::...>`, the memory it carries (none: host).
+/// Example: polymoe::a2a::local (standard format, no communication, host and CUDA memory).
 template <class T>
 concept dispatcher = opts_into_a2a<T> && named_policy<T> && declares_format<T> &&
     requires(T& a, const MatrixCRef& h, const IdMatrixCRef& ids, const MatrixCRef& w, const MoeConfig& cfg,
@@ -82,6 +83,8 @@ concept quant_scheme = opts_into_quant<Q> && named_policy<Q> && requires { typen
 ///                                                       fast here; none: 0)
 ///   K::fast_here()                                   whether this machine has what makes it fast
 ///                                                       (none: always)
+///   typename K::memory_space                         where it computes (memory_space.hpp; none:
+///                                                       space::host)
 ///   k.batch_invariant()                              -> K: the kernel set so that a row's result
 ///                                                       does not depend on the rows batched with
 ///                                                       it; the layer runs its shared expert with

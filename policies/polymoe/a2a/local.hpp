@@ -1,7 +1,10 @@
 #pragma once
 #include <string_view>
 
+#include <boost/mp11/list.hpp>
+
 #include <polymoe/core/config.hpp>
+#include <polymoe/core/memory_space.hpp>
 #include <polymoe/core/roles.hpp>
 
 namespace polymoe::a2a {
@@ -11,6 +14,8 @@ namespace polymoe::a2a {
 struct local {
   using a2a_concept = a2a_tag;
   using format = format::standard;
+  /// Nothing moves, so the tokens may live wherever the kernel computes.
+  using memory_spaces = boost::mp11::mp_list<space::host, space::cuda>;
   static constexpr std::string_view name = "local";
 
   static void configure(const MoeConfig& cfg) {
