@@ -10,15 +10,20 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <boost/mp11/algorithm.hpp>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 
+#include <polymoe/io/file_io.hpp>
+#include <polymoe/io/json.hpp>
+#include <polymoe/kernels/tiled/isa.hpp>
 #include <polymoe/polymoe.hpp>
 
 #include "polymoe_bench.hpp"
@@ -44,7 +49,10 @@ const char* usage = R"(usage: polymoe_bench [options]
                    forwards (sort, inputs, gemm1, act, gemm2 or gemms, sum), in the log and the note
   --no-baseline    skip the fp32 Eigen baseline (its column is then empty)
   --bf16-inputs    hidden states that are bf16 values (an engine running in bf16), not fp32 ones
-  --json FILE --csv FILE   write the records
+  --json FILE --csv FILE   write the records (JSON: {"context": build, commit, CPU, ISA paths,
+                   compiler and flags, date, limits per thread count; "records": one per point with
+                   every timed forward's seconds, median, min, max, mean, stddev}; CSV: the same
+                   columns without the samples)
   --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)
   --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
                    same shapes: rows with a2a=peer, kernel=torch-hf-loop
@@ -128,15 +136,6 @@ std::string num(double v, int prec = 6) {
   return s.str();
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o + "\"";
-}
-
 struct row {
   record r;
   Limits lim;
@@ -179,35 +178,83 @@ void print_row(const row& w) {
   std::fflush(stdout);
 }
 
+polymoe::io::json num_or_null(double v) { return std::isfinite(v) ? polymoe::io::json(v) : polymoe::io::json(nullptr); }
+
+/// The CPU's model name (/proc/cpuinfo), or "unknown".
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string v = line.substr(line.find(':') + 1);
+      return v.erase(0, v.find_first_not_of(' '));
+    }
+  return "unknown";
+}
+
+/// The run's context: what was built from which commit with which compiler and flags, on which
+/// machine and when, with the limits measured per thread count (the records hold them too).
+polymoe::io::json context(const std::vector<row>& rows) {
+  using polymoe::io::json;
+  char date[32] = "";
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  if (gmtime_r(&now, &utc)) std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  json limits = json::object();
+  for (const auto& w : rows)
+    limits.set(std::to_string(w.r.threads),
+               json::object({{"dram_read_gbps", num_or_null(w.lim.dram_gbs)},
+                             {"fma_peak_gflops", num_or_null(w.lim.peak_gflops)},
+                             {"vnni_peak_gops", w.lim.vnni_gops > 0 ? json(w.lim.vnni_gops) : json(nullptr)},
+                             {"amx_bf16_peak_gflops", w.lim.amx_bf16_gflops > 0 ? json(w.lim.amx_bf16_gflops) : json(nullptr)},
+                             {"amx_int8_peak_gops", w.lim.amx_int8_gops > 0 ? json(w.lim.amx_int8_gops) : json(nullptr)}}));
+  return json::object({{"program", "polymoe_bench"},
+                       {"version", POLYMOE_VERSION_STRING},
+                       {"commit", POLYMOE_GIT_COMMIT},
+                       {"date", std::string(date)},
+                       {"cpu", cpu_model()},
+                       {"cores", static_cast<std::int64_t>(std::thread::hardware_concurrency())},
+                       {"isa_compiled", kernels::tiled::compiled_paths()},
+                       {"isa_this_machine", kernels::tiled::machine_paths()},
+                       {"compiler", "g++ " __VERSION__},
+                       {"flags", POLYMOE_BUILD_FLAGS},
+                       {"limits_by_threads", std::move(limits)}});
+}
+
+/// {"context": ..., "records": [...]}: one record per point, with every timed forward's seconds
+/// and their median, min, max, mean and sample standard deviation.
 void write_json(const std::string& file, const std::vector<row>& rows) {
-  std::ofstream f(file);
-  if (!f) fail("cannot write " + file);
-  f << "[\n";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& w = rows[i];
+  using polymoe::io::json;
+  json records = json::array();
+  for (const auto& w : rows) {
     const auto& r = w.r;
-    f << "  {\"a2a\": " << json_str(r.a2a) << ", \"quant\": " << json_str(r.quant) << ", \"kernel\": "
-      << json_str(r.kernel) << ", \"preset\": " << json_str(r.preset) << ", \"experts\": " << r.experts
-      << ", \"tokens\": " << r.tokens << ", \"threads\": " << r.threads << ", \"median_s\": " << num(r.median_s)
-      << ", \"min_s\": " << num(r.min_s) << ", \"max_s\": " << num(r.max_s)
-      << ", \"tokens_per_s\": " << num(static_cast<double>(r.tokens) / r.median_s) << ", \"gflops\": "
-      << num(w.gflops()) << ", \"weight_gbps\": " << num(w.gbps()) << ", \"fma_peak_gflops\": "
-      << num(w.lim.peak_gflops) << ", \"vnni_peak_gops\": " << (w.lim.vnni_gops > 0 ? num(w.lim.vnni_gops) : "null")
-      << ", \"amx_bf16_peak_gflops\": " << (w.lim.amx_bf16_gflops > 0 ? num(w.lim.amx_bf16_gflops) : "null")
-      << ", \"amx_int8_peak_gops\": " << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "null")
-      << ", \"dram_read_gbps\": " << num(w.lim.dram_gbs) << ", \"fma_ratio\": " << num(w.gflops() / w.lim.peak_gflops)
-      << ", \"vnni_ratio\": " << (w.lim.vnni_gops > 0 ? num(w.gflops() / w.lim.vnni_gops) : "null")
-      << ", \"dram_ratio\": " << num(w.gbps() / w.lim.dram_gbs) << ", \"baseline_ratio\": " << num(w.base_ratio())
-      << ", \"note\": " << json_str(r.note) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+    json samples = json::array();
+    for (const double x : r.samples_s) samples.push_back(json(x));
+    records.push_back(json::object(
+        {{"a2a", r.a2a}, {"quant", r.quant}, {"kernel", r.kernel}, {"preset", r.preset},
+         {"experts", static_cast<std::int64_t>(r.experts)}, {"tokens", static_cast<std::int64_t>(r.tokens)},
+         {"threads", r.threads}, {"median_s", num_or_null(r.median_s)}, {"min_s", num_or_null(r.min_s)},
+         {"max_s", num_or_null(r.max_s)}, {"mean_s", num_or_null(r.mean_s)}, {"stddev_s", num_or_null(r.stddev_s)},
+         {"samples_s", std::move(samples)},
+         {"tokens_per_s", num_or_null(static_cast<double>(r.tokens) / r.median_s)},
+         {"gflops", num_or_null(w.gflops())}, {"weight_gbps", num_or_null(w.gbps())},
+         {"fma_peak_gflops", num_or_null(w.lim.peak_gflops)},
+         {"vnni_peak_gops", w.lim.vnni_gops > 0 ? json(w.lim.vnni_gops) : json(nullptr)},
+         {"amx_bf16_peak_gflops", w.lim.amx_bf16_gflops > 0 ? json(w.lim.amx_bf16_gflops) : json(nullptr)},
+         {"amx_int8_peak_gops", w.lim.amx_int8_gops > 0 ? json(w.lim.amx_int8_gops) : json(nullptr)},
+         {"dram_read_gbps", num_or_null(w.lim.dram_gbs)}, {"fma_ratio", num_or_null(w.gflops() / w.lim.peak_gflops)},
+         {"vnni_ratio", w.lim.vnni_gops > 0 ? num_or_null(w.gflops() / w.lim.vnni_gops) : json(nullptr)},
+         {"dram_ratio", num_or_null(w.gbps() / w.lim.dram_gbs)}, {"baseline_ratio", num_or_null(w.base_ratio())},
+         {"note", r.note}}));
   }
-  f << "]\n";
+  polymoe::io::write_text_file(file, json::object({{"context", context(rows)}, {"records", std::move(records)}}).dump() + "\n");
 }
 
 void write_csv(const std::string& file, const std::vector<row>& rows) {
   std::ofstream f(file);
   if (!f) fail("cannot write " + file);
   f << "a2a,quant,kernel,preset,experts,tokens,threads,median_s,min_s,max_s,tokens_per_s,gflops,weight_gbps,"
-       "fma_peak_gflops,vnni_peak_gops,dram_read_gbps,baseline_ratio,amx_bf16_peak_gflops,amx_int8_peak_gops\n";
+       "fma_peak_gflops,vnni_peak_gops,dram_read_gbps,baseline_ratio,amx_bf16_peak_gflops,amx_int8_peak_gops,"
+       "mean_s,stddev_s\n";
   for (const auto& w : rows) {
     const auto& r = w.r;
     f << r.a2a << ',' << r.quant << ',' << r.kernel << ',' << r.preset << ',' << r.experts << ',' << r.tokens << ','
@@ -216,7 +263,8 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
       << num(w.lim.peak_gflops) << ',' << (w.lim.vnni_gops > 0 ? num(w.lim.vnni_gops) : "") << ','
       << num(w.lim.dram_gbs) << ',' << (w.baseline_s > 0 ? num(w.base_ratio()) : "") << ','
       << (w.lim.amx_bf16_gflops > 0 ? num(w.lim.amx_bf16_gflops) : "") << ','
-      << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "") << '\n';
+      << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "") << ',' << num(r.mean_s) << ','
+      << num(r.stddev_s) << '\n';
   }
 }
 

@@ -63,7 +63,8 @@ struct record {
   std::string a2a, quant, kernel, preset;
   index_t tokens = 0, experts = 0;
   int threads = 1;
-  double median_s = 0, min_s = 0, max_s = 0;
+  double median_s = 0, min_s = 0, max_s = 0, mean_s = 0, stddev_s = 0;
+  std::vector<double> samples_s;  // every timed forward, in the order they ran
   double flops = 0;         // per forward: 2·T·k·rows13·H + 2·T·k·H·I
   double weight_bytes = 0;  // per forward: distinct experts touched x one expert's stored bytes
   std::string note;         // how the cache was defeated
@@ -197,7 +198,8 @@ inline Matrix random_hidden(index_t T, index_t H, std::uint64_t seed, bool bf16_
   return m;
 }
 
-/// Times `reps` calls of fn(f) (f = 0, 1, ...) after `warm` untimed ones; fills median/min/max.
+/// Times `reps` calls of fn(f) (f = 0, 1, ...) after `warm` untimed ones; fills the samples,
+/// median, min, max, mean and sample standard deviation.
 template <class Fn>
 void time_reps(int reps, int warm, Fn fn, record& r) {
   int f = 0;
@@ -208,6 +210,12 @@ void time_reps(int reps, int warm, Fn fn, record& r) {
     fn(f);
     t.push_back(seconds_since(t0));
   }
+  r.samples_s = t;
+  double sum = 0, sq = 0;
+  for (const double x : t) sum += x;
+  r.mean_s = sum / static_cast<double>(t.size());
+  for (const double x : t) sq += (x - r.mean_s) * (x - r.mean_s);
+  r.stddev_s = t.size() > 1 ? std::sqrt(sq / static_cast<double>(t.size() - 1)) : 0.0;  // sample stddev
   std::sort(t.begin(), t.end());
   r.min_s = t.front();
   r.max_s = t.back();

@@ -6,6 +6,8 @@
 #include <new>
 #include <string_view>
 
+#include <polymoe/kernels/tiled/isa.hpp>
+
 #include "cli.hpp"
 #include "selection.hpp"
 
@@ -31,21 +33,8 @@ int cmd_list(int argc, char** argv) {
 /// kernels were compiled for, and whether this machine runs the AMX tiles.
 int cmd_version() {
   std::printf("polymoe %s (commit %s)\n", POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
-#if defined(POLYMOE_TILED_AVX512)
-  std::printf("  tiled kernels: AVX-512%s%s\n", POLYMOE_TILED_DPBF16 ? ", AVX-512 BF16 dot products" : "",
-#if defined(POLYMOE_TILED_AMX_CODE)
-              ", AMX tiles (kernel::tiled_amx)"
-#else
-              ""
-#endif
-  );
-#else
-  std::printf("  tiled kernels: portable loops (built without AVX-512)\n");
-#endif
-#if defined(POLYMOE_TILED_AMX_CODE)
-  const char* why = kernels::tiled::amx_unavailable_reason();
-  std::printf("  this machine: %s%s\n", why ? "no AMX tiles: " : "AMX tiles run", why ? why : "");
-#endif
+  std::printf("  tiled kernels: %s\n", kernels::tiled::compiled_paths().c_str());
+  std::printf("  this machine: %s\n", kernels::tiled::machine_paths().c_str());
   std::printf("  --kernel auto runs %s for bf16\n", std::string(auto_kernel("local", "bf16")).c_str());
   return 0;
 }
