@@ -450,7 +450,16 @@ class hf_checkpoint {
     return t;
   }
   const tensor_info& expect(const std::string& name, std::vector<std::int64_t> want, const std::vector<dtype>& ok) const {
-    const tensor_info& t = expect_shape(name, std::move(want));
+    return expect_dtype(expect_shape(name, std::move(want)), ok);
+  }
+  /// A tensor holding one value (shape [] or [1]) of one of the dtypes `ok`.
+  const tensor_info& expect_one_value(const std::string& name, const std::vector<dtype>& ok) const {
+    const tensor_info& t = files_.info(name);
+    require(t.numel() == 1, "checkpoint: tensor '", name, "' has shape ", t.shape_string(), ", expected a scalar");
+    return expect_dtype(t, ok);
+  }
+  const tensor_info& expect_dtype(const tensor_info& t, const std::vector<dtype>& ok) const {
+    const std::string& name = t.name;
     bool good = false;
     std::string names;
     for (const dtype d : ok) {
@@ -544,7 +553,9 @@ class hf_checkpoint {
           for (int j = 0; j < 3; ++j) {
             const index_t N = j < 2 ? I : H, K = j < 2 ? H : I;
             const std::string name = p + proj[j] + std::string(t.suffix);
-            const tensor_info& ti = expect(name, stored_shape(t, N, K), dtypes_of(t.type));
+            // a scalar is one value, stored as [] or [1]
+            const tensor_info& ti = t.scalar ? expect_one_value(name, dtypes_of(t.type))
+                                             : expect(name, stored_shape(t, N, K), dtypes_of(t.type));
             auto& field = j < 2 ? w.*(t.field13) : w.*(t.field2);
             const std::size_t at = field.size();
             append_values(ti, 0, ti.numel(), field);
