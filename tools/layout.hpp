@@ -36,17 +36,9 @@ struct out_scheme {
 /// whose weights a layout stores ("fp8_block, fp8-block, fp8_block_weight_only, mxfp4, ...").
 inline std::string layout_names() {
   std::vector<std::string_view> names;
-  const auto add = [&](std::string_view n) {
-    if (io::stored_scheme::named(n).index >= 0 && std::find(names.begin(), names.end(), n) == names.end())
-      names.push_back(n);
-  };
-  boost::mp11::mp_for_each<boost::mp11::mp_transform<boost::mp11::mp_identity, io::stored_layouts>>(
-      [&]<class W>(boost::mp11::mp_identity<W>) {
-        add(quant::checkpoint_layout<W>::name);
-        add(quant::checkpoint_layout<W>::alias);
-      });
-  boost::mp11::mp_for_each<boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::quants_of<core_table>>>(
-      [&]<class Q>(boost::mp11::mp_identity<Q>) { add(Q::name); });
+  io::for_each_stored_name([&](std::string_view n, io::stored_scheme) {
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  });
   std::string out;
   for (const auto n : names) out += std::string(out.empty() ? "" : ", ") + std::string(n);
   return out;

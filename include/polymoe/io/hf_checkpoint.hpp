@@ -25,8 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
-#include <initializer_list>
 #include <tuple>
 #include <type_traits>
 #include <optional>

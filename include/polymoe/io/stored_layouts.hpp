@@ -66,23 +66,36 @@ struct stored_scheme {
   }
   /// The stored form named `s`: a layout's name or alias, or the name of a scheme of the table
   /// whose weights it stores (mxfp4_w4a16 is stored as mxfp4); index -2 when none is.
-  [[nodiscard]] static stored_scheme named(std::string_view s) {
-    stored_scheme found{-2};
-    boost::mp11::mp_for_each<boost::mp11::mp_iota_c<stored_layout_count>>([&](auto I) {
-      using L = quant::checkpoint_layout<boost::mp11::mp_at_c<stored_layouts, I>>;
-      if (s == L::name || s == L::alias) found.index = static_cast<int>(I);
-    });
-    boost::mp11::mp_for_each<boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::quants_of<core_table>>>(
-        [&]<class Q>(boost::mp11::mp_identity<Q>) {
-          if constexpr (quant::has_checkpoint_layout<typename Q::weights>)
-            if (found.index < 0 && s == Q::name) found = of<typename Q::weights>();
-        });
-    return found;
-  }
+  [[nodiscard]] static stored_scheme named(std::string_view s);
   friend constexpr bool operator==(stored_scheme, stored_scheme) = default;
 };
 
 [[nodiscard]] inline std::string_view to_string(stored_scheme s) { return s.name(); }
+
+/// Calls f(name, form) for every name a stored form goes by, in this order: each layout's name and
+/// alias, then each scheme of the table whose weights a layout stores (mxfp4_w4a16: mxfp4). A name
+/// may come more than once (an alias equal to its name, a scheme named as its layout).
+template <class F>
+void for_each_stored_name(F&& f) {
+  boost::mp11::mp_for_each<boost::mp11::mp_iota_c<stored_layout_count>>([&](auto I) {
+    using L = quant::checkpoint_layout<boost::mp11::mp_at_c<stored_layouts, I>>;
+    f(L::name, stored_scheme{static_cast<int>(I)});
+    f(L::alias, stored_scheme{static_cast<int>(I)});
+  });
+  boost::mp11::mp_for_each<boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::quants_of<core_table>>>(
+      [&]<class Q>(boost::mp11::mp_identity<Q>) {
+        if constexpr (quant::has_checkpoint_layout<typename Q::weights>)
+          f(Q::name, stored_scheme::of<typename Q::weights>());
+      });
+}
+
+inline stored_scheme stored_scheme::named(std::string_view s) {
+  stored_scheme found{-2};
+  for_each_stored_name([&](std::string_view n, stored_scheme form) {
+    if (found.index < 0 && s == n) found = form;
+  });
+  return found;
+}
 
 /// Calls f(mp_identity<W>{}) for the layout of a quantized stored scheme.
 template <class F>
