@@ -57,7 +57,7 @@
 
 #include "limits.hpp"
 
-#if !defined(POLYMOE_TILED_AMX_CODE)
+#if !POLYMOE_TILED_AMX_CODE
 int main() {
   std::printf("bench_amx: this build has no AMX code (needs AVX-512 on x86-64 Linux)\n");
   return 0;

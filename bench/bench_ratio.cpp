@@ -121,7 +121,7 @@ std::optional<std::pair<kernels::tiled::tuning, kernels::tiled::tuning>> ab_tuni
 }  // namespace
 
 int main(int argc, char** argv) try {
-  preset p{"qwen3-30b-a3b", 2048, 768, 128, 8};
+  preset p{"qwen3-30b-a3b", 2048, 768, 128, 8, 128, "bench_ratio"};
   std::vector<long> tokens = {512, 2048};
   int threads = 16, rounds = 9, forwards = 3;
   bool phases = false, bf16_inputs = false;
@@ -134,11 +134,11 @@ int main(int argc, char** argv) try {
     const std::string v = argv[++i];
     if (a == "--preset") {
       if (v == "tiny")
-        p = {"tiny", 256, 128, 16, 4};
+        p = {"tiny", 256, 128, 16, 4, 16, "bench_ratio"};
       else if (v == "deepseek-v3")
-        p = {"deepseek-v3", 7168, 2048, 256, 8};
+        p = {"deepseek-v3", 7168, 2048, 256, 8, 256, "bench_ratio"};
       else if (v == "gpt-oss-20b")
-        p = {"gpt-oss-20b", 2880, 2880, 32, 4};
+        p = {"gpt-oss-20b", 2880, 2880, 32, 4, 32, "bench_ratio"};
       else if (v != "qwen3-30b-a3b")
         fail("--preset: qwen3-30b-a3b, deepseek-v3, gpt-oss-20b or tiny, not '" + v + "'");
     } else if (a == "--experts") {

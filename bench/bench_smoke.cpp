@@ -12,7 +12,7 @@ using namespace polymoe;
 
 template <class Q, class K>
 void BM_layer(benchmark::State& state) {
-  const bench::preset p{"smoke", 64, 32, 8, 2};
+  const bench::preset p{"smoke", 64, 32, 8, 2, 8, "bench_smoke"};
   MoeConfig cfg;
   cfg.hidden = p.hidden;
   cfg.intermediate = p.intermediate;

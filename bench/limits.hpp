@@ -5,6 +5,8 @@
 //   fp32 FMA peak: 16 register-resident FMA chains per thread; best of 5 passes;
 //   int8 VNNI peak: 16 register-resident vpdpbusd chains per thread (64 u8 x s8 products and adds
 //     each, counted as 128 ops); best of 5; reported as 0 (n/a) when built without __AVX512VNNI__;
+//   bf16 dot-product peak: 16 register-resident vdpbf16ps chains per thread (32 bf16 products and
+//     adds each, counted as 64 flops); best of 5; 0 (n/a) when built without __AVX512BF16__;
 //   AMX peaks: four register-resident tile accumulators per thread, tdpbf16ps (16 x 16 x 32
 //     products, 16384 flops) and tdpbusd (16 x 16 x 64 products, 32768 ops); best of 5; 0 (n/a)
 //     where the tiles cannot run (kernels::tiled::amx_unavailable_reason). On the device machine
@@ -197,7 +199,36 @@ inline double vnni_peak_gops([[maybe_unused]] int threads) {
 #endif
 }
 
-#if defined(POLYMOE_TILED_AMX_CODE)
+/// bf16 dot-product peak in GFLOP/s (vdpbf16ps: 32 products and 32 adds each); 0 without
+/// __AVX512BF16__.
+inline double bf16_dot_peak_gflops([[maybe_unused]] int threads) {
+#if defined(__AVX512BF16__)
+  const long iters = 4'000'000;
+  std::vector<double> sink(static_cast<std::size_t>(threads));
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t = run_together(threads, [&](int id) {
+      __m512 a[16];
+      for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j + id));
+      const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
+      const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+      for (long i = 0; i < iters; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+      __m512 r = a[0];
+      for (int j = 1; j < 16; ++j) r = _mm512_add_ps(r, a[j]);
+      sink[static_cast<std::size_t>(id)] = hsum(r);
+    });
+    best = std::max(best, 2.0 * 32 * 16 * static_cast<double>(iters) * threads / t / 1e9);
+  }
+  if (sink[0] == 42) std::printf(" ");
+  return best;
+#else
+  return 0.0;
+#endif
+}
+
+#if POLYMOE_TILED_AMX_CODE
 /// `iters` x 4 tile products on four accumulators (tiles 0-3); the operand tiles 4-6 are zero, or
 /// loaded from `operands` (3 KiB, 64-byte rows) where it is given.
 template <bool Int8>
@@ -241,7 +272,7 @@ __attribute__((target("amx-tile,amx-bf16,amx-int8"))) inline float amx_products(
 
 /// AMX peak in GFLOP/s (bf16) or GOP/s (int8), 0 where the tiles cannot run.
 inline double amx_peak([[maybe_unused]] int threads, [[maybe_unused]] bool int8) {
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
   if (kernels::tiled::amx_unavailable_reason() != nullptr) return 0.0;
   const long iters = 100'000;
   std::vector<float> sink(static_cast<std::size_t>(threads));
@@ -264,10 +295,11 @@ inline double amx_peak([[maybe_unused]] int threads, [[maybe_unused]] bool int8)
 struct Limits {
   int threads = 1;
   std::size_t dram_bytes = std::size_t{1} << 30;
-  double dram_gbs = 0, peak_gflops = 0, vnni_gops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
+  double dram_gbs = 0, peak_gflops = 0, vnni_gops = 0, bf16_dot_gflops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
   double dram() { return dram_gbs = std::max(dram_gbs, dram_read_gbs(dram_bytes, threads)); }
   double peak() { return peak_gflops = std::max(peak_gflops, fma_peak_gflops(threads)); }
   double vnni() { return vnni_gops = std::max(vnni_gops, vnni_peak_gops(threads)); }
+  double bf16_dot() { return bf16_dot_gflops = std::max(bf16_dot_gflops, bf16_dot_peak_gflops(threads)); }
   /// Both AMX peaks; returns this measurement's bf16 value (before the best is kept).
   double amx() {
     const double now = amx_peak(threads, false);

@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -22,6 +24,7 @@
 #include <tbb/parallel_for.h>
 
 #include <polymoe/io/file_io.hpp>
+#include <polymoe/io/hf_checkpoint.hpp>
 #include <polymoe/io/json.hpp>
 #include <polymoe/kernels/tiled/isa.hpp>
 #include <polymoe/polymoe.hpp>
@@ -40,6 +43,9 @@ namespace {
 const char* usage = R"(usage: polymoe_bench [options]
   --preset LIST    shapes of io/model_presets.hpp (tiny, qwen3-30b-a3b, deepseek-v3, ...; default tiny): real
                    H/I/E/k, silu-gated, no biases, random weights
+  --checkpoint DIR a Hugging Face checkpoint's shape instead of (or, with --preset, besides) the
+                   presets: H/I/E/k of its config.json for --layer N (default: its first MoE layer);
+                   the weights timed are random, as for the presets
   --experts N      cap the number of experts E (quick runs; said in the output)
   --tokens LIST    default 1,16,64,512
   --threads LIST   TBB threads (tbb::global_control), default 1
@@ -53,6 +59,10 @@ const char* usage = R"(usage: polymoe_bench [options]
                    compiler and flags, date, limits per thread count; "records": one per point with
                    every timed forward's seconds, median, min, max, mean, stddev}; CSV: the same
                    columns without the samples)
+  --format md|text the tables as markdown (the default on a terminal) or aligned text (elsewhere);
+                   columns: median/min/max ms, tok/s, GFLOP/s, weight GB/s, the compute peak of the
+                   instruction the path runs (fp32 FMA, bf16 dot, VNNI int8, AMX bf16 / int8) and the
+                   share of it, the share of DRAM bandwidth, x the fp32 Eigen baseline
   --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)
   --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
                    same shapes: rows with a2a=peer, kernel=torch-hf-loop
@@ -145,36 +155,70 @@ struct row {
   [[nodiscard]] double base_ratio() const { return baseline_s > 0 ? baseline_s / r.median_s : NAN; }
 };
 
+/// The compute limit a point is measured against: the peak of the instruction its path runs (AMX
+/// tiles for tiled_amx where they run, vpdpbusd for int8, vdpbf16ps for bf16 where kernel::tiled
+/// runs bf16 pairs, fp32 FMA otherwise), by name and value.
+struct peak_ref {
+  const char* name;
+  double value;
+};
+peak_ref applicable_peak(const row& w) {
+  const auto& r = w.r;
+  const bool int8 = r.quant == "int8_w8a8";
+  if (r.kernel == "tiled_amx" && r.quant != "fp32" && w.lim.amx_bf16_gflops > 0)
+    return int8 ? peak_ref{"AMX int8", w.lim.amx_int8_gops} : peak_ref{"AMX bf16", w.lim.amx_bf16_gflops};
+  if (int8 && (r.kernel == "tiled" || r.kernel == "tiled_amx") && w.lim.vnni_gops > 0)
+    return {"VNNI int8", w.lim.vnni_gops};
+  if (r.quant == "bf16" && (r.kernel == "tiled" || r.kernel == "tiled_amx") && POLYMOE_TILED_DPBF16 &&
+      w.lim.bf16_dot_gflops > 0)
+    return {"bf16 dot", w.lim.bf16_dot_gflops};
+  return {"fp32 FMA", w.lim.peak_gflops};
+}
+
+/// The table's format: a markdown table (the default on a terminal) or aligned text.
+bool markdown = false;
+
+void print_cells(const std::vector<std::string>& cells, const std::vector<int>& widths) {
+  std::string line = markdown ? "|" : "";
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const int w = widths[i];
+    const bool left = i < 4 || i == 12;  // names left, numbers right
+    char buf[64];
+    std::snprintf(buf, sizeof buf, left ? "%-*s" : "%*s", w, cells[i].c_str());
+    line += markdown ? std::string(" ") + buf + " |" : (i ? " " : "") + std::string(buf);
+  }
+  std::printf("%s\n", line.c_str());
+}
+const std::vector<int> table_widths{9, 21, 13, 13, 5, 3, 10, 10, 10, 10, 9, 8, 9, 6, 6, 7};
+
 void print_header() {
-  std::printf("%-9s %-21s %-13s %-13s %5s %3s %10s %10s %10s %10s %9s %8s %6s %6s %6s %6s %7s\n", "a2a", "quant",
-              "kernel", "preset", "T", "thr", "median ms", "min ms", "max ms", "tok/s", "GFLOP/s", "wGB/s", "%FMA",
-              "%VNNI", "%AMX", "%DRAM", "x base");
+  print_cells({"a2a", "quant", "kernel", "preset", "T", "thr", "median ms", "min ms", "max ms", "tok/s", "GFLOP/s",
+               "wGB/s", "peak", "%peak", "%DRAM", "x base"},
+              table_widths);
+  if (markdown) {
+    std::string sep = "|";
+    for (std::size_t i = 0; i < table_widths.size(); ++i)
+      sep += (i < 4 || i == 12 ? " :" : " ") + std::string(static_cast<std::size_t>(table_widths[i] - 1), '-') +
+             (i < 4 || i == 12 ? " |" : ": |");
+    std::printf("%s\n", sep.c_str());
+  }
+}
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
 }
 
 void print_row(const row& w) {
   const auto& r = w.r;
-  const bool int8 = r.quant == "int8_w8a8";
-  char vn[16] = "-", base[16] = "-";
-  if (int8) {
-    if (w.lim.vnni_gops > 0)
-      std::snprintf(vn, sizeof vn, "%.1f", 100 * w.gflops() / w.lim.vnni_gops);
-    else
-      std::snprintf(vn, sizeof vn, "n/a");
-  }
-  // %AMX: tiled_amx rows against the tile peak of their type (tdpbf16ps, or tdpbusd for int8)
-  char amx[16] = "-";
-  if (r.kernel == "tiled_amx" && (r.quant == "bf16" || int8)) {
-    const double peak = int8 ? w.lim.amx_int8_gops : w.lim.amx_bf16_gflops;
-    if (peak > 0)
-      std::snprintf(amx, sizeof amx, "%.1f", 100 * w.gflops() / peak);
-    else
-      std::snprintf(amx, sizeof amx, "n/a");
-  }
-  if (w.baseline_s > 0) std::snprintf(base, sizeof base, "%.2f", w.base_ratio());
-  std::printf("%-9s %-21s %-13s %-13s %5ld %3d %10.3f %10.3f %10.3f %10.1f %9.2f %8.2f %6.1f %6s %6s %6.1f %7s\n",
-              r.a2a.c_str(), r.quant.c_str(), r.kernel.c_str(), r.preset.c_str(), static_cast<long>(r.tokens),
-              r.threads, r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, static_cast<double>(r.tokens) / r.median_s,
-              w.gflops(), w.gbps(), 100 * w.gflops() / w.lim.peak_gflops, vn, amx, 100 * w.gbps() / w.lim.dram_gbs, base);
+  const peak_ref peak = applicable_peak(w);
+  print_cells({r.a2a, r.quant, r.kernel, r.preset, std::to_string(r.tokens), std::to_string(r.threads),
+               fixed(r.median_s * 1e3, 3), fixed(r.min_s * 1e3, 3), fixed(r.max_s * 1e3, 3),
+               fixed(static_cast<double>(r.tokens) / r.median_s, 1), fixed(w.gflops(), 2), fixed(w.gbps(), 2), peak.name,
+               peak.value > 0 ? fixed(100 * w.gflops() / peak.value, 1) : "n/a", fixed(100 * w.gbps() / w.lim.dram_gbs, 1),
+               w.baseline_s > 0 ? fixed(w.base_ratio(), 2) : "-"},
+              table_widths);
   std::fflush(stdout);
 }
 
@@ -205,6 +249,7 @@ polymoe::io::json context(const std::vector<row>& rows) {
                json::object({{"dram_read_gbps", num_or_null(w.lim.dram_gbs)},
                              {"fma_peak_gflops", num_or_null(w.lim.peak_gflops)},
                              {"vnni_peak_gops", w.lim.vnni_gops > 0 ? json(w.lim.vnni_gops) : json(nullptr)},
+                             {"bf16_dot_peak_gflops", w.lim.bf16_dot_gflops > 0 ? json(w.lim.bf16_dot_gflops) : json(nullptr)},
                              {"amx_bf16_peak_gflops", w.lim.amx_bf16_gflops > 0 ? json(w.lim.amx_bf16_gflops) : json(nullptr)},
                              {"amx_int8_peak_gops", w.lim.amx_int8_gops > 0 ? json(w.lim.amx_int8_gops) : json(nullptr)}}));
   return json::object({{"program", "polymoe_bench"},
@@ -244,7 +289,9 @@ void write_json(const std::string& file, const std::vector<row>& rows) {
          {"dram_read_gbps", num_or_null(w.lim.dram_gbs)}, {"fma_ratio", num_or_null(w.gflops() / w.lim.peak_gflops)},
          {"vnni_ratio", w.lim.vnni_gops > 0 ? num_or_null(w.gflops() / w.lim.vnni_gops) : json(nullptr)},
          {"dram_ratio", num_or_null(w.gbps() / w.lim.dram_gbs)}, {"baseline_ratio", num_or_null(w.base_ratio())},
-         {"note", r.note}}));
+         {"bf16_dot_peak_gflops", w.lim.bf16_dot_gflops > 0 ? json(w.lim.bf16_dot_gflops) : json(nullptr)},
+         {"peak", applicable_peak(w).name}, {"peak_value", num_or_null(applicable_peak(w).value)},
+         {"peak_ratio", num_or_null(w.gflops() / applicable_peak(w).value)}, {"note", r.note}}));
   }
   polymoe::io::write_text_file(file, json::object({{"context", context(rows)}, {"records", std::move(records)}}).dump() + "\n");
 }
@@ -254,7 +301,7 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
   if (!f) fail("cannot write " + file);
   f << "a2a,quant,kernel,preset,experts,tokens,threads,median_s,min_s,max_s,tokens_per_s,gflops,weight_gbps,"
        "fma_peak_gflops,vnni_peak_gops,dram_read_gbps,baseline_ratio,amx_bf16_peak_gflops,amx_int8_peak_gops,"
-       "mean_s,stddev_s\n";
+       "mean_s,stddev_s,peak,peak_value,peak_ratio\n";
   for (const auto& w : rows) {
     const auto& r = w.r;
     f << r.a2a << ',' << r.quant << ',' << r.kernel << ',' << r.preset << ',' << r.experts << ',' << r.tokens << ','
@@ -264,64 +311,109 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
       << num(w.lim.dram_gbs) << ',' << (w.baseline_s > 0 ? num(w.base_ratio()) : "") << ','
       << (w.lim.amx_bf16_gflops > 0 ? num(w.lim.amx_bf16_gflops) : "") << ','
       << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "") << ',' << num(r.mean_s) << ','
-      << num(r.stddev_s) << '\n';
+      << num(r.stddev_s) << ',' << applicable_peak(w).name << ',' << num(applicable_peak(w).value) << ','
+      << num(w.gflops() / applicable_peak(w).value) << '\n';
   }
 }
 
 // Throughput against tokens, one line per (a2a, quant, kernel), for the first preset and the
-// largest thread count; the limits as horizontal lines. gnuplot reads a generated script.
+// largest thread count, each point with bars from the slowest to the fastest timed forward; the
+// compute peaks of the paths plotted and the DRAM bandwidth as horizontal lines. With several
+// thread counts, a third panel: each series' speed-up over its fewest threads at the largest T.
+// gnuplot reads a generated script.
 void plot(const std::string& png, const std::vector<row>& rows, const std::string& title) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
     fail("--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
   const std::string preset0 = rows.front().r.preset;
-  int thr = 0;
-  for (const auto& w : rows) thr = std::max(thr, w.r.threads);
-  std::map<std::string, std::vector<const row*>> series;
-  const Limits* lim = nullptr;
+  std::set<int> thread_counts;
+  index_t t_max = 0;
   for (const auto& w : rows)
-    if (w.r.preset == preset0 && w.r.threads == thr) {
-      series[w.r.a2a == "local" ? w.r.quant + " / " + w.r.kernel : w.r.a2a + " " + w.r.quant + " / " + w.r.kernel]
-          .push_back(&w);
+    if (w.r.preset == preset0) thread_counts.insert(w.r.threads), t_max = std::max(t_max, w.r.tokens);
+  const int thr = *thread_counts.rbegin();
+  const auto name_of = [](const row& w) {
+    return w.r.a2a == "local" ? w.r.quant + " / " + w.r.kernel : w.r.a2a + " " + w.r.quant + " / " + w.r.kernel;
+  };
+  std::map<std::string, std::vector<const row*>> series, scaling;
+  std::map<std::string, double> peaks;  // the peaks of the paths plotted, by name
+  const Limits* lim = nullptr;
+  for (const auto& w : rows) {
+    if (w.r.preset != preset0) continue;
+    if (w.r.threads == thr) {
+      series[name_of(w)].push_back(&w);
       lim = &w.lim;
+      const peak_ref pk = applicable_peak(w);
+      if (pk.value > 0) peaks[pk.name] = pk.value;
     }
+    if (w.r.tokens == t_max) scaling[name_of(w)].push_back(&w);
+  }
   const std::string gp = png + ".gp";
   std::ofstream f(gp);
   if (!f) fail("cannot write " + gp);
-  for (auto& [name, v] : series) {
+  int i = 0;
+  for (auto& [name, v] : series) {  // tokens, GFLOP/s (median, slowest, fastest), GB/s (the same)
     std::sort(v.begin(), v.end(), [](const row* a, const row* b) { return a->r.tokens < b->r.tokens; });
-    f << "$d" << std::distance(series.begin(), series.find(name)) << " << EOD\n";
-    for (const row* w : v) f << w->r.tokens << ' ' << num(w->gflops()) << ' ' << num(w->gbps()) << '\n';
+    f << "$d" << i++ << " << EOD\n";
+    for (const row* w : v) {
+      const double per_s = w->r.median_s;
+      f << w->r.tokens << ' ' << num(w->gflops()) << ' ' << num(w->gflops() * per_s / w->r.max_s) << ' '
+        << num(w->gflops() * per_s / w->r.min_s) << ' ' << num(w->gbps()) << ' ' << num(w->gbps() * per_s / w->r.max_s)
+        << ' ' << num(w->gbps() * per_s / w->r.min_s) << '\n';
+    }
     f << "EOD\n";
   }
-  f << "set terminal pngcairo size 1500,640 font 'sans,10' noenhanced\nset output '" << png << "'\n"
-    << "set multiplot layout 1,2 title \"" << title << "\"\n"
-    << "set logscale xy 2\nset format y '%g'\nset grid\nset xlabel 'tokens per forward'\n";
-  const auto lines = [&](const char* col) {
+  const bool threads_panel = thread_counts.size() > 1;
+  i = 0;
+  for (auto& [name, v] : scaling) {  // threads, speed-up over the fewest
+    std::sort(v.begin(), v.end(), [](const row* a, const row* b) { return a->r.threads < b->r.threads; });
+    f << "$s" << i++ << " << EOD\n";
+    for (const row* w : v) f << w->r.threads << ' ' << num(v.front()->r.median_s / w->r.median_s) << '\n';
+    f << "EOD\n";
+  }
+  f << "set terminal pngcairo size " << (threads_panel ? 2100 : 1500) << ",640 font 'sans,10' noenhanced\n"
+    << "set output '" << png << "'\n"
+    << "set multiplot layout 1," << (threads_panel ? 3 : 2) << " title \"" << title << "\"\n"
+    << "set logscale xy 2\nset format y '%g'\nset grid\nset xlabel 'tokens per forward'\nset bars small\n";
+  const auto lines = [&](int col) {
     std::string s;
-    int i = 0;
+    int k = 0;
     for (const auto& [name, v] : series) {
-      s += (s.empty() ? "plot " : ", ") + std::string("$d") + std::to_string(i) + " using 1:" + col +
-           " with linespoints lw 2 pt " + std::to_string(i % 13 + 1) + " dt " + std::to_string(i / 8 % 3 + 1) +
-           " title '" + name + "'";
-      ++i;
+      s += (s.empty() ? "plot " : ", ") + std::string("$d") + std::to_string(k) + " using 1:" + std::to_string(col) +
+           ":" + std::to_string(col + 1) + ":" + std::to_string(col + 2) + " with yerrorlines lw 2 pt " +
+           std::to_string(k % 13 + 1) + " dt " + std::to_string(k / 8 % 3 + 1) + " title '" + name + "'";
+      ++k;
     }
     return s;
   };
-  // left: GFLOP/s with the compute limits (labelled on the lines); right: weight GB/s with DRAM
-  f << "set title 'throughput (GFLOP/s)'\nset ylabel 'GFLOP/s'\nunset key\nset yrange [*:"
-    << num(2.5 * std::max(lim->peak_gflops, lim->vnni_gops)) << "]\n"
-    << "set label 1 'fp32 FMA peak " << num(lim->peak_gflops, 4) << " GFLOP/s' at graph 0.02, first "
-    << num(lim->peak_gflops * 1.15) << "\n";
-  if (lim->vnni_gops > 0)
-    f << "set label 2 'int8 VNNI peak " << num(lim->vnni_gops, 4) << " GOP/s' at graph 0.02, first "
-      << num(lim->vnni_gops * 1.15) << " tc rgb 'red'\n";
-  f << lines("2") << ", " << num(lim->peak_gflops) << " with lines dt 2 lw 2 lc rgb 'black' notitle";
-  if (lim->vnni_gops > 0) f << ", " << num(lim->vnni_gops) << " with lines dt 3 lw 2 lc rgb 'red' notitle";
+  // left: GFLOP/s with the peaks of the paths plotted (labelled on the lines); middle: weight GB/s
+  // with DRAM
+  double top = 0;
+  for (const auto& [name, v] : peaks) top = std::max(top, v);
+  f << "set title 'throughput (GFLOP/s), bars: slowest to fastest forward'\nset ylabel 'GFLOP/s'\nunset key\n"
+    << "set yrange [*:" << num(2.5 * top) << "]\n";
+  int label = 1;
+  for (const auto& [name, v] : peaks)
+    f << "set label " << label++ << " '" << name << " peak " << num(v, 4) << "' at graph 0.02, first " << num(v * 1.15)
+      << "\n";
+  f << lines(2);
+  for (const auto& [name, v] : peaks) f << ", " << num(v) << " with lines dt 2 lw 2 lc rgb 'black' notitle";
   f << "\nunset label\nset yrange [*:" << num(2.5 * lim->dram_gbs) << "]\nset title 'effective weight GB/s (distinct experts touched x stored bytes / time)'\n"
     << "set ylabel 'GB/s'\nset key outside right top vertical font 'sans,9'\n"
     << "set label 1 'DRAM read " << num(lim->dram_gbs, 3) << " GB/s' at graph 0.5, first " << num(lim->dram_gbs * 1.15)
     << "\n"
-    << lines("3") << ", " << num(lim->dram_gbs) << " with lines dt 2 lw 2 lc rgb 'black' notitle\nunset multiplot\n";
+    << lines(5) << ", " << num(lim->dram_gbs) << " with lines dt 2 lw 2 lc rgb 'black' notitle\n";
+  if (threads_panel) {
+    f << "unset label\nunset key\nset yrange [*:*]\nset title 'thread scaling at T=" << t_max
+      << " (speed-up over " << *thread_counts.begin() << " thread(s); dashed: ideal)'\nset xlabel 'threads'\n"
+      << "set ylabel 'speed-up'\n";
+    int k = 0;
+    for (const auto& [name, v] : scaling) {
+      f << (k ? ", " : "plot ") << "$s" << k << " using 1:2 with linespoints lw 2 pt " << k % 13 + 1 << " title '"
+        << name << "'";
+      ++k;
+    }
+    f << ", x / " << *thread_counts.begin() << " with lines dt 2 lc rgb 'black' notitle\n";
+  }
+  f << "unset multiplot\n";
   f.close();
   if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) fail("gnuplot failed on " + gp);
   std::printf("plot: %s (gnuplot script %s; preset %s, %d threads)\n", png.c_str(), gp.c_str(), preset0.c_str(), thr);
@@ -377,6 +469,7 @@ int main(int argc, char** argv) try {
   options o;
   std::string json, csv, png, peer, peer_dtype = "bf16";
   int peer_reps = 3;
+  markdown = isatty(STDOUT_FILENO) != 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -407,7 +500,9 @@ int main(int argc, char** argv) try {
       }
       return n;
     };
-    if (a == "--preset") o.presets = split(v);
+    if (a == "--preset") o.presets = split(v), o.presets_given = true;
+    else if (a == "--checkpoint") o.checkpoint = v;
+    else if (a == "--layer") o.layer = ints().at(0);
     else if (a == "--a2a") o.a2as = split(v, true);
     else if (a == "--quant") o.quants = split(v, true);
     else if (a == "--kernel") o.kernels = split(v, true);
@@ -417,6 +512,10 @@ int main(int argc, char** argv) try {
     else if (a == "--reps") o.reps = static_cast<int>(ints().at(0));
     else if (a == "--json") json = v;
     else if (a == "--csv") csv = v;
+    else if (a == "--format") {
+      if (v != "md" && v != "text") fail("--format: md or text, got '" + v + "'");
+      markdown = v == "md";
+    }
     else if (a == "--plot") png = v;
     else if (a == "--peer") peer = v;
     else if (a == "--peer-dtype") peer_dtype = v;
@@ -466,6 +565,21 @@ int main(int argc, char** argv) try {
   if (!png.empty() && std::system("command -v gnuplot > /dev/null 2>&1") != 0)
     fail("--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
   std::vector<preset> shapes;
+  if (!o.checkpoint.empty()) {  // a checkpoint's shape (its weights stay on disk: random ones are timed)
+    const auto ckpt = io::hf_checkpoint::open(o.checkpoint);
+    const auto moe = ckpt.moe_layers();
+    if (moe.empty()) fail("--checkpoint " + o.checkpoint + ": no MoE layer in its files");
+    const index_t n = o.layer >= 0 ? o.layer : moe.front();
+    const MoeConfig c = ckpt.moe_config(n);
+    shapes.push_back({std::filesystem::path(o.checkpoint).filename().string() + "-layer" + std::to_string(n), c.hidden,
+                      c.intermediate, c.num_experts, c.top_k(), c.num_experts,
+                      o.checkpoint + "/config.json, layer " + std::to_string(n)});
+    if (!o.presets_given) o.presets.clear();
+  } else if (o.layer >= 0) {
+    fail("--layer needs --checkpoint");
+  }
+  for (auto& p : shapes)
+    if (o.max_experts > 0 && o.max_experts < p.experts) p.experts = std::max(o.max_experts, p.top_k);
   for (const auto& name : o.presets) {
     const io::model_preset* m = io::find_model_preset(name);
     if (m == nullptr) fail("--preset: unknown '" + name + "'; valid: " + io::model_preset_names());
@@ -480,13 +594,13 @@ int main(int argc, char** argv) try {
   std::printf(", threads");
   for (auto t : o.threads) std::printf(" %d", t);
   std::printf(", %d reps; LLC %.1f MB, Eigen threads %d\n", o.reps, static_cast<double>(llc) / 1e6, Eigen::nbThreads());
-  for (const auto& p : shapes) {
-    const io::model_preset* it = io::find_model_preset(p.name);
-    std::printf("preset %s: H=%ld I=%ld E=%ld%s k=%ld, silu-gated, no biases, random weights\n", p.name.c_str(),
-                static_cast<long>(p.hidden), static_cast<long>(p.intermediate), static_cast<long>(p.experts),
-                p.experts != it->experts ? (" (capped by --experts from " + std::to_string(it->experts) + ")").c_str() : "",
-                static_cast<long>(p.top_k));
-  }
+  for (const auto& p : shapes)
+    std::printf("preset %s: H=%ld I=%ld E=%ld%s k=%ld, silu-gated, no biases, random weights (shape from %s)\n",
+                p.name.c_str(), static_cast<long>(p.hidden), static_cast<long>(p.intermediate),
+                static_cast<long>(p.experts),
+                p.experts != p.full_experts ? (" (capped by --experts from " + std::to_string(p.full_experts) + ")").c_str()
+                                            : "",
+                static_cast<long>(p.top_k), p.from.c_str());
 
   // limits, per thread count
   std::map<int, Limits> limits;
@@ -494,11 +608,14 @@ int main(int argc, char** argv) try {
     Limits& l = limits[t];
     l.threads = t;
     l.dram_bytes = std::max<std::size_t>(std::size_t{1} << 30, 4 * llc);
-    l.dram(), l.peak(), l.vnni(), l.amx();
-    std::printf("limits, %d thread(s): DRAM read %.1f GB/s, fp32 FMA peak %.1f GFLOP/s, int8 VNNI peak %s, AMX peak %s\n",
+    l.dram(), l.peak(), l.vnni(), l.bf16_dot(), l.amx();
+    std::printf("limits, %d thread(s): DRAM read %.1f GB/s, fp32 FMA peak %.1f GFLOP/s, int8 VNNI peak %s, bf16 dot "
+                "peak %s, AMX peak %s\n",
                 t, l.dram_gbs, l.peak_gflops,
                 l.vnni_gops > 0 ? (std::to_string(static_cast<long>(l.vnni_gops)) + " GOP/s").c_str()
                                 : "n/a (built without __AVX512VNNI__)",
+                l.bf16_dot_gflops > 0 ? (std::to_string(static_cast<long>(l.bf16_dot_gflops)) + " GFLOP/s").c_str()
+                                      : "n/a (built without __AVX512BF16__)",
                 l.amx_bf16_gflops > 0 ? (std::to_string(static_cast<long>(l.amx_bf16_gflops)) + " GFLOP/s bf16, " +
                                          std::to_string(static_cast<long>(l.amx_int8_gops)) + " GOP/s int8")
                                             .c_str()
@@ -532,7 +649,7 @@ int main(int argc, char** argv) try {
     bar.draw("limits");
     std::string amx_now;  // the tile rate of this moment: not steady on shared machines
     for (auto& [t, l] : limits) {
-      l.dram(), l.peak(), l.vnni();
+      l.dram(), l.peak(), l.vnni(), l.bf16_dot();
       if (const double now = l.amx(); now > 0)
         amx_now += detail::concat(amx_now.empty() ? "" : ", ", t, " thr ", static_cast<long>(now));
     }
@@ -618,7 +735,7 @@ int main(int argc, char** argv) try {
     std::string title = "polymoe_bench: " + rows.front().r.preset + " (E=" + std::to_string(rows.front().r.experts) + ")";
     title += ", " + std::to_string(std::max_element(rows.begin(), rows.end(), [](const row& a, const row& b) {
                                      return a.r.threads < b.r.threads;
-                                   })->r.threads) + " threads, this machine";
+                                   })->r.threads) + " threads, " + cpu_model();
     plot(png, rows, title);
   }
   return 0;

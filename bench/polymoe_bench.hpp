@@ -28,15 +28,20 @@ namespace polymoe::bench {
 struct preset {
   std::string name;
   index_t hidden, intermediate, experts, top_k;
+  index_t full_experts = 0;  ///< E before --experts capped it
+  std::string from;          ///< where the shape came from (said in the output)
 };
 
 /// A model's shapes (io/model_presets.hpp, the list the tool's make-checkpoint uses too).
 inline preset preset_of(const io::model_preset& m) {
-  return {std::string(m.name), m.hidden, m.intermediate, m.experts, m.top_k};
+  return {std::string(m.name), m.hidden, m.intermediate, m.experts, m.top_k, m.experts, "io/model_presets.hpp"};
 }
 
 struct options {
   std::vector<std::string> presets{"tiny"}, a2as, quants, kernels;  // empty: all
+  bool presets_given = false;
+  std::string checkpoint;  // --checkpoint DIR: a shape from its config.json
+  index_t layer = -1;      // --layer N of it (-1: its first MoE layer)
   std::vector<index_t> tokens{1, 16, 64, 512};
   std::vector<int> threads{1};
   index_t max_experts = 0;  // --experts N caps E (0: the preset's own)

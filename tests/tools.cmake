@@ -206,12 +206,29 @@ foreach(preset tiny tiny-mixtral tiny-qwen2-moe tiny-deepseek-v3 tiny-gpt-oss)
             compare ${work}/mk_${preset}.safetensors ${work}/mk_${preset}_ref.safetensors --tol ${agree})
 endforeach()
 set_tests_properties(tool.checkpoint.tiny.inspect PROPERTIES PASS_REGULAR_EXPRESSION "family +qwen3_moe.*E=16 k=4 H=256 I=128")
+# examples/load_checkpoint: a float layer runs bf16, a pre-quantized one its layout's scheme on its codes
+if(TARGET load_checkpoint)
+  tool_test(example.load_checkpoint.bf16 REQUIRES tool_mk_tiny COMMAND $<TARGET_FILE:load_checkpoint> ${work}/ckpt_tiny)
+  set_tests_properties(tool.example.load_checkpoint.bf16 PROPERTIES PASS_REGULAR_EXPRESSION
+                       "layer [0-9]+: local / bf16 / tiled \\([^)]+\\), [|]out[|] max [0-9]")
+  tool_test(example.load_checkpoint.fp8_block REQUIRES tool_mk_tiny-deepseek-v3 COMMAND
+            $<TARGET_FILE:load_checkpoint> ${work}/ckpt_tiny-deepseek-v3)
+  set_tests_properties(tool.example.load_checkpoint.fp8_block PROPERTIES PASS_REGULAR_EXPRESSION
+                       "layer [0-9]+: local / fp8_block_weight_only / tiled \\([^)]+\\) \\(stored fp8_block\\)")
+endif()
+# polymoe_bench --checkpoint: the shape of a checkpoint's config.json (the tiny preset's), not a preset's
+if(TARGET polymoe_bench)
+  tool_test(bench.checkpoint_shape REQUIRES tool_mk_tiny COMMAND $<TARGET_FILE:polymoe_bench> --checkpoint
+            ${work}/ckpt_tiny --tokens 1 --reps 1 --quant fp32 --kernel reference --no-baseline --format text)
+  set_tests_properties(tool.bench.checkpoint_shape PROPERTIES PASS_REGULAR_EXPRESSION
+                       "preset ckpt_tiny-layer[0-9]+: H=256 I=128 E=16 k=4, [^\n]*shape from [^\n]*ckpt_tiny/config.json")
+endif()
 # `run` with no --quant / --kernel: the checkpoint's own scheme and the fastest kernel that pairs
 # with it here (tiled_amx where the CPU runs AMX tiles; it does not run fp32), said in the summary
 set_tests_properties(tool.checkpoint.tiny.run PROPERTIES PASS_REGULAR_EXPRESSION
                      "chosen +--quant bf16 \\(the checkpoint's BF16 weights\\), --kernel tiled(_amx)? \\(auto")
 set_tests_properties(tool.checkpoint.tiny-qwen2-moe.run PROPERTIES PASS_REGULAR_EXPRESSION
-                     "chosen +--quant fp32 \\(the checkpoint's F32 weights\\), --kernel tiled \\(auto")
+                     "runs +local / fp32 / tiled \\([^)]+\\)\n.*chosen +--quant fp32 \\(the checkpoint's F32 weights\\), --kernel tiled \\(auto")
 set_tests_properties(tool.checkpoint.tiny-deepseek-v3.run PROPERTIES PASS_REGULAR_EXPRESSION
                      "chosen +--quant fp8_block_weight_only \\(the checkpoint's fp8_block weights\\), --kernel tiled")
 set_tests_properties(tool.checkpoint.tiny-deepseek-v3.inspect PROPERTIES PASS_REGULAR_EXPRESSION "experts fp8_block")

@@ -267,9 +267,10 @@ int cmd_run(int argc, char** argv) {
                     static_cast<long long>(L.cfg.hidden), static_cast<long long>(L.cfg.intermediate),
                     static_cast<long long>(E), static_cast<long long>(k),
                     L.cfg.shared_intermediate ? " +shared expert" : "");
-        std::printf("  layer      MoeLayer<%s, %s, %s>%s%s%s%s\n", std::string(names.a2a).c_str(),
+        std::printf("  layer      MoeLayer<%s, %s, %s>%s%s%s%s%s\n", std::string(names.a2a).c_str(),
                     std::string(names.quant).c_str(), std::string(names.kernel).c_str(),
                     mpi.size > 1 ? (" on " + std::to_string(mpi.size) + " ranks").c_str() : "",
+                    ctx.runs.empty() ? "" : ("\n  runs       " + ctx.runs).c_str(),
                     a.has("tuning") ? ("\n  tuning     " + kernels::tiled::to_string(tuning)).c_str() : "",
                     chosen.empty() ? "" : ("\n  chosen     " + chosen).c_str(),
                     ctx.note.empty() ? "" : ("\n  weights    " + ctx.note).c_str());

@@ -31,6 +31,7 @@ struct run_context {
   Matrix topk_weights;
   double prepare_seconds = 0.0, forward_seconds = 0.0;
   std::string note;  ///< e.g. how the weights were brought into the scheme's form
+  std::string runs;  ///< what the layer runs here (MoeLayer::describe)
 };
 
 /// The number of translation units the layers are split over (the build's POLYMOE_CLI_PARTS).

@@ -70,6 +70,7 @@ void run_triple(run_context& ctx) {
     ctx.topk_ids = layer->last_routing().ids;
     ctx.topk_weights = layer->last_routing().weights;
   }
+  if constexpr (requires { layer->describe(); }) ctx.runs = layer->describe();
   ctx.prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
   ctx.forward_seconds = std::chrono::duration<double>(t2 - t_warm).count() / ctx.repeat;
 }

@@ -189,6 +189,14 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   }
 
   [[nodiscard]] const MoeConfig& config() const noexcept { return cfg_; }
+  /// The triple and what its kernel runs on this machine, for logs and tools: "local / bf16 / tiled
+  /// (AVX-512 with VNNI, BF16 and VBMI, chosen at run time)". The kernel's part is its optional
+  /// path() (the expert_kernel concept); without one, its name alone.
+  [[nodiscard]] std::string describe() const {
+    std::string s = polymoe::detail::concat(A2A::name, " / ", Quant::name, " / ", Kernel::name);
+    if constexpr (requires(const Kernel& k) { std::string(k.path()); }) s += " (" + std::string(kernel_.path()) + ")";
+    return s;
+  }
   /// The routing of the last forward(hidden, ...) call: ids [T, k] global, weights [T, k].
   [[nodiscard]] auto last_topk_ids() const { return route_ids_.topRows(routed_); }
   [[nodiscard]] auto last_topk_weights() const { return route_w_.topRows(routed_); }

@@ -83,6 +83,9 @@ concept quant_scheme = opts_into_quant<Q> && named_policy<Q> && requires { typen
 ///                                                       fast here; none: 0)
 ///   K::fast_here()                                   whether this machine has what makes it fast
 ///                                                       (none: always)
+///   k.path()                                         -> std::string: what it runs on this machine
+///                                                       (instruction set, tiles), for
+///                                                       MoeLayer::describe()
 ///   typename K::memory_space                         where it computes (memory_space.hpp; none:
 ///                                                       space::host)
 ///   k.batch_invariant()                              -> K: the kernel set so that a row's result

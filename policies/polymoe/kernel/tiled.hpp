@@ -1,217 +1,19 @@
 #pragma once
-#include <cstdint>
+#include <string>
 #include <string_view>
-#include <type_traits>
-#include <utility>
 
-#include <polymoe/core/detail/dependent_false.hpp>
 #include <polymoe/core/roles.hpp>
-#include <polymoe/kernels/tiled/act_quant.hpp>
-#include <polymoe/kernels/tiled/amx_forward.hpp>
-#include <polymoe/kernels/tiled/forward.hpp>
-#include <polymoe/kernels/tiled/int8.hpp>
+#include <polymoe/kernel/detail/tiled_levels.hpp>
+#include <polymoe/kernels/tiled/isa.hpp>
 #include <polymoe/kernels/tiled/phases.hpp>
 #include <polymoe/kernels/tiled/tuning.hpp>
-#include <polymoe/quant/bf16.hpp>
-#include <polymoe/quant/fp32.hpp>
-#include <polymoe/quant/fp8.hpp>
-#include <polymoe/quant/fp8_block.hpp>
-#include <polymoe/quant/int8_w8a8.hpp>
-#include <polymoe/quant/mxfp4.hpp>
-#include <polymoe/quant/nvfp4.hpp>
 
 namespace polymoe::kernel {
 
-namespace tiled_detail {
-
-/// How the tiled kernel stores a scheme's weights and rounds its activations. The primary template
-/// exists only to fail: the pairing table lists the schemes that have a specialisation. Each
-/// pack(w, huge_pages) allocates its buffers as tuning::huge_pages says.
-template <class Q>
-struct scheme {
-  static_assert(polymoe::detail::dependent_false<Q>,
-                "polymoe: kernel::tiled has no specialisation for this quant scheme; a scheme_row that names "
-                "kernel::tiled in on<...> needs one. Through MoeLayer, the pairing table's diagnostic lists the "
-                "schemes it implements (kernel::reference and kernel::tbb_grouped run every scheme)");
-};
-
-namespace kt = kernels::tiled;
-
-/// Biases of expert e as the packers want them: a row pointer or nullptr.
-template <class Store>
-auto bias_rows(const Store& w) {
-  return std::pair{[&w](index_t e) { return w.b13_of(e); }, [&w](index_t e) { return w.b2_of(e); }};
-}
-
-template <>
-struct scheme<quant::fp32> {
-  using packed = kt::PackedExperts<float>;
-  using inputs = kt::keep_inputs;  // quant::fp32::quantize_activation is the identity
-  static packed pack(const quant::fp32::weights& w, bool huge_pages) {
-    const ExpertShape s = w.shape();
-    return kernels::tiled::pack_experts<float>(
-        s, [&](index_t e, index_t r, index_t c) { return w.w13(e * s.rows13() + r, c); },
-        [&](index_t e, index_t r, index_t c) { return w.w2(e * s.hidden + r, c); }, bias_rows(w).first,
-        bias_rows(w).second, huge_pages);
-  }
-};
-
-/// bf16: panels of fp32-widened weights for the FMA micro-kernels, or, where the target runs
-/// vdpbf16ps (POLYMOE_TILED_DPBF16), the tile layout of kernel::tiled_amx (k-pairs interleaved)
-/// run by its bf16-row pipeline without tiles.
-template <>
-struct scheme<quant::bf16> {
-  static constexpr bool pairs = POLYMOE_TILED_DPBF16;
-  using layout = std::conditional_t<pairs, kt::amx_layout, kt::row_layout>;
-  using packed = kt::PackedExperts<std::uint16_t, layout>;
-  using inputs = kt::bf16_inputs;  // quant::bf16::quantize_activation rounds to bf16
-  /// The weights in layout L (kernel::tiled_amx packs them in its tile layout with this too).
-  template <class L>
-  static kt::PackedExperts<std::uint16_t, L> pack_in(const quant::bf16::weights& w, bool huge_pages) {
-    const ExpertShape s = w.shape();
-    const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
-    const auto [b13, b2] = bias_rows(w);
-    return kernels::tiled::pack_experts<std::uint16_t, L>(
-        s, [&](index_t e, index_t r, index_t c) { return w.w13[static_cast<std::size_t>((e * R + r) * H + c)]; },
-        [&](index_t e, index_t r, index_t c) { return w.w2[static_cast<std::size_t>((e * H + r) * I + c)]; }, b13,
-        b2, huge_pages);
-  }
-  static packed pack(const quant::bf16::weights& w, bool huge_pages) { return pack_in<layout>(w, huge_pages); }
-};
-
-
-template <>
-struct scheme<quant::fp8> {
-  using packed = kt::QPackedExperts<kt::fp8_format>;
-  using inputs = kt::quantized_inputs<quant::fp8>;
-  static packed pack(const quant::fp8::weights& w, bool huge_pages) {
-    const ExpertShape s = w.shape();
-    const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
-    const auto [b13, b2] = bias_rows(w);
-    return kt::pack_quantized<kt::fp8_format>(
-        s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
-        [&](index_t e, index_t, index_t) { return w.w13_scale[static_cast<std::size_t>(e)]; },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
-        [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
-        [&](index_t e, index_t, index_t) { return w.w2_scale[static_cast<std::size_t>(e)]; },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2, huge_pages);
-  }
-};
-
-template <>
-struct scheme<quant::fp8_block> {
-  using packed = kt::QPackedExperts<kt::fp8_format>;
-  using inputs = kt::quantized_inputs<quant::fp8_block>;
-  static_assert(kt::fp8_format::group == quant::fp8_block::block && quant::fp8_block::block % kt::panel_cols == 0,
-                "a panel must lie inside one 128-column scale block");
-  static packed pack(const quant::fp8_block::weights& w, bool huge_pages) {
-    const ExpertShape s = w.shape();
-    const index_t H = s.hidden, I = s.intermediate, R = s.rows13(), parts = s.gated ? 2 : 1;
-    const index_t gH = quant::fp8_block::grid(H), gI = quant::fp8_block::grid(I), B = quant::fp8_block::block;
-    const auto [b13, b2] = bias_rows(w);
-    return kt::pack_quantized<kt::fp8_format>(
-        s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
-        [&](index_t e, index_t r, index_t g) {  // part (gate / up), then the row's block row
-          return w.w13_scale_inv[static_cast<std::size_t>(((e * parts + r / I) * gI + (r % I) / B) * gH + g)];
-        },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
-        [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
-        [&](index_t e, index_t r, index_t g) {
-          return w.w2_scale_inv[static_cast<std::size_t>((e * gH + r / B) * gI + g)];
-        },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2, huge_pages);
-  }
-};
-
-template <>
-struct scheme<quant::fp8_block_weight_only> : scheme<quant::fp8_block> {
-  using inputs = kt::keep_inputs;
-};
-
-/// E2M1 code (a nibble, element 2i low) of element k of a packed row.
-[[nodiscard]] inline std::uint8_t nibble(const std::uint8_t* row, index_t k) noexcept {
-  const std::uint8_t byte = row[k / 2];
-  return static_cast<std::uint8_t>(k % 2 ? byte >> 4 : byte & 0xF);
-}
-
-template <>
-struct scheme<quant::mxfp4> {
-  using packed = kt::QPackedExperts<kt::mxfp4_format>;
-  using inputs = kt::keep_inputs;
-  static packed pack(const quant::mxfp4::weights& w, bool huge_pages) {
-    const ExpertShape s = w.shape();
-    const index_t H = s.hidden, R = s.rows13(), nbH = quant::mxfp4::blocks_per_row(H);
-    const index_t nbI = quant::mxfp4::blocks_per_row(s.intermediate);
-    const auto [b13, b2] = bias_rows(w);
-    return kt::pack_quantized<kt::mxfp4_format>(
-        s, [&](index_t e, index_t r, index_t k) { return nibble(w.w13_blocks.data() + (e * R + r) * nbH * 16, k); },
-        [&](index_t e, index_t r, index_t g) { return w.w13_scales[static_cast<std::size_t>((e * R + r) * nbH + g)]; },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f),
-        [&](index_t e, index_t r, index_t k) { return nibble(w.w2_blocks.data() + (e * H + r) * nbI * 16, k); },
-        [&](index_t e, index_t r, index_t g) { return w.w2_scales[static_cast<std::size_t>((e * H + r) * nbI + g)]; },
-        std::vector<float>(static_cast<std::size_t>(s.experts), 1.0f), b13, b2, huge_pages);
-  }
-};
-
-template <>
-struct scheme<quant::nvfp4> {
-  using packed = kt::QPackedExperts<kt::nvfp4_format>;
-  using inputs = kt::keep_inputs;
-  static packed pack(const quant::nvfp4::weights& w, bool huge_pages) {
-    const ExpertShape s = w.shape();
-    const index_t H = s.hidden, R = s.rows13(), nbH = quant::nvfp4::blocks_per_row(H);
-    const index_t nbI = quant::nvfp4::blocks_per_row(s.intermediate);
-    const auto [b13, b2] = bias_rows(w);
-    return kt::pack_quantized<kt::nvfp4_format>(
-        s, [&](index_t e, index_t r, index_t k) { return nibble(w.w13.data() + (e * R + r) * nbH * 8, k); },
-        [&](index_t e, index_t r, index_t g) { return w.w13_scale[static_cast<std::size_t>((e * R + r) * nbH + g)]; },
-        w.w13_scale_2,
-        [&](index_t e, index_t r, index_t k) { return nibble(w.w2.data() + (e * H + r) * nbI * 8, k); },
-        [&](index_t e, index_t r, index_t g) { return w.w2_scale[static_cast<std::size_t>((e * H + r) * nbI + g)]; },
-        w.w2_scale_2, b13, b2, huge_pages);
-  }
-};
-
-/// W4A16: the 4-bit formats' panels; each GEMM input row rounded to bf16 (on the way in, and in
-/// GEMM 1's epilogue), as for quant::bf16.
-template <>
-struct scheme<quant::mxfp4_w4a16> : scheme<quant::mxfp4> {
-  using inputs = kt::bf16_inputs;
-};
-template <>
-struct scheme<quant::nvfp4_w4a16> : scheme<quant::nvfp4> {
-  using inputs = kt::bf16_inputs;
-};
-
-/// NVFP4 W4A4: nvfp4's panels; each GEMM input row quantized to NVFP4 values as the scheme does
-/// (vectorized, bit for bit quantize_activation) before the fp32 micro-kernels.
-template <>
-struct scheme<quant::nvfp4_w4a4> : scheme<quant::nvfp4> {
-  using inputs = kt::nvfp4_w4a4_inputs;
-};
-
-template <>
-struct scheme<quant::int8_w8a8> {
-  using packed = kt::Int8PackedExperts;
-  /// `amx`: the tile layout for tdpbusd (kernel::tiled_amx on a machine with AMX).
-  static packed pack(const quant::int8_w8a8::weights& w, bool huge_pages, bool amx = false) {
-    const ExpertShape s = w.shape();
-    const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
-    const auto [b13, b2] = bias_rows(w);
-    return kt::pack_int8(
-        s, [&](index_t e, index_t r, index_t k) { return w.w13[static_cast<std::size_t>((e * R + r) * H + k)]; },
-        [&](index_t e, index_t r) { return w.w13_scale[static_cast<std::size_t>(e * R + r)]; },
-        [&](index_t e, index_t r, index_t k) { return w.w2[static_cast<std::size_t>((e * H + r) * I + k)]; },
-        [&](index_t e, index_t r) { return w.w2_scale[static_cast<std::size_t>(e * H + r)]; }, b13, b2, amx,
-        huge_pages);
-  }
-};
-
-}  // namespace tiled_detail
-
 /// The fast CPU expert kernel: (token, slot) pairs sorted by expert into row blocks, weights
 /// prepacked once into 64-column panels (bf16 kept as bf16), register-tiled AVX-512 micro-kernels
-/// (portable loops without AVX-512) with the activation fused into the first GEMM and the routing
+/// (portable loops without AVX-512; a build that does not pin the instruction set compiles every
+/// level and prepares for the best this CPU runs: kernels/tiled/level.hpp) with the activation fused into the first GEMM and the routing
 /// weight into the second, a GEMV-like path for one or two rows per expert (decode), and one
 /// oneTBB loop per GEMM over (row block x panel) of all experts at once. Bitwise independent of
 /// the thread count; allocates nothing per forward after warm-up. Implements, on the standard
@@ -244,27 +46,29 @@ struct tiled {
     return k;
   }
 
+  /// The weights packed for the instruction-set level this CPU runs (kernels/tiled/level.hpp), and
+  /// a workspace.
   template <class Q>
-  using prepared = kernels::tiled::Prepared<typename tiled_detail::scheme<Q>::packed>;
+  using prepared = tiled_detail::prepared_on<tiled_detail::levels, Q>;
 
   /// The weights packed, and a workspace; buffers allocated as tuning.huge_pages says. Throws
   /// polymoe::error on a tuning out of range (kernels::tiled::validate).
   template <class Q>
   prepared<Q> prepare(typename Q::weights w) const {
     kernels::tiled::validate(tuning);
-    return prepared<Q>{tiled_detail::scheme<Q>::pack(w, tuning.huge_pages),
-                       kernels::tiled::Workspace(tuning.huge_pages)};
+    return tiled_detail::prepare_on<tiled_detail::levels, Q>(tuning, w);
   }
 
   template <class Q>
   void run(const DispatchOutput<format::standard>& d, const prepared<Q>& p, const ExpertMlp& mlp,
            CombineInput<format::standard> c) const {
-    if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
-      kernels::tiled::forward_int8(d, p, mlp, c.out, tuning, phases);
-    else if constexpr (std::is_same_v<Q, quant::bf16> && tiled_detail::scheme<quant::bf16>::pairs)
-      kernels::tiled::forward_amx_bf16(d, p, mlp, c.out, tuning, phases);
-    else
-      kernels::tiled::forward_standard<typename tiled_detail::scheme<Q>::inputs>(d, p, mlp, c.out, tuning, phases);
+    tiled_detail::run_on<tiled_detail::levels, Q>(tuning, phases, p, d, mlp, c);
+  }
+
+  /// The instruction set a layer prepared now runs (tuning.isa's level, or the best here), in words.
+  [[nodiscard]] std::string path() const {
+    return std::string(kernels::tiled::level_words(kernels::tiled::level_for(tuning.isa))) +
+           (kernels::tiled::run_time_isa ? ", chosen at run time" : "");
   }
 };
 

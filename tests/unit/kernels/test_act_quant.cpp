@@ -74,7 +74,7 @@ TEST(ActQuant, Nvfp4RowsAreTheSchemesBitForBit) {
   }
 }
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 /// The values v and their negations through a vector rounding (sixteen at a time) and through the
 /// scalar codec's encode then decode, bit for bit (the sign of zero included).

@@ -89,7 +89,7 @@ void for_every_scheme(F&& f) {
   boost::mp11::mp_for_each<tested>([&]<class Q>(Q) { f.template operator()<Q>(); });
 }
 
-#if !defined(POLYMOE_TILED_AVX512) && !defined(POLYMOE_TILED_PORTABLE)
+#if !POLYMOE_TILED_AVX512 && !defined(POLYMOE_TILED_PORTABLE)
 // On a build whose compiler does not target AVX-512F, the production micro-kernels (and the tests
 // below that #if on them) are not compiled at all: say so in the test report instead of silently.
 TEST(Tiled, Avx512MicroKernelsOfThisBuild) {
@@ -200,7 +200,7 @@ TEST(Tiled, RowBlockAndTileBoundaries) {
   }
 }
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 TEST(Tiled, TallBf16TilesMatchTheSquareTileBitForBit) {
   // bf16 blocks run row groups of up to 12 rows against half panels (tall_tile); each result is
   // the same k-ordered FMA chain as the 6 x 64 tile's, so the two must agree exactly, across a
@@ -592,7 +592,7 @@ TEST(Tiled, Int8ActivationCodesAreThePolicyAtEveryScale) {
 }
 
 TEST(Tiled, QuotientByReciprocalIsTheDivision) {
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
   // bit for bit where |x / s| >= 2^-8, for scales across quantizer_reciprocal's range
   std::mt19937 rng(8);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f), q(-128.0f, 128.0f);

@@ -448,7 +448,7 @@ TEST(TiledAmx, Int8TileLayoutRunsOnTheVnniPath) {
   }
 }
 
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
 
 TEST(TiledAmx, Int8TilesGiveTheIntegers) {
   if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
@@ -503,7 +503,7 @@ TEST(TiledAmx, Bf16TilesAgreeWithTheFmaLoop) {
 
 #endif
 
-#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__)
+#if POLYMOE_TILED_AVX512 && POLYMOE_TILED_ISA_BF16
 TEST(TiledAmx, DpBf16LoopAgreesWithTheFmaLoopAndDouble) {
   // amx_layout_tile_dp (vdpbf16ps, chosen where POLYMOE_TILED_DPBF16) against the FMA loop over
   // the same layout and against a double-precision sum of the same bf16 values: the products are
@@ -620,7 +620,7 @@ TEST(TiledAmx, Nvfp4LayerWithANegativeScaleAgreesWithTheReference) {
   expect_layers_agree<quant::nvfp4_w4a4>(cfg, q, rng);
 }
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 TEST(TiledAmx, SplitRowsCarryTheFp32Values) {
   // x = hi + lo, both bf16: within 2^-17 |x| (hi rounds to 8 bits, lo the remainder to 8 more);
@@ -752,7 +752,7 @@ TEST(TiledAmx, Nvfp4SlabDecodesEveryWeightExactly) {
       });
 }
 
-#if defined(__AVX512VBMI__)
+#if POLYMOE_TILED_ISA_VBMI
 TEST(TiledAmx, VbmiKpairLoadGivesTheShuffledLoadsWords) {
   // The decoders' k-pair load (load_kpair_vbmi in this build) against load_kpair_shuffled, the
   // load of builds without AVX512-VBMI: the same 64 words for every k-pair of a panel of K = 7
@@ -846,7 +846,7 @@ TEST(TiledAmx, E4m3SlabDecodesEveryWeightExactly) {
 
 #endif
 
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
 
 /// The largest error of c[m][64] against the sum in double of x[i][k] · weight(k, p), relative to
 /// the sum of the products' magnitudes.

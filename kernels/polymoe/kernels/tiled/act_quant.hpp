@@ -1,4 +1,3 @@
-#pragma once
 // Activation quantizers of the tiled kernels, sixteen values to a register: E4M3 rounding (the W8A8
 // fp8 schemes) and NVFP4 W4A4 rows (quant::nvfp4_w4a4: a per-row scale_2 = amax / (6 · 448), then
 // blocks of 16 E2M1 values under an E4M3 block scale, quantize/nvfp4.hpp's arithmetic
@@ -8,6 +7,13 @@
 // most six significant bits and is a normal bf16 number or zero, so the tiles take the row as those
 // products (quantize_nvfp4_tile_row) with scale_2 beside them; kernel::tiled takes the fp32 values
 // (fake_quantize_nvfp4_row), bit for bit the scheme's quantize_activation, which stays the oracle.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_ACT_QUANT) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_ACT_QUANT
+#undef POLYMOE_TILED_GUARD_ACT_QUANT
+#else
+#define POLYMOE_TILED_GUARD_ACT_QUANT
+#endif
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -18,8 +24,9 @@
 #include <polymoe/kernels/tiled/epilogue.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 namespace simd {
 
@@ -137,4 +144,6 @@ struct nvfp4_w4a4_inputs {
   static void row(std::span<float> r) noexcept { fake_quantize_nvfp4_row(r); }
 };
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_ACT_QUANT

@@ -1,4 +1,3 @@
-#pragma once
 // AMX tile micro-kernels for kernel::tiled_amx: bf16 (tdpbf16ps) and int8 W8A8 (tdpbusd).
 //
 // ISA choice. A build whose compiler targets AMX (__AMX_TILE__, __AMX_BF16__ and __AMX_INT8__
@@ -7,7 +6,8 @@
 // prepare. Any other x86-64 build detects AMX at prepare time (CPUID leaf 7: amx-tile, amx-bf16,
 // amx-int8; XCR0 bits 17-18 enabled by the OS; arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)) and
 // falls back to the AVX-512 micro-kernels when any of them is missing. The tile code itself is
-// compiled for every x86-64 build (function target attributes), so CI keeps compiling it.
+// compiled for every AVX-512 level on x86-64 Linux (function target attributes; level.hpp), so CI
+// keeps compiling it.
 //
 // Tiles: one configuration for both types, eight tiles of 16 rows x 64 bytes. C tiles are 16 rows
 // x 16 columns of fp32 / int32; a row block (up to 256 rows, amx_block_rows) runs in pairs of row
@@ -29,8 +29,16 @@
 // The pieces: amx_cpu.hpp (whether AMX runs here), amx_layout.hpp (the weight layout),
 // amx_tiles.hpp (configuration and tile operations), amx_loops.hpp (the tile loops), amx_fma.hpp
 // (the AVX-512 loops over the same layout).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX
+#undef POLYMOE_TILED_GUARD_AMX
+#else
+#define POLYMOE_TILED_GUARD_AMX
+#endif
 #include <polymoe/kernels/tiled/amx_cpu.hpp>
 #include <polymoe/kernels/tiled/amx_fma.hpp>
 #include <polymoe/kernels/tiled/amx_layout.hpp>
 #include <polymoe/kernels/tiled/amx_loops.hpp>
 #include <polymoe/kernels/tiled/amx_tiles.hpp>
+#endif  // POLYMOE_TILED_GUARD_AMX

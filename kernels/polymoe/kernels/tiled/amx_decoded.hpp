@@ -1,4 +1,3 @@
-#pragma once
 // kernel::tiled_amx's forward pass for weights kept in their codes and decoded onto the bf16 tiles
 // as the tasks need them: MXFP4 and NVFP4 (amx_e2m1.hpp; NVFP4 weight-only or W4A4) and E4M3
 // (amx_e4m3.hpp; W8A8 or weight-only).
@@ -9,6 +8,13 @@
 // pipeline of (row block, panel) tasks (detail::pipelined_tasks); for W8A8 and W4A4 a block's
 // GEMM 2 inputs are quantized when its GEMM 1 is done (the amax of a group of 128 activations, or
 // of a row, spans several GEMM 1 panels).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_DECODED) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_DECODED
+#undef POLYMOE_TILED_GUARD_AMX_DECODED
+#else
+#define POLYMOE_TILED_GUARD_AMX_DECODED
+#endif
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -20,6 +26,7 @@
 #include <polymoe/kernels/tiled/forward.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format,
 /// nvfp4_format or fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment
@@ -61,7 +68,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
                                                                         : e4m3_rows;
   const index_t min_rows = tune.tiles_from(default_min_rows);
   const bool row_group = tune.row_group;
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
   const bool amx = pk.use_amx;
   using Ops = std::conditional_t<one_bf16, amx::bf16_ops, amx::bf16x2_ops>;
   // rows [0, m) of A (tile rows from `a`, lda apart; activation scales sa, lds apart) times a panel;
@@ -110,7 +117,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       if (qact) ws.a_scales.resize(at(N * gH));
     }
     [[maybe_unused]] const bool per_token = qact && some_tiles && !mlp.weight_on_input;
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
     if (per_token) {
       const index_t T = d.hidden.rows();
       ws.t16.resize(at(T * ldh));
@@ -136,7 +143,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
         for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
           const float* src = d.hidden.row(sr.slot_of[at(n)] / k).data();
           const float wt = mlp.weight_on_input ? ws.row_weight[at(n)] : 1.0f;
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
           if (tiles(b)) {
             if constexpr (qact) {
               if (per_token) {
@@ -185,7 +192,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       alignas(64) float c[amx_block_rows * panel_cols];
       const RowBlock& b = sr.block(task);
       const index_t cb = task.panel;
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
       if (tiles(b)) {
         times_panel(b.rows, ws.a16.data() + b.begin * ldh, ldh, qact ? ws.a_scales.data() + b.begin * gH : nullptr,
                     gH, H, pk.panel13(b.expert, cb), c, ws.one_term[at(task.block)] != 0);
@@ -210,7 +217,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       const RowBlock& b = sr.blocks[at(bi)];
       for (index_t n = b.begin; n < b.begin + b.rows; ++n) {
         float* row = ws.act.data() + n * I;
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
         if (tiles(b)) {
           quantize_row(row, 1.0f, I, I32, ws.h16.data() + n * ldi, ws.hs.data() + n * gI);
           continue;
@@ -222,7 +229,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
     const auto gemm2 = [&](const Task& task, const Task*, const detail::worker& w) {
       alignas(64) float c[amx_block_rows * panel_cols];
       const RowBlock& b = sr.block(task);
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
       if (tiles(b))
         times_panel(b.rows, ws.h16.data() + b.begin * ldi, ldi, qact ? ws.hs.data() + b.begin * gI : nullptr, gI, I,
                     pk.panel2(b.expert, task.panel), c);
@@ -241,4 +248,6 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
                    phases, inputs, gemms);
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_DECODED

@@ -1,4 +1,3 @@
-#pragma once
 // kernel::tiled_amx's forward pass for E2M1 weights on the bf16 tiles: MXFP4 (quant::mxfp4: an
 // E8M0 scale per 32 k) and NVFP4 (quant::nvfp4: an E4M3 scale per 16 k and an fp32 scale_2 per
 // expert and projection); activations fp32 in both, bf16 (quant::mxfp4_w4a16, nvfp4_w4a16) or
@@ -38,6 +37,13 @@
 // amx_min_rows_nvfp4, amx_min_rows_nvfp4_w4a4, and the W4A16 ones below) run kernel::tiled's path
 // for the format on the fp32 rows (qpanel.hpp), as does every block without AMX. The forward pass
 // is amx_decoded.hpp's, shared with the E4M3 formats.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_E2M1) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_E2M1
+#undef POLYMOE_TILED_GUARD_AMX_E2M1
+#else
+#define POLYMOE_TILED_GUARD_AMX_E2M1
+#endif
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -51,6 +57,7 @@
 #include <polymoe/kernels/tiled/qpanel.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Rows per block from which MXFP4 blocks run the tiles (below: kernel::tiled's path; 1-2 rows its
 /// decode loop). Measured on the 16-core device machine (docs/decisions.md#amx-min-rows-e2m1; 16
@@ -113,7 +120,7 @@ inline constexpr index_t amx_min_rows_nvfp4_w4a16 = 4;
   return std::none_of(scales.begin(), scales.end(), [](std::uint8_t s) { return (s & 0x80u) != 0; });
 }
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 /// dst = the k-blocks of src[0..n) · wt as split rows: per k-block of 32, hi[32] then lo[32]
 /// (hi = bf16(x), lo = bf16(x - hi); an infinite x gets lo = 0), zeros from n to n32 (a multiple
@@ -155,7 +162,7 @@ inline void load_kpair_shuffled(const std::uint8_t* codes, index_t k, index_t K,
   half[1] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-#if defined(__AVX512VBMI__)
+#if POLYMOE_TILED_ISA_VBMI
 /// load_kpair_shuffled's words from one 64-byte load of both rows (row k + 1 masked off past K) and
 /// two zero-masked vpermb.
 inline void load_kpair_vbmi(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
@@ -183,7 +190,7 @@ inline void load_kpair_vbmi(const std::uint8_t* codes, index_t k, index_t K, __m
 /// has it), else load_kpair_shuffled. The VBMI load took the decode alone from about 230 to 155-183
 /// ns per k-block per thread at 16 threads on the device machine (docs/decisions.md#e2m1-decode).
 inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
-#if defined(__AVX512VBMI__)
+#if POLYMOE_TILED_ISA_VBMI
   load_kpair_vbmi(codes, k, K, half);
 #else
   load_kpair_shuffled(codes, k, K, half);
@@ -333,7 +340,7 @@ inline void decode_e2m1_slab(const QPanel<F>& p, index_t K, index_t kb0, index_t
 
 namespace detail {
 
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
 /// c[m][64] = rows [0, m) of A in Ops' layout (bf16x2_ops: split rows; bf16x2_hi_ops: split rows
 /// whose lo terms are zero; bf16_ops: NVFP4 W4A4's e2m1 · e4m3 values), lda elements apart and
 /// readable up to roundup(m, 16) rows, times an E2M1 panel (MXFP4 or NVFP4) of K rows; NVFP4's scale_2 and the rows' scales sa (row r's at sa[r];
@@ -365,7 +372,7 @@ inline void e2m1_block_times_panel(index_t m, const std::uint16_t* a, index_t ld
 }
 #endif
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 /// GEMM 1's epilogue for the split-row paths (MXFP4, fp8 weight-only): rows [0, b.rows) of panel
 /// cb's c[m][64], plus bias, activated and written as split rows into GEMM 2's input (row stride
 /// ldi elements; columns [I, I32) zero).
@@ -387,4 +394,6 @@ inline void split_finish13(const ExpertMlp& mlp, const PanelGrid& pk, const RowB
 
 }  // namespace detail
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_E2M1

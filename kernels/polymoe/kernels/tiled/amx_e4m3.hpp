@@ -1,4 +1,3 @@
-#pragma once
 // kernel::tiled_amx's forward pass for E4M3 weights (quant::fp8, quant::fp8_block and
 // quant::fp8_block_weight_only: kernel::tiled's fp8 panels, an fp32 scale per 128 k per column)
 // on the bf16 tiles.
@@ -29,6 +28,13 @@
 // Blocks of fewer than amx_min_rows_e4m3 rows (W8A8: amx_min_rows_e4m3_w8a8; decode), and every
 // block without AMX, run kernel::tiled's fp8 path (qpanel.hpp) on fp32 rows. The forward pass is
 // amx_decoded.hpp's, shared with MXFP4.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_E4M3) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_E4M3
+#undef POLYMOE_TILED_GUARD_AMX_E4M3
+#else
+#define POLYMOE_TILED_GUARD_AMX_E4M3
+#endif
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -42,6 +48,7 @@
 #include <polymoe/kernels/tiled/qpanel.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Rows per block from which E4M3 blocks run the tiles (below: kernel::tiled's fp8 path).
 /// Measured on the 16-core device machine (docs/decisions.md#amx-min-rows-e4m3; fp8_block,
@@ -66,7 +73,7 @@ inline constexpr index_t amx_min_rows_e4m3_w8a8 = 4;
 /// Tile k-blocks per scale group (128 k).
 inline constexpr index_t e4m3_group_kb = fp8_format::group / amx_kb;
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 namespace simd {
 
@@ -172,7 +179,7 @@ inline void decode_e4m3_slab(const QPanel<fp8_format>& p, index_t K, index_t kb0
 
 namespace detail {
 
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
 /// c[m][64] = sum over the scale groups g of the panel of (A_g · W_g) · sw[g][column] · sa[row][g]:
 /// A rows [0, m) (lda elements apart, readable up to roundup(m, 16) rows) in Ops' layout (bf16_ops:
 /// E4M3 values; bf16x2_ops: split rows; bf16x2_hi_ops: split rows whose lo terms are zero), W_g
@@ -262,4 +269,6 @@ inline void fp8_times_panel(index_t m, const std::uint16_t* a, index_t lda, cons
 
 }  // namespace detail
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_E4M3

@@ -1,6 +1,12 @@
-#pragma once
 // AVX-512 loops over the bf16 AMX layout, for blocks too small for the tiles (the FMA loop, or
 // vdpbf16ps where the target has it) and the decode path, and the rounding of rows to bf16 tile rows.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_FMA) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_FMA
+#undef POLYMOE_TILED_GUARD_AMX_FMA
+#else
+#define POLYMOE_TILED_GUARD_AMX_FMA
+#endif
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -11,8 +17,9 @@
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 /// dst[0..n32) = bf16(src[i] · wt) for i < n (round to nearest even, as codecs::float_to_bf16),
 /// then zeros.
@@ -62,7 +69,7 @@ inline void amx_layout_tile(const std::uint16_t* const* a, index_t K, const std:
     for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
 }
 
-#if defined(__AVX512BF16__)
+#if POLYMOE_TILED_ISA_BF16
 
 /// amx_layout_tile with vdpbf16ps: per k-pair, each lane takes both products of its column (bf16
 /// A pair x bf16 W pair, products exact, the sum in fp32 with the instruction's rounding, denormal
@@ -166,4 +173,6 @@ inline void zero_k_padding(std::uint16_t* tile_rows, index_t rows, index_t ld, i
     for (index_t r = 0; r < rows; ++r) std::fill_n(tile_rows + r * ld + n, n32 - n, std::uint16_t{0});
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_FMA

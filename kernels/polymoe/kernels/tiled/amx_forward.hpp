@@ -1,4 +1,3 @@
-#pragma once
 // kernel::tiled_amx's forward pass for bf16 weights: forward_standard's pipeline (sort, GEMM 1 +
 // activation, GEMM 2 + routing weight, slot-order sum; see forward.hpp) with the GEMM inputs kept
 // as bf16 rows in sorted order, so that a row block is one strided tile operand, and the weights
@@ -8,16 +7,24 @@
 // For kernel::tiled_amx the two GEMMs run as one stream of tasks without a barrier between them
 // (detail::pipelined_tasks), and with enough rows per block GEMM 1 runs a task per block, each
 // panel's epilogue inside the next panel's tiles (detail::gemm1_by_block, gemm1_panels_interleaved).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_FORWARD) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_FORWARD
+#undef POLYMOE_TILED_GUARD_AMX_FORWARD
+#else
+#define POLYMOE_TILED_GUARD_AMX_FORWARD
+#endif
 #include <algorithm>
 
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 namespace detail {
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 /// The AVX-512 loop over the tile layout that this target runs: vdpbf16ps where it is chosen
 /// (POLYMOE_TILED_DPBF16, microkernel.hpp), else widening and FMAs.
 template <int MR>
@@ -38,7 +45,7 @@ inline void pair_tile(const std::uint16_t* const* a, index_t K, const std::uint1
 /// panel, without tiles (`short_loops` as block_times_panel's).
 inline void amx_layout_rows(index_t m, const std::uint16_t* a, index_t lda, index_t K, const std::uint16_t* panel,
                             float* c, bool short_loops) noexcept {
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
   const std::uint16_t* rows[max_tile_rows];
   for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
     const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
@@ -67,7 +74,7 @@ inline void amx_block_times_panel(bool tiles, bool short_loops, index_t min_rows
                                   index_t lda,
                                   index_t K, const std::uint16_t* panel, const std::uint16_t* next, float* c,
                                   Side&& side = Side{}) noexcept {
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
   if (tiles && m >= min_rows) return amx::bf16_block(a, lda, m, padded_k32(K), panel, next, c, side);
 #else
   (void)tiles;
@@ -169,4 +176,6 @@ void forward_amx_bf16(const DispatchOutput<format::standard>& d, const Prepared<
                    inputs, gemms);
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_FORWARD

@@ -1,12 +1,19 @@
-#pragma once
 // The bf16 AMX weight layout: per panel [K32/32][4 column tiles][16 k-pairs][16 columns][2], the B
 // operand of tdpbf16ps, and the row stride of tile operands.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_LAYOUT) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_LAYOUT
+#undef POLYMOE_TILED_GUARD_AMX_LAYOUT
+#else
+#define POLYMOE_TILED_GUARD_AMX_LAYOUT
+#endif
 #include <cstdint>
 
 #include <polymoe/core/types.hpp>
 #include <polymoe/kernels/tiled/prepack.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Elements of a bf16 AMX k-block and tile.
 inline constexpr index_t amx_kb = 32;
@@ -36,4 +43,6 @@ struct amx_layout {
 };
 using AmxBf16Experts = PackedExperts<std::uint16_t, amx_layout>;
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_LAYOUT

@@ -1,13 +1,20 @@
-#pragma once
 // The tile loops: a row block in pairs of row groups over slabs of a panel (block22, with a hook
 // between k-blocks), bf16 and int8 blocks, and the loops of decoded formats (a slab, or a row group
 // that decodes each k-block between the previous one's products) and of scaled groups.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_LOOPS) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_LOOPS
+#undef POLYMOE_TILED_GUARD_AMX_LOOPS
+#else
+#define POLYMOE_TILED_GUARD_AMX_LOOPS
+#endif
 #include <cstdint>
 
 
 #include <polymoe/kernels/tiled/amx_tiles.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// What a tile loop does between its k-blocks (amx::block22_side): nothing.
 struct no_side {
@@ -15,7 +22,7 @@ struct no_side {
 };
 
 
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
 
 #define POLYMOE_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,amx-int8")))
 
@@ -288,4 +295,6 @@ POLYMOE_AMX_TARGET inline void group_step(const typename Ops::a_type* a0, const 
 
 #endif  // POLYMOE_TILED_AMX_CODE
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_LOOPS

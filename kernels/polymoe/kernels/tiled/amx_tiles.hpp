@@ -1,6 +1,12 @@
-#pragma once
 // The tile configuration and the tile operations of one k-block: loading C, the products of bf16,
 // int8 and split-bf16 rows against a panel's column tiles, storing C, and the prefetch distances.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_AMX_TILES) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_AMX_TILES
+#undef POLYMOE_TILED_GUARD_AMX_TILES
+#else
+#define POLYMOE_TILED_GUARD_AMX_TILES
+#endif
 #include <cstdint>
 
 
@@ -9,8 +15,9 @@
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
 
 #define POLYMOE_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,amx-int8")))
 
@@ -192,4 +199,6 @@ POLYMOE_AMX_TARGET inline void store_c(C* c0, C* c1, bool two) noexcept {
 
 #endif  // POLYMOE_TILED_AMX_CODE
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_AMX_TILES

@@ -1,4 +1,3 @@
-#pragma once
 // A fixed-size, 64-byte-aligned array: the storage of prepacked weights (one cache line per
 // micro-kernel load, never split); and the allocator of the workspace buffers.
 //
@@ -7,6 +6,13 @@
 // where the kernel's THP mode is "madvise" (Debian's default), 4 KiB pages are otherwise all they
 // get, and a forward that streams a gigabyte of weights walks the page tables for every 4 KiB of
 // it. Each buffer is told whether to (tuning::huge_pages, on by default; docs/decisions.md#huge-pages).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_BUFFER) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_BUFFER
+#undef POLYMOE_TILED_GUARD_BUFFER
+#else
+#define POLYMOE_TILED_GUARD_BUFFER
+#endif
 #include <cctype>
 #include <cstddef>
 #include <fstream>
@@ -22,6 +28,7 @@
 #endif
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 inline constexpr std::size_t cache_line = 64;
 
@@ -129,4 +136,6 @@ struct CacheLineAllocator {
 template <class T>
 using AlignedVector = std::vector<T, CacheLineAllocator<T>>;
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_BUFFER

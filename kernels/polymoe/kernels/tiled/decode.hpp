@@ -1,4 +1,3 @@
-#pragma once
 // The decode path: one or two rows against a panel (few tokens per expert, as in decode, where
 // every weight is used once or twice and the time is the time to stream the panel from memory).
 //
@@ -6,14 +5,22 @@
 // keeps two sets (even and odd k) and adds them at the end; it also prefetches the panel a few
 // rows ahead. The sum order is fixed by the row count alone, so results stay independent of the
 // thread count.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_DECODE) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_DECODE
+#undef POLYMOE_TILED_GUARD_DECODE
+#else
+#define POLYMOE_TILED_GUARD_DECODE
+#endif
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Rows per tile up to which run_tiles takes the decode path.
 inline constexpr int decode_rows = 2;
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 /// C[M][64] = sum over k in [0, K) of a[r][k] · panel[k][:], for M = 1 or 2.
 template <int M, class W>
@@ -75,4 +82,6 @@ inline void decode_tile(const float* const* a, index_t K, const W* panel, float*
 
 #endif
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_DECODE

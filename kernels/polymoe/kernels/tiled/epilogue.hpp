@@ -1,8 +1,14 @@
-#pragma once
 // What the tiled kernel does to a finished tile: the fused activation of the first GEMM and the
 // activation rounding of a quant scheme with bf16 activations. The vector versions compute the
 // functions of core/activation.hpp (exp to about one ulp; gelu uses the scalar erf) and round to
 // bf16 exactly as codecs::float_to_bf16 does, NaN included.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_EPILOGUE) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_EPILOGUE
+#undef POLYMOE_TILED_GUARD_EPILOGUE
+#else
+#define POLYMOE_TILED_GUARD_EPILOGUE
+#endif
 #include <cstdint>
 #include <type_traits>
 
@@ -11,8 +17,9 @@
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 namespace simd {
 
@@ -158,4 +165,6 @@ inline void round_bf16(float* x, index_t n) noexcept {
 
 #endif
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_EPILOGUE

@@ -1,7 +1,13 @@
-#pragma once
 // The epilogues of a row block's tile: GEMM 1's (bias, activation, rounding as the scheme says,
 // into the intermediate) and GEMM 2's (bias, routing weight, into y, with non-temporal stores where
 // y outgrows the caches).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_FINISH) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_FINISH
+#undef POLYMOE_TILED_GUARD_FINISH
+#else
+#define POLYMOE_TILED_GUARD_FINISH
+#endif
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -16,10 +22,11 @@
 #include <polymoe/kernels/tiled/tuning.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 namespace detail {
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 /// Whether a row of n values at dst takes non-temporal stores (store_lanes) when the caller asks
 /// for them (`stream`; see stream_y): only a whole 64-byte-aligned panel row (n = 64).
 inline bool streams_row(bool stream, const float* dst, index_t n) noexcept {
@@ -41,7 +48,7 @@ inline void store_lanes(float* p, __mmask16 m, __m512 v, bool stream) noexcept {
 /// vectorization of the loop uses 32-byte halves here). `stream`: a whole aligned row is stored
 /// with non-temporal stores (streams_row; the caller fences them).
 inline void add_row(const float* c, const float* bias, float wt, float* dst, index_t n, bool stream = false) noexcept {
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
   const __m512 w = _mm512_set1_ps(wt);
   stream = streams_row(stream, dst, n);
   for (index_t q = 0; q < n; q += 16) {
@@ -116,7 +123,7 @@ inline void finish2_rows(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlo
   const index_t n = std::min(panel_cols, H - cb * panel_cols);
   for (index_t i = 0; i < b.rows; ++i)
     write(i, bias, mlp.weight_on_input ? 1.0f : row_weight[b.begin + i], y + (b.begin + i) * H + cb * panel_cols, n);
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
   if (stream) _mm_sfence();
 #else
   (void)stream;
@@ -134,4 +141,6 @@ inline void finish2(const ExpertMlp& mlp, const PanelGrid& pk, const RowBlock& b
 
 }  // namespace detail
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_FINISH

@@ -1,4 +1,3 @@
-#pragma once
 // The tiled kernel's forward pass on the standard format:
 //
 //   1. sort the (token, slot) pairs by expert into row blocks              (sort.hpp)
@@ -13,6 +12,13 @@
 // order, so the result is bitwise independent of the thread count. All buffers live in a
 // Workspace (workspace.hpp) that grows to the largest batch seen and is reused: after warm-up a forward allocates
 // nothing.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_FORWARD) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_FORWARD
+#undef POLYMOE_TILED_GUARD_FORWARD
+#else
+#define POLYMOE_TILED_GUARD_FORWARD
+#endif
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +37,7 @@
 #include <polymoe/kernels/tiled/workspace.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Checks the shapes of a forward's operands and sorts its pairs by expert into row blocks cut as
 /// `cut` says.
@@ -169,4 +176,6 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
   forward_skeleton(d, s, pk.expert_bytes(), out, ws, BlockCut{block_rows}, tune, phases, inputs, gemms);
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_FORWARD

@@ -1,4 +1,3 @@
-#pragma once
 // The tiled kernel for int8 W8A8: integer GEMMs with AVX512-VNNI (vpdpbusd: unsigned 8-bit
 // activations times signed 8-bit weights, four products summed into each 32-bit lane).
 //
@@ -23,6 +22,13 @@
 // keeps such a row in fp32 and gets NaN or ±Inf there).
 //
 // Without AVX512-VNNI (or with POLYMOE_TILED_PORTABLE) a portable loop computes the same integers.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_INT8) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_INT8
+#undef POLYMOE_TILED_GUARD_INT8
+#else
+#define POLYMOE_TILED_GUARD_INT8
+#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,11 +40,8 @@
 #include <polymoe/kernels/tiled/amx.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
 
-#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512VNNI__)
-#define POLYMOE_TILED_VNNI 1
-#endif
-
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// k of one vpdpbusd lane.
 inline constexpr index_t int8_quad = 4;
@@ -138,7 +141,7 @@ Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2
   return p;
 }
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 /// x / s, rounded to nearest as the division vdivps would round it, for 16 lanes, from r = 1/s
 /// (rounded to nearest) without a division: q0 = x·r, then twice q += (x − q·s)·r, the remainder
 /// by an FMA. The first step brings q within an ulp of x/s (x·r is within 1.5 ulps); from there,
@@ -171,7 +174,7 @@ inline float quantize_row_u8(const float* x, index_t n, index_t n4, std::uint8_t
   }
   const float s = quantize::int8_scale(a);
   index_t i = 0;
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
   const __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
   const auto store = [&](index_t at, __m512 v) {
     // clamped, rounded to nearest even: an exact integer
@@ -191,7 +194,7 @@ inline float quantize_row_u8(const float* x, index_t n, index_t n4, std::uint8_t
   return s;
 }
 
-#if defined(POLYMOE_TILED_VNNI)
+#if POLYMOE_TILED_ISA_VNNI
 
 /// Where quad q's line of column tile v lies in a panel of either layout.
 template <bool Tiles>
@@ -262,7 +265,7 @@ namespace detail {
 /// block's C where scaling into a tile and then finishing it took two.
 inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel, const float* bias, float wt, float* d,
                          index_t n, bool stream = false) noexcept {
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
   const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
   stream = streams_row(stream, d, n);
   for (index_t p = 0; p < n; p += 16) {
@@ -291,7 +294,7 @@ template <class RowOf, class Side = no_side>
 inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel& panel, std::int32_t* acc,
                                 index_t tile_stride = 0, index_t min_rows = amx_min_rows_int8,
                                 const std::int8_t* next = nullptr, Side&& side = Side{}) {
-#if defined(POLYMOE_TILED_AMX_CODE)
+#if POLYMOE_TILED_AMX_CODE
   if (tile_stride > 0 && panel.tiles && m >= min_rows) {
     amx::int8_block(row(0), tile_stride, m, K4, panel.codes, next, acc, side);
     return;
@@ -491,4 +494,6 @@ void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8
                    phases, inputs, gemms);
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_INT8

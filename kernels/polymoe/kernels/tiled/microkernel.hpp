@@ -1,4 +1,3 @@
-#pragma once
 // The tiled kernel's register-blocked micro-kernel: C[MR][64] (+)= A[MR][k0..k1) · panel[k0..k1)[64].
 //
 // MR rows (up to max_tile_rows = 6) by 64 columns (4 AVX-512 vectors): 24 accumulators, 4 weight
@@ -8,8 +7,15 @@
 //
 // Weights are fp32 or bf16 bits (see prepack.hpp for the layout); bf16 is widened to fp32 in
 // registers (shift / and). bf16 blocks of prefill size run tall_tile instead: up to 12 rows by
-// 32 columns, which widens half as often per FMA (see there). The AVX-512 version is chosen at compile time when __AVX512F__ is
-// defined (and POLYMOE_TILED_PORTABLE is not); otherwise a portable loop computes the same sums.
+// 32 columns, which widens half as often per FMA (see there). The AVX-512 version is compiled for the levels with
+// AVX-512 (level.hpp); the portable level's loop computes the same sums.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_MICROKERNEL) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_MICROKERNEL
+#undef POLYMOE_TILED_GUARD_MICROKERNEL
+#else
+#define POLYMOE_TILED_GUARD_MICROKERNEL
+#endif
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -18,37 +24,11 @@
 #include <polymoe/core/types.hpp>
 #include <polymoe/kernels/tiled/prepack.hpp>
 
-#if defined(__AVX512F__) && !defined(POLYMOE_TILED_PORTABLE)
-#define POLYMOE_TILED_AVX512 1
-#include <immintrin.h>
-#endif
-
-// Whether the target is an AMD Zen core (GCC 12 calls Zen 4 znver3, with AVX-512): the choices of
-// POLYMOE_TILED_DPBF16 below and POLYMOE_TILED_TALL (panel_products.hpp) follow it.
-#if defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
-#define POLYMOE_TILED_ZEN 1
-#else
-#define POLYMOE_TILED_ZEN 0
-#endif
-
-// Whether bf16 GEMMs without AMX run vdpbf16ps (bf16 pairs, two products per lane) instead of
-// widening the weights and running fp32 FMAs: a compile-time choice by the target. On AMD Zen 4
-// vdpbf16ps issues at the FMA's rate, so it has twice the flops; on Intel cores it ran at a
-// quarter of the FMA's instruction rate, so there the FMAs stay (docs/decisions.md#bf16-instruction).
-// kernel::tiled's bf16 then runs the bf16-row pipeline of kernel::tiled_amx without tiles.
-// -DPOLYMOE_TILED_DPBF16=0/1 overrides.
-#ifndef POLYMOE_TILED_DPBF16
-#if defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__) && POLYMOE_TILED_ZEN
-#define POLYMOE_TILED_DPBF16 1
-#else
-#define POLYMOE_TILED_DPBF16 0
-#endif
-#endif
-#if POLYMOE_TILED_DPBF16 && !(defined(POLYMOE_TILED_AVX512) && defined(__AVX512BF16__))
-#error "polymoe: POLYMOE_TILED_DPBF16=1 needs AVX-512 BF16 in the target (e.g. -mavx512bf16)"
-#endif
+// POLYMOE_TILED_AVX512, POLYMOE_TILED_DPBF16 (bf16 pairs on vdpbf16ps) and the others: level.hpp and
+// level_macros.hpp.
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 inline constexpr int max_tile_rows = 6;
 
@@ -64,7 +44,7 @@ inline void with_rows(int m, F&& f) {
 /// against half a panel at a time (32 columns: one 64-byte line of each k-row, two vectors).
 inline constexpr int max_tall_rows = 12;
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 /// The cache level that a software prefetch fills (`none`: no prefetch instruction at all). The
 /// library runs t0; the others are measurement variants of the AMX kernels' weight stream (amx.hpp).
@@ -240,4 +220,6 @@ inline void tile_rows(int m, const float* const* a, index_t k0, index_t k1, cons
   with_rows<max_tile_rows>(m, [&]<int M>() { tile<M>(a, k0, k1, panel, c, accumulate, prefetch, prefetch_bytes); });
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_MICROKERNEL

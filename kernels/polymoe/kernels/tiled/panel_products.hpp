@@ -1,7 +1,13 @@
-#pragma once
 // A row block times one panel: c[m][64] = sum over k of row(i)[k] · W[k][:] for the float, bf16
 // and quantized panels (the micro-kernels of microkernel.hpp over slabs of the panel), and the
 // tall-tile variant for bf16 on Intel cores.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_PANEL_PRODUCTS) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_PANEL_PRODUCTS
+#undef POLYMOE_TILED_GUARD_PANEL_PRODUCTS
+#else
+#define POLYMOE_TILED_GUARD_PANEL_PRODUCTS
+#endif
 #include <algorithm>
 #include <cstdint>
 
@@ -12,6 +18,7 @@
 #include <polymoe/kernels/tiled/workspace.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Whether bf16 blocks of more than max_tile_rows rows run tall tiles (microkernel.hpp), a
 /// compile-time choice by the target: on Intel cores the widening shares the FMA ports, and the
@@ -19,14 +26,11 @@ namespace polymoe::kernels::tiled {
 /// the FMA peak against 50 %); on AMD Zen 4 it runs on ports of its own, and the 6 x 64 tile,
 /// with half the broadcasts, was faster (one thread, T=2048: 106-109 against 98 GFLOP/s;
 /// docs/decisions.md#tall-tiles).
-/// -DPOLYMOE_TILED_TALL=0/1 overrides.
-#ifndef POLYMOE_TILED_TALL
-#define POLYMOE_TILED_TALL (!POLYMOE_TILED_ZEN)
-#endif
+/// -DPOLYMOE_TILED_TALL=0/1 overrides (level_macros.hpp defines it).
 
 namespace detail {
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 /// block_times_panel for bf16 blocks of more than max_tile_rows rows: row groups of up to
 /// max_tall_rows rows, cut evenly, each against both halves of a slab in turn; the 2·groups
 /// passes over a slab share the prefetch of the next one.
@@ -64,7 +68,7 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
     return;
   }
   constexpr auto row_bytes = static_cast<index_t>(panel_cols * sizeof(W));
-#if defined(POLYMOE_TILED_AVX512) && POLYMOE_TILED_TALL
+#if POLYMOE_TILED_AVX512 && POLYMOE_TILED_TALL
   if constexpr (std::is_same_v<W, std::uint16_t>)
     if (m > max_tile_rows) return tall_block_times_panel(m, row, K, panel, c);
 #endif
@@ -86,7 +90,7 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
 template <class F, class RowOf>
 inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& panel, float* c, bool short_loops) {
   const float* rows[max_tile_rows];
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
   if (m <= max_qtile_rows) {
     for (index_t i = 0; i < m; ++i) rows[i] = row(i);
     if (m == 1)
@@ -117,4 +121,6 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& 
 
 }  // namespace detail
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_PANEL_PRODUCTS

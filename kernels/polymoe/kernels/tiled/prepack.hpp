@@ -1,4 +1,3 @@
-#pragma once
 // The tiled kernel's weight layout, built once at prepare time.
 //
 // Each GEMM's output columns are cut into panels of `panel_cols` (64) columns, four AVX-512
@@ -16,6 +15,13 @@
 // 32-bit lane i holds column i of one vector in its low half and column i of the next vector in
 // its high half, so a shift left by 16 and an and with 0xFFFF0000 widen a line to two fp32
 // vectors (bf16 -> fp32 is exact: the bf16 bits are the fp32's high half).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_PREPACK) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_PREPACK
+#undef POLYMOE_TILED_GUARD_PREPACK
+#else
+#define POLYMOE_TILED_GUARD_PREPACK
+#endif
 #include <cstdint>
 #include <type_traits>
 
@@ -25,6 +31,7 @@
 #include <polymoe/kernels/tiled/buffer.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 inline constexpr index_t panel_cols = 64;
 
@@ -154,4 +161,6 @@ PackedExperts<W, Layout> pack_experts(const ExpertShape& s, W13 w13, W2 w2, B13 
   return p;
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_PREPACK

@@ -1,4 +1,3 @@
-#pragma once
 // Quantized panels: the tiled kernel's layout for E4M3 (fp8) and E2M1 (MXFP4, NVFP4) weights.
 //
 // The panel grid is the one of prepack.hpp (64 output columns per panel, gate and up halves side
@@ -24,6 +23,13 @@
 // column 32h + 16 + j in its high nibble, so one byte-to-dword widening of 16 bytes serves two
 // vectors (the nibble itself, and the byte shifted right by 4: vpermps reads only the index's low
 // four bits).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_QPANEL) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_QPANEL
+#undef POLYMOE_TILED_GUARD_QPANEL
+#else
+#define POLYMOE_TILED_GUARD_QPANEL
+#endif
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -38,6 +44,7 @@
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 enum class qcode { e4m3, e2m1 };        ///< how one weight is coded
 enum class qscale { f32, e8m0, e4m3 };  ///< how a group's scale is coded
@@ -149,7 +156,7 @@ QPackedExperts<F> pack_quantized(const ExpertShape& s, C13 code13, S13 scale13, 
   return p;
 }
 
-#if defined(POLYMOE_TILED_AVX512)
+#if POLYMOE_TILED_AVX512
 
 // GCC 12 reports the deliberately undefined pass-through operand of the masked builtins behind
 // _mm512_cvtepu8_epi32 / _mm512_permutexvar_ps as "used uninitialized" once they are inlined.
@@ -354,4 +361,6 @@ inline void expand(const QPanel<F>& p, index_t k0, index_t k1, float* slab) noex
 
 #endif
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_QPANEL

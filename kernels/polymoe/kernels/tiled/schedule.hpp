@@ -1,7 +1,13 @@
-#pragma once
 // How a forward's GEMM tasks run: every task of a phase in one parallel loop, or both GEMMs as one
 // pipeline of tasks in which a block's GEMM 2 starts once its GEMM 1 is done (the workers, their
 // slots and timing, the choice of GEMM 1 by block or by panel), and the phases in order.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_SCHEDULE) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_SCHEDULE
+#undef POLYMOE_TILED_GUARD_SCHEDULE
+#else
+#define POLYMOE_TILED_GUARD_SCHEDULE
+#endif
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,6 +27,7 @@
 #include <polymoe/kernels/tiled/workspace.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// A pause in a spin-wait (x86: the pause instruction; elsewhere a yield).
 inline void spin_pause() noexcept {
@@ -269,4 +276,6 @@ inline void run_gemms(bool pipelined, const tuning& tune, PhaseClock& clock, con
 
 }  // namespace detail
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_SCHEDULE

@@ -1,10 +1,16 @@
-#pragma once
 // The tiled kernel's first step: the (token, slot) pairs sorted by expert into row blocks.
 //
 // Sorted row n stands for slot slot_of[n] = t·k + j; the rows of expert e are
 // [offsets[e], offsets[e+1]), in token order. Intermediate results live in sorted-row order, so an
 // expert's rows are contiguous (the second GEMM reads them without a gather) and its row blocks
 // are slices of them. The sort is stable, so the row a pair lands in depends on the routing only.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_SORT) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_SORT
+#undef POLYMOE_TILED_GUARD_SORT
+#else
+#define POLYMOE_TILED_GUARD_SORT
+#endif
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -13,6 +19,7 @@
 #include <polymoe/core/types.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Rows [begin, begin + rows) of the sorted order, all routed to `expert`.
 struct RowBlock {
@@ -112,4 +119,6 @@ inline void make_tasks(const ExpertRows& s, index_t panels, std::vector<Task>& t
         tasks.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(p)});
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_SORT

@@ -1,5 +1,11 @@
-#pragma once
 // The top-k sum: each token's output is the sum of its slots' rows of y, in slot order.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_TOPK_SUM) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_TOPK_SUM
+#undef POLYMOE_TILED_GUARD_TOPK_SUM
+#else
+#define POLYMOE_TILED_GUARD_TOPK_SUM
+#endif
 #include <algorithm>
 
 #include <tbb/blocked_range.h>
@@ -10,6 +16,7 @@
 #include <polymoe/kernels/tiled/sort.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// out[t] = sum over slots j, in slot order, of y[row_of(t, j)] (fp32). Each token's columns in
 /// steps of `step` columns (tuning::sum_span; at least 1), all of its slots in turn (each element:
@@ -43,4 +50,6 @@ inline void sum_slots(const ExpertRows& sr, const AlignedVector<float>& y, index
   });
 }
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_TOPK_SUM

@@ -19,6 +19,7 @@
 
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/types.hpp>
+#include <polymoe/kernels/tiled/level.hpp>
 
 namespace polymoe::kernels::tiled {
 
@@ -65,6 +66,10 @@ struct tuning {
   /// layer runs its shared expert so (expert parallelism runs it on each rank's own tokens); the
   /// routed experts see the same rows either way and keep the measured paths.
   bool batch_invariant = false;
+  /// The instruction-set level a build that chooses at run time prepares for (level.hpp): native
+  /// means the best this CPU runs; a named level must be compiled in and run here (tests and
+  /// benchmarks of the lower levels). A pinned build has only native.
+  isa_level isa = isa_level::native;
 
   /// The AMX threshold in use for a format whose measured threshold is `measured`.
   [[nodiscard]] constexpr index_t tiles_from(index_t measured) const noexcept {
@@ -88,7 +93,9 @@ inline constexpr std::string_view tuning_keys =
     "  bf16-block-rows=N           tiled_amx: bf16's row-block cut on the tiles (16..256, step 16; default 256)\n"
     "  one-term=on|off             tiled_amx: split rows with zero lo terms run the hi term alone\n"
     "  row-group=on|off            tiled_amx: decoded blocks of <= 16 rows decode between tile products\n"
-    "  batch-invariant=on|off      a row's result independent of its batch (the shared expert's setting)\n";
+    "  batch-invariant=on|off      a row's result independent of its batch (the shared expert's setting)\n"
+    "  isa=best|portable|avx512|avx512-vnni-bf16|avx512-zen\n"
+    "                              the instruction-set level (a build without -march; default best)\n";
 
 /// Throws polymoe::error when a field is out of its range.
 inline void validate(const tuning& t) {
@@ -100,22 +107,33 @@ inline void validate(const tuning& t) {
           "tuning: bf16-block-rows must be a multiple of 16 in [16, 256], got ", t.bf16_block_rows);
 }
 
-namespace detail {
+namespace tuning_detail {
+[[nodiscard]] constexpr std::string_view level_name(isa_level l) noexcept {
+  switch (l) {
+    case isa_level::portable: return "portable";
+    case isa_level::avx512: return "avx512";
+    case isa_level::avx512_vnni_bf16: return "avx512-vnni-bf16";
+    case isa_level::avx512_zen: return "avx512-zen";
+    case isa_level::native: break;
+  }
+  return "best";
+}
 
 [[nodiscard]] inline std::string_view mode_name(mode m) noexcept {
   return m == mode::on ? "on" : m == mode::off ? "off" : "auto";
 }
 
-}  // namespace detail
+}  // namespace tuning_detail
 
 /// The text form of `t`: every key, `key=value` separated by commas (parse_tuning reads it back).
 [[nodiscard]] inline std::string to_string(const tuning& t) {
   const auto flag = [](bool on) { return on ? "on" : "off"; };
-  return polymoe::detail::concat("y-stream=", detail::mode_name(t.y_stream), ",pipeline=", flag(t.pipeline),
-                        ",gemm1-by-block=", detail::mode_name(t.gemm1_by_block), ",sum-span=", t.sum_span,
+  return polymoe::detail::concat("y-stream=", tuning_detail::mode_name(t.y_stream), ",pipeline=", flag(t.pipeline),
+                        ",gemm1-by-block=", tuning_detail::mode_name(t.gemm1_by_block), ",sum-span=", t.sum_span,
                         ",huge-pages=", flag(t.huge_pages), ",amx-min-rows=", t.amx_min_rows,
                         ",bf16-block-rows=", t.bf16_block_rows, ",one-term=", flag(t.one_term),
-                        ",row-group=", flag(t.row_group), ",batch-invariant=", flag(t.batch_invariant));
+                        ",row-group=", flag(t.row_group), ",batch-invariant=", flag(t.batch_invariant),
+                        ",isa=", tuning_detail::level_name(t.isa));
 }
 
 /// `base` with the settings of `spec`: `key=value` pairs separated by commas (tuning_keys; `_`
@@ -171,6 +189,16 @@ namespace detail {
       t.row_group = on_off();
     else if (key == "batch-invariant")
       t.batch_invariant = on_off();
+    else if (key == "isa") {
+      bool known = false;
+      for (isa_level l : {isa_level::native, isa_level::portable, isa_level::avx512, isa_level::avx512_vnni_bf16,
+                          isa_level::avx512_zen})
+        if (value == tuning_detail::level_name(l)) {
+          t.isa = l;
+          known = true;
+        }
+      require(known, "tuning: isa takes best, portable, avx512, avx512-vnni-bf16 or avx512-zen, got '", value, "'");
+    }
     else
       throw polymoe::error(polymoe::detail::concat("tuning: unknown key '", key, "'; the keys:\n", tuning_keys));
   }

@@ -1,8 +1,14 @@
-#pragma once
 // What one layer's forward keeps between calls (Workspace: sorted pairs, GEMM inputs, the
 // intermediate and y, grown to the largest batch and reused), the kernel's prepared weights, the
 // row-block geometry, and how each scheme treats a GEMM input row (keep_inputs, bf16_inputs,
 // quantized_inputs).
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_WORKSPACE) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_WORKSPACE
+#undef POLYMOE_TILED_GUARD_WORKSPACE
+#else
+#define POLYMOE_TILED_GUARD_WORKSPACE
+#endif
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -21,6 +27,7 @@
 #include <polymoe/kernels/tiled/tuning.hpp>
 
 namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
 
 /// Rows per row block: a block's tiles run one after another on one panel.
 inline constexpr index_t block_rows = 48;
@@ -128,4 +135,6 @@ struct quantized_inputs {
   static void row(std::span<float> r) noexcept { Q::quantize_activation(r); }
 };
 
+POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_WORKSPACE
