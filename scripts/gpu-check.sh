@@ -6,7 +6,8 @@
 #   scripts/gpu-check.sh [BUILD_DIR]
 # Dependencies: installed, or Debian packages in $POLYMOE_DEBS (default .dev/deps, made by
 # ../shared/scripts/device-deps.sh .dev/deps) unpacked into /opt/deps on a machine without them.
-# CUDA architectures: $POLYMOE_CUDA_ARCHITECTURES (default 90a, Hopper).
+# CUDA architectures: $POLYMOE_CUDA_ARCHITECTURES (default 90a, Hopper). The bench: batch sizes
+# $POLYMOE_BENCH_TOKENS (default 1,64,4096), more options in $POLYMOE_BENCH_ARGS (e.g. --iters 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -44,5 +45,5 @@ if command -v compute-sanitizer > /dev/null; then
     > "$build.memcheck.log" 2>&1 || status=1
   echo "memcheck: $(grep -E "ERROR SUMMARY" "$build.memcheck.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.memcheck.log" | tail -2 | tr '\n' ' ')"
 fi
-"$build/cuda/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} || status=1
+"$build/cuda/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} ${POLYMOE_BENCH_ARGS:-} || status=1
 exit $status

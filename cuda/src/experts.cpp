@@ -146,55 +146,53 @@ void device_memory::download(void* dst, std::size_t bytes, std::size_t offset) c
 
 // ---------------------------------------------------------------------------------------------
 
-Router::Router(const RouterConfig& rc, index_t num_experts) : rc_(rc), experts_(num_experts) {
+void synchronize(stream_t stream) { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
+
+struct Router::impl {
+  detail::routing_args args;  // args.bias points into bias
+  index_t experts = 0, top_k = 0;
+  device_array<float> bias;
+};
+
+Router::Router(const RouterConfig& rc, index_t num_experts) : impl_(std::make_unique<impl>()) {
   rc.validate(num_experts);
   require(num_experts <= 1024, "cuda::Router: num_experts=", num_experts, " exceeds the device router's 1024");
   require(rc.top_k <= 32, "cuda::Router: top_k=", rc.top_k, " exceeds the device router's 32");
   require(rc.method != RoutingMethod::sigmoid_grouped_topk || rc.n_group <= 32, "cuda::Router: n_group=", rc.n_group,
           " exceeds the device router's 32");
+  impl& m = *impl_;
+  m.experts = num_experts;
+  m.top_k = rc.top_k;
   if (rc.method == RoutingMethod::sigmoid_grouped_topk && rc.correction_bias.size() > 0) {
-    bias_ = device_array<float>(static_cast<std::size_t>(num_experts));
-    bias_.upload(std::span<const float>(rc.correction_bias.data(), static_cast<std::size_t>(num_experts)));
+    m.bias = device_array<float>(static_cast<std::size_t>(num_experts));
+    m.bias.upload(std::span<const float>(rc.correction_bias.data(), static_cast<std::size_t>(num_experts)));
   }
+  detail::routing_args& a = m.args;
+  a.method = rc.method == RoutingMethod::softmax_topk ? 0 : rc.method == RoutingMethod::topk_softmax ? 1 : 2;
+  a.experts = static_cast<int>(num_experts);
+  a.k = static_cast<int>(rc.top_k);
+  a.renormalize = rc.renormalize;
+  a.n_group = static_cast<int>(rc.n_group);
+  a.topk_group = static_cast<int>(rc.topk_group);
+  a.scale = rc.routed_scaling_factor;
+  a.bias = m.bias.data();
 }
+Router::~Router() = default;
+Router::Router(Router&&) noexcept = default;
+Router& Router::operator=(Router&&) noexcept = default;
+index_t Router::top_k() const noexcept { return impl_->top_k; }
+index_t Router::experts() const noexcept { return impl_->experts; }
 
 void Router::route(const float* logits, index_t tokens, std::int32_t* ids, float* weights, stream_t stream) const {
-  require(tokens >= 0 && tokens * experts_ < (index_t{1} << 31), "cuda::Router: tokens=", tokens,
-          " out of range for ", experts_, " experts");
+  const impl& m = *impl_;
+  require(tokens >= 0 && tokens * m.experts < (index_t{1} << 31), "cuda::Router: tokens=", tokens,
+          " out of range for ", m.experts, " experts");
   if (tokens == 0) return;
   const int device = current_device();
   require_device_pointer(logits, "router_logits", device);
   require_device_pointer(ids, "topk_ids", device);
   require_device_pointer(weights, "topk_weights", device);
-  detail::routing_args a;
-  a.method = rc_.method == RoutingMethod::softmax_topk ? 0 : rc_.method == RoutingMethod::topk_softmax ? 1 : 2;
-  a.experts = static_cast<int>(experts_);
-  a.k = static_cast<int>(rc_.top_k);
-  a.renormalize = rc_.renormalize;
-  a.n_group = static_cast<int>(rc_.n_group);
-  a.topk_group = static_cast<int>(rc_.topk_group);
-  a.scale = rc_.routed_scaling_factor;
-  a.bias = bias_.data();
-  check(detail::launch_route(a, logits, static_cast<int>(tokens), ids, weights, stream), "route_kernel launch");
-}
-
-Routing Router::route(const MatrixCRef& logits) const {
-  const index_t T = logits.rows(), k = rc_.top_k;
-  require(logits.cols() == experts_, "cuda::Router: router_logits has ", logits.cols(), " columns, expected ",
-          experts_);
-  Routing r;
-  r.ids.resize(T, k);
-  r.weights.resize(T, k);
-  if (T == 0) return r;
-  const Matrix z = logits;
-  device_array<float> dz(static_cast<std::size_t>(z.size())), dw(static_cast<std::size_t>(T * k));
-  device_array<std::int32_t> di(static_cast<std::size_t>(T * k));
-  dz.upload({z.data(), static_cast<std::size_t>(z.size())});
-  route(dz.data(), T, di.data(), dw.data(), nullptr);
-  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
-  di.download({r.ids.data(), static_cast<std::size_t>(r.ids.size())});
-  dw.download({r.weights.data(), static_cast<std::size_t>(r.weights.size())});
-  return r;
+  check(detail::launch_route(m.args, logits, static_cast<int>(tokens), ids, weights, stream), "route_kernel launch");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,11 +379,14 @@ void Experts::forward_routed(const float* hidden, index_t tokens, const std::int
   a.weight_on_input = m.weight_on_input;
   detail::tiles t = detail::tiles::small;
   switch (m.tiles) {
+    case TileChoice::tiny: t = detail::tiles::tiny; break;
     case TileChoice::small: t = detail::tiles::small; break;
     case TileChoice::large: t = detail::tiles::large; break;
-    case TileChoice::automatic:  // mean rows an expert
-      t = tokens * top_k >= 32 * E ? detail::tiles::large : detail::tiles::small;
+    case TileChoice::automatic: {  // by the mean rows an expert
+      const index_t rows = tokens * top_k;
+      t = rows >= 32 * E ? detail::tiles::large : rows >= 8 * E ? detail::tiles::small : detail::tiles::tiny;
       break;
+    }
   }
   const char* step = "forward";
   const cudaError_t err = detail::launch_forward(m.g, m.wv, m.ws, a, t, stream, &step);

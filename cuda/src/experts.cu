@@ -18,16 +18,75 @@ namespace {
 
 constexpr int kSortThreads = 256;
 constexpr int kSortWarps = kSortThreads / 32;
+constexpr int kSortIters = 4;  // pairs a block sorts: kSortThreads · kSortIters
+constexpr int kSortChunk = kSortThreads * kSortIters;
+
+__device__ __forceinline__ int valid_id(const std::int32_t* ids, long long i, long long pairs, int E) {
+  if (i >= pairs) return -1;
+  const int e = ids[i];
+  return e >= 0 && e < E ? e : -1;
+}
+
+// Counts of the block's chunk of pairs into sh[E] (zeroed by the caller).
+__device__ void count_chunk(const std::int32_t* ids, long long first, long long pairs, int E, int* sh) {
+  for (int it = 0; it < kSortIters; ++it) {
+    const int e = valid_id(ids, first + it * kSortThreads + threadIdx.x, pairs, E);
+    if (e >= 0) atomicAdd(&sh[e], 1);
+  }
+}
+
+// Places the block's chunk of pairs, stably: `base[e]` is the first sorted row of expert e for this
+// chunk (advanced here); warp_count is [kSortWarps, E] of shared memory.
+__device__ void scatter_chunk(const std::int32_t* ids, long long first, long long pairs, int E, int* base,
+                              int* warp_count, int* sorted_pair, int* pos_of_pair) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int it = 0; it < kSortIters; ++it) {
+    for (int q = threadIdx.x; q < kSortWarps * E; q += blockDim.x) warp_count[q] = 0;
+    __syncthreads();
+    const long long i = first + it * kSortThreads + threadIdx.x;
+    const int e = valid_id(ids, i, pairs, E);
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const unsigned below = peers & ((1u << lane) - 1u);
+    if (e >= 0 && below == 0) warp_count[warp * E + e] = __popc(peers);
+    __syncthreads();
+    if (i < pairs) {
+      if (e < 0) {
+        pos_of_pair[i] = -1;
+      } else {
+        int pos = base[e] + __popc(below);
+        for (int w = 0; w < warp; ++w) pos += warp_count[w * E + e];
+        sorted_pair[pos] = static_cast<int>(i);
+        pos_of_pair[i] = pos;
+      }
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < E; x += blockDim.x) {
+      int n = 0;
+      for (int w = 0; w < kSortWarps; ++w) n += warp_count[w * E + x];
+      base[x] += n;
+    }
+    __syncthreads();
+  }
+}
+
+// The experts' first rows and first row tiles from their counts (one thread).
+__device__ void expert_offsets(int E, int tile_rows, const int* counts, int* offsets, int* tile_start) {
+  int rows = 0, tiles = 0;
+  for (int e = 0; e < E; ++e) {
+    offsets[e] = rows;
+    tile_start[e] = tiles;
+    rows += counts[e];
+    tiles += (counts[e] + tile_rows - 1) / tile_rows;
+  }
+  offsets[E] = rows;
+  tile_start[E] = tiles;
+}
 
 __global__ void sort_count(const std::int32_t* __restrict__ ids, long long pairs, int E, int* __restrict__ hist) {
   extern __shared__ int sh[];
   for (int e = threadIdx.x; e < E; e += blockDim.x) sh[e] = 0;
   __syncthreads();
-  const long long i = static_cast<long long>(blockIdx.x) * kSortThreads + threadIdx.x;
-  if (i < pairs) {
-    const int e = ids[i];
-    if (e >= 0 && e < E) atomicAdd(&sh[e], 1);
-  }
+  count_chunk(ids, static_cast<long long>(blockIdx.x) * kSortChunk, pairs, E, sh);
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) hist[static_cast<long long>(blockIdx.x) * E + e] = sh[e];
 }
@@ -36,57 +95,62 @@ __global__ void sort_count(const std::int32_t* __restrict__ ids, long long pairs
 // offsets and their first row tile (tile_rows rows a tile).
 __global__ void sort_scan(int blocks, int E, int tile_rows, int* __restrict__ hist, int* __restrict__ counts,
                           int* __restrict__ offsets, int* __restrict__ tile_start) {
+  constexpr int kBatch = 8;  // loads in flight per thread
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int run = 0;
-    for (int b = 0; b < blocks; ++b) {
-      const long long at = static_cast<long long>(b) * E + e;
-      const int v = hist[at];
-      hist[at] = run;
-      run += v;
+    for (int b0 = 0; b0 < blocks; b0 += kBatch) {
+      int v[kBatch];
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) v[q] = b0 + q < blocks ? hist[static_cast<long long>(b0 + q) * E + e] : 0;
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        if (b0 + q < blocks) hist[static_cast<long long>(b0 + q) * E + e] = run;
+        run += v[q];
+      }
     }
     counts[e] = run;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int rows = 0, tiles = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = rows;
-      tile_start[e] = tiles;
-      rows += counts[e];
-      tiles += (counts[e] + tile_rows - 1) / tile_rows;
-    }
-    offsets[E] = rows;
-    tile_start[E] = tiles;
-  }
+  if (threadIdx.x == 0) expert_offsets(E, tile_rows, counts, offsets, tile_start);
 }
 
 __global__ void sort_scatter(const std::int32_t* __restrict__ ids, long long pairs, int E,
                              const int* __restrict__ hist, const int* __restrict__ offsets,
                              int* __restrict__ sorted_pair, int* __restrict__ pos_of_pair) {
-  extern __shared__ int warp_count[];  // [kSortWarps, E]
-  for (int q = threadIdx.x; q < kSortWarps * E; q += blockDim.x) warp_count[q] = 0;
+  extern __shared__ int sh[];  // base [E] | warp_count [kSortWarps, E]
+  int* base = sh;
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    base[e] = offsets[e] + hist[static_cast<long long>(blockIdx.x) * E + e];
   __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long long i = static_cast<long long>(blockIdx.x) * kSortThreads + threadIdx.x;
-  int e = -1;
-  if (i < pairs) {
-    e = ids[i];
-    if (e < 0 || e >= E) e = -1;
-  }
-  const unsigned peers = __match_any_sync(0xffffffffu, e);
-  const unsigned below = peers & ((1u << lane) - 1u);
-  if (e >= 0 && below == 0) warp_count[warp * E + e] = __popc(peers);
+  scatter_chunk(ids, static_cast<long long>(blockIdx.x) * kSortChunk, pairs, E, base, sh + E, sorted_pair,
+                pos_of_pair);
+}
+
+// The three steps in one block, when the pairs fit one chunk (decode): two launches fewer.
+__global__ void sort_single(const std::int32_t* __restrict__ ids, long long pairs, int E, int tile_rows,
+                            int* __restrict__ counts, int* __restrict__ offsets, int* __restrict__ tile_start,
+                            int* __restrict__ sorted_pair, int* __restrict__ pos_of_pair) {
+  extern __shared__ int sh[];  // count [E] | base [E] | warp_count [kSortWarps, E]
+  int* cnt = sh;
+  int* base = sh + E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
-  if (i < pairs) {
-    if (e < 0) {
-      pos_of_pair[i] = -1;
-    } else {
-      int pos = offsets[e] + hist[static_cast<long long>(blockIdx.x) * E + e] + __popc(below);
-      for (int w = 0; w < warp; ++w) pos += warp_count[w * E + e];
-      sorted_pair[pos] = static_cast<int>(i);
-      pos_of_pair[i] = pos;
+  count_chunk(ids, 0, pairs, E, cnt);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = cnt[e];
+  if (threadIdx.x == 0) {
+    int rows = 0, tiles = 0;
+    for (int e = 0; e < E; ++e) {
+      offsets[e] = base[e] = rows;
+      tile_start[e] = tiles;
+      rows += cnt[e];
+      tiles += (cnt[e] + tile_rows - 1) / tile_rows;
     }
+    offsets[E] = rows;
+    tile_start[E] = tiles;
   }
+  __syncthreads();
+  scatter_chunk(ids, 0, pairs, E, base, sh + 2 * E, sorted_pair, pos_of_pair);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,8 +255,29 @@ struct tile_shape {
   static_assert((BN * CPR) % threads == 0, "the weight tile divides among the threads");
   static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
 };
-using small_tiles = tile_shape<16, 64, 64, 1, 4, 4>;    // few rows an expert: stream the weights
+// Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
+// deep pipelines, so that many bytes are in flight on each multiprocessor.
+using tiny_tiles = tile_shape<16, 32, 64, 1, 2, 8>;
+using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
 using large_tiles = tile_shape<128, 128, 32, 2, 4, 4>;  // many rows an expert
+
+template <tiles T>
+struct shape_of;
+template <>
+struct shape_of<tiles::tiny> {
+  using type = tiny_tiles;
+};
+template <>
+struct shape_of<tiles::small> {
+  using type = small_tiles;
+};
+template <>
+struct shape_of<tiles::large> {
+  using type = large_tiles;
+};
+constexpr int bm_of(tiles t) {
+  return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;
+}
 
 template <class S, bool GEMM1>
 __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) {
@@ -405,11 +490,12 @@ int grid_for(long long n, int threads) {
   return static_cast<int>(b < 65536 ? (b > 0 ? b : 1) : 65536);
 }
 
-template <class S>
+template <tiles TILES>
 cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
                       cudaStream_t stream, const char** step) {
   const long long pairs = static_cast<long long>(a.tokens) * a.k;
-  const int tiles_max = max_row_tiles(std::is_same_v<S, small_tiles> ? tiles::small : tiles::large, pairs, g.experts);
+  using S = typename shape_of<TILES>::type;
+  const int tiles_max = max_row_tiles(TILES, pairs, g.experts);
   gemm_params p{};
   p.k = a.k;
   p.E = g.experts;
@@ -455,17 +541,19 @@ cudaError_t probe_kernels() {
 }
 
 cudaError_t prepare_kernels() {
-  cudaError_t err = prepare_gemm<small_tiles, true>();
+  cudaError_t err = prepare_gemm<tiny_tiles, true>();
+  if (err == cudaSuccess) err = prepare_gemm<tiny_tiles, false>();
+  if (err == cudaSuccess) err = prepare_gemm<small_tiles, true>();
   if (err == cudaSuccess) err = prepare_gemm<small_tiles, false>();
   if (err == cudaSuccess) err = prepare_gemm<large_tiles, true>();
   if (err == cudaSuccess) err = prepare_gemm<large_tiles, false>();
   return err;
 }
 
-int sort_blocks(long long pairs) { return static_cast<int>((pairs + kSortThreads - 1) / kSortThreads); }
+int sort_blocks(long long pairs) { return static_cast<int>((pairs + kSortChunk - 1) / kSortChunk); }
 
 int max_row_tiles(tiles t, long long pairs, int experts) {
-  const int bm = t == tiles::small ? small_tiles::BM : large_tiles::BM;
+  const int bm = bm_of(t);
   // every expert with rows adds at most one partial tile
   return static_cast<int>((pairs + bm - 1) / bm + (pairs < experts ? pairs : experts));
 }
@@ -476,25 +564,33 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   if (pairs == 0) return cudaSuccess;
   const int E = g.experts;
   const int blocks = sort_blocks(pairs);
-  const int tile_rows = t == tiles::small ? small_tiles::BM : large_tiles::BM;
+  const int tile_rows = bm_of(t);
 
-  *step = "sort_count";
-  sort_count<<<blocks, kSortThreads, sizeof(int) * E, stream>>>(a.ids, pairs, E, ws.hist);
+  if (blocks == 1) {
+    *step = "sort_single";
+    sort_single<<<1, kSortThreads, sizeof(int) * (2 + kSortWarps) * E, stream>>>(
+        a.ids, pairs, E, tile_rows, ws.counts, ws.offsets, ws.tile_start, ws.sorted_pair, ws.pos_of_pair);
+  } else {
+    *step = "sort_count";
+    sort_count<<<blocks, kSortThreads, sizeof(int) * E, stream>>>(a.ids, pairs, E, ws.hist);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    *step = "sort_scan";
+    sort_scan<<<1, 1024, 0, stream>>>(blocks, E, tile_rows, ws.hist, ws.counts, ws.offsets, ws.tile_start);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    *step = "sort_scatter";
+    sort_scatter<<<blocks, kSortThreads, sizeof(int) * (1 + kSortWarps) * E, stream>>>(
+        a.ids, pairs, E, ws.hist, ws.offsets, ws.sorted_pair, ws.pos_of_pair);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  *step = "sort_scan";
-  sort_scan<<<1, 1024, 0, stream>>>(blocks, E, tile_rows, ws.hist, ws.counts, ws.offsets, ws.tile_start);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  *step = "sort_scatter";
-  sort_scatter<<<blocks, kSortThreads, sizeof(int) * kSortWarps * E, stream>>>(a.ids, pairs, E, ws.hist, ws.offsets,
-                                                                               ws.sorted_pair, ws.pos_of_pair);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
   *step = "make_inputs";
   make_inputs<<<grid_for(static_cast<long long>(a.tokens) * g.hp, 256), 256, 0, stream>>>(
       a.hidden, a.tokens, g.hidden, g.hp, a.weights, a.weight_on_input, ws.x);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  err = t == tiles::small ? run_gemms<small_tiles>(g, w, ws, a, stream, step)
-                          : run_gemms<large_tiles>(g, w, ws, a, stream, step);
+  err = t == tiles::tiny    ? run_gemms<tiles::tiny>(g, w, ws, a, stream, step)
+        : t == tiles::small ? run_gemms<tiles::small>(g, w, ws, a, stream, step)
+                            : run_gemms<tiles::large>(g, w, ws, a, stream, step);
   if (err != cudaSuccess) return err;
   *step = "topk_sum";
   topk_sum<<<grid_for(static_cast<long long>(a.tokens) * g.hidden, 256), 256, 0, stream>>>(ws.y, ws.pos_of_pair,

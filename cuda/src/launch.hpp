@@ -60,7 +60,7 @@ struct forward_args {
 };
 
 /// The tile shapes the GEMMs are compiled for.
-enum class tiles : int { small, large };
+enum class tiles : int { tiny, small, large };
 
 /// Sort blocks of the counting sort for `pairs` pairs.
 [[nodiscard]] int sort_blocks(long long pairs);

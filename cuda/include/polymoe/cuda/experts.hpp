@@ -82,6 +82,9 @@ class device_array {
   std::size_t n_ = 0;
 };
 
+/// Waits for the work queued on `stream` (polymoe::error on a CUDA error).
+void synchronize(stream_t stream);
+
 /// Routing on the device (every method of RouterConfig, the same ids as route_rows and weights to
 /// fp32 rounding). Holds the correction bias on the device.
 class Router {
@@ -89,6 +92,9 @@ class Router {
   /// Throws polymoe::error when `rc` cannot route over `num_experts` (RouterConfig::validate) or
   /// the device kernel does not hold the shape (num_experts <= 1024, top_k and n_group <= 32).
   Router(const RouterConfig& rc, index_t num_experts);
+  ~Router();
+  Router(Router&&) noexcept;
+  Router& operator=(Router&&) noexcept;
 
   /// logits [T, E] fp32 -> ids [T, k] int32, weights [T, k] fp32, all device pointers, on `stream`.
   /// Logits are not checked for finiteness on the device (the host route does).
@@ -96,19 +102,17 @@ class Router {
   /// Convenience (copies each way, synchronous): the same as route() on host matrices.
   [[nodiscard]] Routing route(const MatrixCRef& logits) const;
 
-  [[nodiscard]] index_t top_k() const noexcept { return rc_.top_k; }
-  [[nodiscard]] index_t experts() const noexcept { return experts_; }
-  [[nodiscard]] const RouterConfig& config() const noexcept { return rc_; }
+  [[nodiscard]] index_t top_k() const noexcept;
+  [[nodiscard]] index_t experts() const noexcept;
 
  private:
-  RouterConfig rc_;
-  index_t experts_ = 0;
-  device_array<float> bias_;
+  struct impl;
+  std::unique_ptr<impl> impl_;
 };
 
 /// Which GEMM tiles a forward uses: by the mean rows an expert (automatic), or one of them
 /// (tests run both on every shape).
-enum class TileChoice { automatic, small, large };
+enum class TileChoice { automatic, tiny, small, large };
 
 /// The routed experts of a layer, bf16 weights on one device (the current one at construction).
 class Experts {
@@ -143,5 +147,28 @@ class Experts {
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+// Defined here, in the caller's translation unit: Eigen objects are allocated and freed on the
+// same side of the library boundary, whatever alignment each side was compiled for (a library
+// built without -march=native and a caller built with it disagree on Eigen's allocator).
+inline Routing Router::route(const MatrixCRef& logits) const {
+  const index_t T = logits.rows(), k = top_k();
+  require(logits.cols() == experts(), "cuda::Router: router_logits has ", logits.cols(), " columns, expected ",
+          experts());
+  Routing r;
+  r.ids.resize(T, k);
+  r.weights.resize(T, k);
+  if (T == 0) return r;
+  const Matrix z = logits;
+  const auto n = static_cast<std::size_t>(T * k);
+  device_array<float> dz(static_cast<std::size_t>(z.size())), dw(n);
+  device_array<std::int32_t> di(n);
+  dz.upload({z.data(), static_cast<std::size_t>(z.size())});
+  route(dz.data(), T, di.data(), dw.data(), nullptr);
+  synchronize(nullptr);
+  di.download({r.ids.data(), n});
+  dw.download({r.weights.data(), n});
+  return r;
+}
 
 }  // namespace polymoe::cuda
