@@ -278,7 +278,6 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
       aligned(E * 4),                                  // counts
       aligned((E + 1) * 4),                            // offsets
       aligned((E + 1) * 4),                            // tile_start
-      aligned(static_cast<std::size_t>(detail::max_row_tiles(detail::tiles::tiny, P, g.experts)) * 4),  // tile_expert
       aligned(static_cast<std::size_t>(P) * 4),        // sorted_pair
       aligned(static_cast<std::size_t>(P) * 4),        // pos_of_pair
       aligned(static_cast<std::size_t>(T) * g.hp * 2),  // x
@@ -298,14 +297,13 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
   ws.counts = static_cast<int*>(parts[1]);
   ws.offsets = static_cast<int*>(parts[2]);
   ws.tile_start = static_cast<int*>(parts[3]);
-  ws.tile_expert = static_cast<int*>(parts[4]);
-  ws.sorted_pair = static_cast<int*>(parts[5]);
-  ws.pos_of_pair = static_cast<int*>(parts[6]);
-  ws.x = static_cast<std::uint16_t*>(parts[7]);
-  ws.h = static_cast<std::uint16_t*>(parts[8]);
-  ws.y = static_cast<float*>(parts[9]);
-  route_ids = static_cast<std::int32_t*>(parts[10]);
-  route_weights = static_cast<float*>(parts[11]);
+  ws.sorted_pair = static_cast<int*>(parts[4]);
+  ws.pos_of_pair = static_cast<int*>(parts[5]);
+  ws.x = static_cast<std::uint16_t*>(parts[6]);
+  ws.h = static_cast<std::uint16_t*>(parts[7]);
+  ws.y = static_cast<float*>(parts[8]);
+  route_ids = static_cast<std::int32_t*>(parts[9]);
+  route_weights = static_cast<float*>(parts[10]);
   cap_tokens = T;
   cap_pairs = P;
 }
@@ -384,7 +382,6 @@ void Experts::forward_routed(const float* hidden, index_t tokens, const std::int
     case TileChoice::tiny: t = detail::tiles::tiny; break;
     case TileChoice::small: t = detail::tiles::small; break;
     case TileChoice::large: t = detail::tiles::large; break;
-    case TileChoice::wide: t = detail::tiles::wide; break;
     case TileChoice::automatic: {  // by the mean rows an expert
       const index_t rows = tokens * top_k;
       t = rows >= 32 * E ? detail::tiles::large : rows >= 8 * E ? detail::tiles::small : detail::tiles::tiny;

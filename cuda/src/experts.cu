@@ -82,25 +82,6 @@ __device__ void expert_offsets(int E, int tile_rows, const int* counts, int* off
   tile_start[E] = tiles;
 }
 
-// tile_expert[q] for every row tile q < max_tiles of the grid: the expert whose rows it covers, or
-// -1 past the last tile (the whole block calls it once tile_start is complete).
-__device__ void fill_tile_map(int E, const int* tile_start, int max_tiles, int* tile_expert) {
-  const int tiles = tile_start[E];
-  for (int q = threadIdx.x; q < max_tiles; q += blockDim.x) {
-    int e = -1;
-    if (q < tiles) {
-      int lo = 0, hi = E - 1;  // the last expert whose first tile is <= q
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (tile_start[mid] <= q) lo = mid;
-        else hi = mid - 1;
-      }
-      e = lo;
-    }
-    tile_expert[q] = e;
-  }
-}
-
 __global__ void sort_count(const std::int32_t* __restrict__ ids, long long pairs, int E, int* __restrict__ hist) {
   extern __shared__ int sh[];
   for (int e = threadIdx.x; e < E; e += blockDim.x) sh[e] = 0;
@@ -113,8 +94,7 @@ __global__ void sort_count(const std::int32_t* __restrict__ ids, long long pairs
 // One block: per expert, the blocks' counts become offsets within the expert; then the experts'
 // offsets and their first row tile (tile_rows rows a tile).
 __global__ void sort_scan(int blocks, int E, int tile_rows, int* __restrict__ hist, int* __restrict__ counts,
-                          int* __restrict__ offsets, int* __restrict__ tile_start, int max_tiles,
-                          int* __restrict__ tile_expert) {
+                          int* __restrict__ offsets, int* __restrict__ tile_start) {
   constexpr int kBatch = 8;  // loads in flight per thread
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int run = 0;
@@ -132,8 +112,6 @@ __global__ void sort_scan(int blocks, int E, int tile_rows, int* __restrict__ hi
   }
   __syncthreads();
   if (threadIdx.x == 0) expert_offsets(E, tile_rows, counts, offsets, tile_start);
-  __syncthreads();
-  fill_tile_map(E, tile_start, max_tiles, tile_expert);
 }
 
 __global__ void sort_scatter(const std::int32_t* __restrict__ ids, long long pairs, int E,
@@ -151,8 +129,7 @@ __global__ void sort_scatter(const std::int32_t* __restrict__ ids, long long pai
 // The three steps in one block, when the pairs fit one chunk (decode): two launches fewer.
 __global__ void sort_single(const std::int32_t* __restrict__ ids, long long pairs, int E, int tile_rows,
                             int* __restrict__ counts, int* __restrict__ offsets, int* __restrict__ tile_start,
-                            int max_tiles, int* __restrict__ tile_expert, int* __restrict__ sorted_pair,
-                            int* __restrict__ pos_of_pair) {
+                            int* __restrict__ sorted_pair, int* __restrict__ pos_of_pair) {
   extern __shared__ int sh[];  // count [E] | base [E] | warp_count [kSortWarps, E]
   int* cnt = sh;
   int* base = sh + E;
@@ -173,7 +150,6 @@ __global__ void sort_single(const std::int32_t* __restrict__ ids, long long pair
     tile_start[E] = tiles;
   }
   __syncthreads();
-  fill_tile_map(E, tile_start, max_tiles, tile_expert);
   scatter_chunk(ids, 0, pairs, E, base, sh + 2 * E, sorted_pair, pos_of_pair);
 }
 
@@ -252,7 +228,6 @@ struct gemm_params {
   const int* counts;
   const int* offsets;
   const int* tile_start;
-  const int* tile_expert;
   const int* sorted_pair;
   // GEMM 1
   std::uint16_t* h;
@@ -278,15 +253,13 @@ struct tile_shape {
   static constexpr size_t smem = sizeof(std::uint16_t) * STAGES * (BM + BN) * LDS;
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tiles of whole m16 and n16 blocks");
   static_assert((BN * CPR) % threads == 0, "the weight tile divides among the threads");
-  static_assert(pad % BK == 0 && (pad % BN == 0 || BN == 2 * pad), "padded dimensions are whole tiles");
+  static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
 };
 // Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
 // deep pipelines, so that many bytes are in flight on each multiprocessor.
 using tiny_tiles = tile_shape<16, 32, 64, 1, 2, 8>;
 using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
 using large_tiles = tile_shape<128, 128, 32, 2, 4, 4>;  // many rows an expert
-// Many rows an expert, warp tiles of 64 x 64: half the shared-memory reads per product of large.
-using wide_tiles = tile_shape<128, 256, 32, 2, 4, 3>;
 
 template <tiles T>
 struct shape_of;
@@ -302,19 +275,9 @@ template <>
 struct shape_of<tiles::large> {
   using type = large_tiles;
 };
-template <>
-struct shape_of<tiles::wide> {
-  using type = wide_tiles;
-};
 constexpr int bm_of(tiles t) {
-  return t == tiles::tiny    ? tiny_tiles::BM
-         : t == tiles::small ? small_tiles::BM
-         : t == tiles::large ? large_tiles::BM
-                             : wide_tiles::BM;
+  return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;
 }
-// the workspace's tile map is sized for tiny tiles, the most row tiles
-static_assert(tiny_tiles::BM <= small_tiles::BM && tiny_tiles::BM <= large_tiles::BM &&
-              tiny_tiles::BM <= wide_tiles::BM);
 
 template <class S, bool GEMM1>
 __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) {
@@ -323,37 +286,22 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
   std::uint16_t* sB = sA + S::STAGES * S::BM * S::LDS;
 
   const int tile = blockIdx.x;
-  const int e = p.tile_expert[tile];
-  if (e < 0) return;  // no such row tile for this routing
+  if (tile >= p.tile_start[p.E]) return;  // no such row tile for this routing
+  int lo = 0, hi = p.E - 1;               // the expert: the last one whose first tile is <= tile
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (p.tile_start[mid] <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  const int e = lo;
+  const int m0 = (tile - p.tile_start[e]) * S::BM;
+  const int rows = min(S::BM, p.counts[e] - m0);
+  const long long base = static_cast<long long>(p.offsets[e]) + m0;
   const int n0 = blockIdx.y * S::BN;
   const int K = p.K;
   const std::uint16_t* W = p.W + (static_cast<long long>(e) * p.N + n0) * K;
   const int tid = threadIdx.x;
 
-  // The weights first: their loads need only the expert, so they are in flight while the rows of
-  // the tile are looked up.
-  const std::uint16_t* b_src[S::B_PER];
-  int b_dst[S::B_PER];
-#pragma unroll
-  for (int q = 0; q < S::B_PER; ++q) {
-    const int idx = tid + q * S::threads;
-    const int r = idx / S::CPR, c = idx % S::CPR;
-    b_dst[q] = r * S::LDS + c * 8;
-    b_src[q] = W + static_cast<long long>(r) * K + c * 8;
-  }
-  auto load_b = [&](int stage, int kt) {
-    std::uint16_t* b = sB + stage * S::BN * S::LDS;
-#pragma unroll
-    for (int q = 0; q < S::B_PER; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * S::BK, true);
-  };
-  const int KT = K / S::BK;
-#pragma unroll
-  for (int s = 0; s < S::STAGES - 1; ++s)
-    if (s < KT) load_b(s, s);
-
-  const int m0 = (tile - p.tile_start[e]) * S::BM;
-  const int rows = min(S::BM, p.counts[e] - m0);
-  const long long base = static_cast<long long>(p.offsets[e]) + m0;
   const std::uint16_t* a_src[S::A_PER];
   bool a_ok[S::A_PER];
   int a_dst[S::A_PER];
@@ -367,20 +315,32 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
     if (a_ok[q]) row = GEMM1 ? p.sorted_pair[base + r] / p.k : base + r;
     a_src[q] = p.A + row * K + c * 8;
   }
-  auto load_a = [&](int stage, int kt) {
+  const std::uint16_t* b_src[S::B_PER];
+  int b_dst[S::B_PER];
+#pragma unroll
+  for (int q = 0; q < S::B_PER; ++q) {
+    const int idx = tid + q * S::threads;
+    const int r = idx / S::CPR, c = idx % S::CPR;
+    b_dst[q] = r * S::LDS + c * 8;
+    b_src[q] = W + static_cast<long long>(r) * K + c * 8;
+  }
+  auto load_stage = [&](int stage, int kt) {
     std::uint16_t* a = sA + stage * S::BM * S::LDS;
+    std::uint16_t* b = sB + stage * S::BN * S::LDS;
+    const int k0 = kt * S::BK;
 #pragma unroll
     for (int q = 0; q < S::A_PER; ++q)
-      if (tid + q * S::threads < S::BM * S::CPR) cp_async16(a + a_dst[q], a_src[q] + kt * S::BK, a_ok[q]);
+      if (tid + q * S::threads < S::BM * S::CPR) cp_async16(a + a_dst[q], a_src[q] + k0, a_ok[q]);
+#pragma unroll
+    for (int q = 0; q < S::B_PER; ++q) cp_async16(b + b_dst[q], b_src[q] + k0, true);
   };
+
+  const int KT = K / S::BK;
 #pragma unroll
-  for (int s = 0; s < S::STAGES - 1; ++s)
-    if (s < KT) load_a(s, s);
-  // The prologue's stages are one group; empty groups keep the count the loop below expects
-  // (stage kt complete once all but the newest STAGES - 2 groups are).
-  cp_async_commit();
-#pragma unroll
-  for (int s = 1; s < S::STAGES - 1; ++s) cp_async_commit();
+  for (int s = 0; s < S::STAGES - 1; ++s) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
 
   const int warp = tid >> 5, lane = tid & 31;
   const int wm = warp / S::WN, wn = warp % S::WN;
@@ -396,10 +356,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
     cp_async_wait<S::STAGES - 2>();
     __syncthreads();
     const int next = kt + S::STAGES - 1;
-    if (next < KT) {
-      load_b(next % S::STAGES, next);
-      load_a(next % S::STAGES, next);
-    }
+    if (next < KT) load_stage(next % S::STAGES, next);
     cp_async_commit();
     const std::uint16_t* a = sA + (kt % S::STAGES) * S::BM * S::LDS;
     const std::uint16_t* b = sB + (kt % S::STAGES) * S::BN * S::LDS;
@@ -545,16 +502,12 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p.counts = ws.counts;
   p.offsets = ws.offsets;
   p.tile_start = ws.tile_start;
-  p.tile_expert = ws.tile_expert;
   p.sorted_pair = ws.sorted_pair;
   p.act = a.act;
   p.alpha = a.alpha;
   p.limit = a.limit;
   p.gated = g.gated;
 
-  // wide tiles need a multiple of 256 columns; a GEMM without runs on large tiles (same rows a tile)
-  using L = typename shape_of<tiles::large>::type;
-  static_assert(S::BM == L::BM || TILES != tiles::wide);
   gemm_params p1 = p;
   p1.A = ws.x;
   p1.W = w.w13;
@@ -564,8 +517,7 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p1.h = ws.h;
   p1.ldh = g.ip;
   *step = "GEMM 1 (grouped_gemm)";
-  cudaError_t err = p1.N % S::BN == 0 ? launch_gemm<S, true>(p1, tiles_max, stream)
-                                      : launch_gemm<L, true>(p1, tiles_max, stream);
+  cudaError_t err = launch_gemm<S, true>(p1, tiles_max, stream);
   if (err != cudaSuccess) return err;
 
   gemm_params p2 = p;
@@ -578,8 +530,7 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p2.H = g.hidden;
   p2.weights = a.weight_on_input ? nullptr : a.weights;
   *step = "GEMM 2 (grouped_gemm)";
-  return p2.N % S::BN == 0 ? launch_gemm<S, false>(p2, tiles_max, stream)
-                           : launch_gemm<L, false>(p2, tiles_max, stream);
+  return launch_gemm<S, false>(p2, tiles_max, stream);
 }
 
 }  // namespace
@@ -596,8 +547,6 @@ cudaError_t prepare_kernels() {
   if (err == cudaSuccess) err = prepare_gemm<small_tiles, false>();
   if (err == cudaSuccess) err = prepare_gemm<large_tiles, true>();
   if (err == cudaSuccess) err = prepare_gemm<large_tiles, false>();
-  if (err == cudaSuccess) err = prepare_gemm<wide_tiles, true>();
-  if (err == cudaSuccess) err = prepare_gemm<wide_tiles, false>();
   return err;
 }
 
@@ -616,21 +565,18 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   const int E = g.experts;
   const int blocks = sort_blocks(pairs);
   const int tile_rows = bm_of(t);
-  const int max_tiles = max_row_tiles(t, pairs, E);
 
   if (blocks == 1) {
     *step = "sort_single";
     sort_single<<<1, kSortThreads, sizeof(int) * (2 + kSortWarps) * E, stream>>>(
-        a.ids, pairs, E, tile_rows, ws.counts, ws.offsets, ws.tile_start, max_tiles, ws.tile_expert, ws.sorted_pair,
-        ws.pos_of_pair);
+        a.ids, pairs, E, tile_rows, ws.counts, ws.offsets, ws.tile_start, ws.sorted_pair, ws.pos_of_pair);
   } else {
     *step = "sort_count";
     sort_count<<<blocks, kSortThreads, sizeof(int) * E, stream>>>(a.ids, pairs, E, ws.hist);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     *step = "sort_scan";
-    sort_scan<<<1, 1024, 0, stream>>>(blocks, E, tile_rows, ws.hist, ws.counts, ws.offsets, ws.tile_start, max_tiles,
-                                      ws.tile_expert);
+    sort_scan<<<1, 1024, 0, stream>>>(blocks, E, tile_rows, ws.hist, ws.counts, ws.offsets, ws.tile_start);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     *step = "sort_scatter";
     sort_scatter<<<blocks, kSortThreads, sizeof(int) * (1 + kSortWarps) * E, stream>>>(
@@ -644,8 +590,7 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   err = t == tiles::tiny    ? run_gemms<tiles::tiny>(g, w, ws, a, stream, step)
         : t == tiles::small ? run_gemms<tiles::small>(g, w, ws, a, stream, step)
-        : t == tiles::large ? run_gemms<tiles::large>(g, w, ws, a, stream, step)
-                            : run_gemms<tiles::wide>(g, w, ws, a, stream, step);
+                            : run_gemms<tiles::large>(g, w, ws, a, stream, step);
   if (err != cudaSuccess) return err;
   *step = "topk_sum";
   topk_sum<<<grid_for(static_cast<long long>(a.tokens) * g.hidden, 256), 256, 0, stream>>>(ws.y, ws.pos_of_pair,

@@ -41,7 +41,6 @@ struct workspace_view {
   int* counts = nullptr;       ///< [E] rows of each expert
   int* offsets = nullptr;      ///< [E + 1] first sorted row of each expert
   int* tile_start = nullptr;   ///< [E + 1] first row tile of each expert; [E] = tiles in all
-  int* tile_expert = nullptr;  ///< [max_row_tiles(tiles::tiny, pairs, E)] expert of each row tile, -1 past the last
   int* sorted_pair = nullptr;  ///< [pairs] pair index t·k + j of each sorted row
   int* pos_of_pair = nullptr;  ///< [pairs] sorted row of each pair, -1 for a slot not computed
   std::uint16_t* x = nullptr;  ///< [tokens, hp] bf16 expert input rows
@@ -61,7 +60,7 @@ struct forward_args {
 };
 
 /// The tile shapes the GEMMs are compiled for.
-enum class tiles : int { tiny, small, large, wide };
+enum class tiles : int { tiny, small, large };
 
 /// Sort blocks of the counting sort for `pairs` pairs.
 [[nodiscard]] int sort_blocks(long long pairs);

@@ -112,7 +112,7 @@ class Router {
 
 /// Which GEMM tiles a forward uses: by the mean rows an expert (automatic), or one of them
 /// (tests run both on every shape).
-enum class TileChoice { automatic, tiny, small, large, wide };
+enum class TileChoice { automatic, tiny, small, large };
 
 /// The routed experts of a layer, bf16 weights on one device (the current one at construction).
 class Experts {
