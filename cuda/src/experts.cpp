@@ -134,7 +134,11 @@ device_memory& device_memory::operator=(device_memory&& o) noexcept {
 void device_memory::upload(const void* src, std::size_t bytes, std::size_t offset) {
   require(offset + bytes <= bytes_, "cuda::device_memory: upload past the end (", offset, " + ", bytes, " > ", bytes_,
           ")");
-  if (bytes) check(cudaMemcpy(static_cast<char*>(p_) + offset, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+  if (bytes == 0) return;
+  check(cudaMemcpy(static_cast<char*>(p_) + offset, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+  // From pageable memory cudaMemcpy may return before the data lands; a forward queued next on a
+  // non-blocking stream would not wait for it.
+  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (upload)");
 }
 void device_memory::download(void* dst, std::size_t bytes, std::size_t offset) const {
   require(offset + bytes <= bytes_, "cuda::device_memory: download past the end (", offset, " + ", bytes, " > ",

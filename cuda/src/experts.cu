@@ -93,8 +93,9 @@ __global__ void sort_count(const std::int32_t* __restrict__ ids, long long pairs
 
 // One block: per expert, the blocks' counts become offsets within the expert; then the experts'
 // offsets and their first row tile (tile_rows rows a tile).
-__global__ void sort_scan(int blocks, int E, int tile_rows, int* __restrict__ hist, int* __restrict__ counts,
-                          int* __restrict__ offsets, int* __restrict__ tile_start) {
+// No __restrict__ on the arrays one thread writes and the others read after a barrier (counts): with
+// it the compiler may keep a value loaded before the barrier.
+__global__ void sort_scan(int blocks, int E, int tile_rows, int* hist, int* counts, int* offsets, int* tile_start) {
   constexpr int kBatch = 8;  // loads in flight per thread
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int run = 0;
