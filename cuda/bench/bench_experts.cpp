@@ -1,0 +1,209 @@
+// Times cuda::Experts::forward (device routing included) on one layer shape at several batch
+// sizes, eager and as CUDA graph replays, with CUDA events; the weights the routing touches are
+// rotated over several routings so that decode reads them from HBM, not from L2. Prints µs per
+// forward, the bandwidth over the distinct experts' weights, and TFLOP/s; and the device's
+// copy bandwidth measured in the same run.
+//   polymoe_cuda_bench [--hidden 2048] [--inter 768] [--experts 128] [--top-k 8] [--tokens 1,64,4096]
+//                      [--iters N]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#ifdef POLYMOE_BENCH_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+#include <polymoe/cuda/experts.hpp>
+
+namespace {
+
+using namespace polymoe;
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "polymoe_cuda_bench: %s: %s\n", what, cudaGetErrorName(e));
+    std::exit(1);
+  }
+}
+
+std::vector<index_t> parse_list(const char* s) {
+  std::vector<index_t> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+// median of `reps` timings of `body` (ms each), body run `inner` times per timing
+template <class F>
+double time_ms(cudaStream_t s, int reps, int inner, F&& body) {
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "cudaEventCreate");
+  ck(cudaEventCreate(&b), "cudaEventCreate");
+  std::vector<float> t;
+  for (int r = 0; r < reps; ++r) {
+    ck(cudaEventRecord(a, s), "cudaEventRecord");
+    for (int i = 0; i < inner; ++i) body(i);
+    ck(cudaEventRecord(b, s), "cudaEventRecord");
+    ck(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    t.push_back(ms / inner);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  index_t H = 2048, I = 768, E = 128, k = 8;
+  std::vector<index_t> tokens{1, 64, 4096};
+  int iters = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--hidden") H = std::atoll(argv[i + 1]);
+    else if (a == "--inter") I = std::atoll(argv[i + 1]);
+    else if (a == "--experts") E = std::atoll(argv[i + 1]);
+    else if (a == "--top-k") k = std::atoll(argv[i + 1]);
+    else if (a == "--tokens") tokens = parse_list(argv[i + 1]);
+    else if (a == "--iters") iters = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "polymoe_cuda_bench: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (const std::string why = cuda::unavailable_reason(); !why.empty()) {
+    std::printf("polymoe_cuda_bench: skipped: %s\n", why.c_str());
+    return 0;
+  }
+  int dev = 0;
+  cudaDeviceProp prop{};
+  ck(cudaGetDevice(&dev), "cudaGetDevice");
+  ck(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  std::printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+
+  cudaStream_t s;
+  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  {  // copy bandwidth: read + write of a 1 GiB device-to-device copy
+    const std::size_t n = std::size_t{1} << 30;
+    cuda::device_memory src(n), dst(n);
+    ck(cudaMemsetAsync(src.get(), 1, n, s), "cudaMemset");
+    const double ms = time_ms(s, 5, 3, [&](int) { ck(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync"); });
+    std::printf("device copy: %.0f GB/s (read + write)\n", 2.0 * n / (ms * 1e-3) / 1e9);
+  }
+
+#ifdef POLYMOE_BENCH_CUBLAS
+  {  // bf16 matrix rate: cuBLAS, 8192^3, fp32 accumulation, random data
+    const int n = 8192;
+    cuda::device_array<std::uint16_t> a(std::size_t(n) * n), b(a.size()), c(a.size());
+    std::vector<std::uint16_t> host(a.size());
+    std::uint32_t x = 7;
+    for (auto& v : host) v = codecs::float_to_bf16(((x = x * 1664525u + 1013904223u) >> 8) * (1.0f / 16777216.0f) - 0.5f);
+    a.upload(host);
+    b.upload(host);
+    cublasHandle_t h;
+    if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+      cublasSetStream(h, s);
+      const float one = 1.0f, zero = 0.0f;
+      auto mm = [&](int) {
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), CUDA_R_16BF, n, b.data(), CUDA_R_16BF, n,
+                     &zero, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      };
+      mm(0);
+      const double ms = time_ms(s, 5, 5, mm);
+      std::printf("cuBLAS bf16 matmul 8192^3: %.0f TFLOP/s\n", 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12);
+      cublasDestroy(h);
+    }
+  }
+#endif
+
+  // random bf16 weights, drawn directly as bf16 (values of about 1/sqrt(fan-in))
+  const ExpertShape shape{E, H, I, true, false};
+  quant::bf16::weights w;
+  w.shape_ = shape;
+  w.w13.resize(static_cast<std::size_t>(E * 2 * I * H));
+  w.w2.resize(static_cast<std::size_t>(E * H * I));
+  std::mt19937 rng(1);
+  {
+    std::vector<std::uint16_t> table(4096);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : table) v = codecs::float_to_bf16(nd(rng) / std::sqrt(static_cast<float>(H)));
+    std::uint32_t x = 12345;
+    for (auto& v : w.w13) v = table[(x = x * 1664525u + 1013904223u) >> 20];
+    for (auto& v : w.w2) v = table[(x = x * 1664525u + 1013904223u) >> 20];
+  }
+  ExpertMlp mlp;
+  cuda::Experts experts(w, mlp);
+  w = {};
+  RouterConfig rc;
+  rc.top_k = k;
+  const cuda::Router router(rc, E);
+  const double expert_bytes = 2.0 * (2.0 * I * H + static_cast<double>(H) * I);
+
+  std::printf("layer: H=%lld I=%lld E=%lld k=%lld, bf16 weights %.1f MB an expert\n", (long long)H, (long long)I,
+              (long long)E, (long long)k, expert_bytes / 1e6);
+  std::printf("%8s %9s %9s %9s %9s %9s %9s %8s %12s %8s\n", "T", "route us", "tiny us", "small us", "large us",
+              "auto us", "graph us", "experts", "weight GB/s", "TFLOP/s");
+  for (index_t T : tokens) {
+    const int sets = T <= 64 ? 8 : 2;  // routings rotated, so that decode reads its experts from HBM
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    Matrix x(T, H), logits(T * sets, E);
+    for (index_t i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
+    for (index_t i = 0; i < logits.size(); ++i) logits.data()[i] = nd(rng);
+    double distinct = 0;
+    for (int q = 0; q < sets; ++q) {
+      const Routing r = router.route(logits.middleRows(q * T, T));
+      std::set<int> used(r.ids.data(), r.ids.data() + r.ids.size());
+      distinct += static_cast<double>(used.size()) / sets;
+    }
+    cuda::device_array<float> dx(static_cast<std::size_t>(x.size())), dz(static_cast<std::size_t>(logits.size())),
+        dout(static_cast<std::size_t>(T * H)), dw(static_cast<std::size_t>(T * k));
+    cuda::device_array<std::int32_t> di(static_cast<std::size_t>(T * k));
+    dx.upload({x.data(), static_cast<std::size_t>(x.size())});
+    dz.upload({logits.data(), static_cast<std::size_t>(logits.size())});
+    auto fwd = [&](int i) { experts.forward(dx.data(), T, dz.data() + (i % sets) * T * E, router, dout.data(), s); };
+    experts.reserve(T, k);
+    const int inner = T <= 64 ? 8 * sets : sets;
+    const double route = time_ms(s, iters, inner, [&](int i) {
+      router.route(dz.data() + (i % sets) * T * E, T, di.data(), dw.data(), s);
+    });
+    double by_tiles[4] = {0, 0, 0, 0};
+    const cuda::TileChoice choices[4] = {cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large,
+                                         cuda::TileChoice::automatic};
+    for (int c = 0; c < 4; ++c) {
+      experts.set_tiles(choices[c]);
+      for (int i = 0; i < 3; ++i) fwd(i);
+      ck(cudaStreamSynchronize(s), "warm-up");
+      by_tiles[c] = time_ms(s, iters, inner, fwd);
+    }
+    // the same forwards captured once: a graph of `sets` forwards, replayed
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int i = 0; i < sets; ++i) fwd(i);
+    ck(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+    ck(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
+    ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch");
+    const double graph = time_ms(s, iters, std::max(1, inner / sets), [&](int) { ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch"); }) / sets;
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    const double best = std::min(by_tiles[3], graph) * 1e-3;
+    const double flops = 2.0 * T * k * (2.0 * I * H + static_cast<double>(H) * I);
+    std::printf("%8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %12.0f %8.1f\n", (long long)T, route * 1e3,
+                by_tiles[0] * 1e3, by_tiles[1] * 1e3, by_tiles[2] * 1e3, by_tiles[3] * 1e3, graph * 1e3, distinct,
+                distinct * expert_bytes / best / 1e9, flops / best / 1e12);
+  }
+  std::printf("(auto and graph: the engine's own tile choice; weight GB/s and TFLOP/s from the better of the two)\n");
+  cudaStreamDestroy(s);
+  return 0;
+}

@@ -1,0 +1,174 @@
+#pragma once
+// polymoe::cuda — the routed experts of a layer on an NVIDIA GPU, bf16 weights (quant::bf16),
+// the optional CUDA component (CMake target polymoe::cuda).
+//
+// This header needs no CUDA header and no CUDA compiler: a stream is CUDA's cudaStream_t, declared
+// here through CUDA's own incomplete type (struct CUstream_st), and device memory is a plain
+// pointer. Host code includes it and links polymoe::cuda.
+//
+//   cuda::Experts experts(quant::bf16::quantize(fp32_weights), ExpertMlp{...});   // uploads once
+//   cuda::Router router(cfg.router, cfg.num_experts);                               // uploads the bias
+//   experts.forward(d_hidden, T, d_logits, router, d_out, stream);                  // all on the device
+//
+// forward and forward_routed compute what kernel::reference computes with quant::bf16 for the
+// standard format: each input row rounded to bf16, GEMM 1 (bf16 products, fp32 accumulation,
+// bias), the activation, the intermediate rounded to bf16, GEMM 2 (+ bias) times the routing
+// weight (or the input times it, ExpertMlp::weight_on_input), and the fp32 sum over the k slots
+// in slot order. Results are bitwise the same from run to run. After the first call at a batch
+// size (or reserve()), a forward allocates nothing and never waits for the device: it can be
+// captured in a CUDA graph. Every CUDA error becomes a polymoe::error naming the call.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include <polymoe/core/config.hpp>
+#include <polymoe/core/formats.hpp>
+#include <polymoe/core/routing.hpp>
+#include <polymoe/quant/bf16.hpp>
+
+struct CUstream_st;
+
+namespace polymoe::cuda {
+
+using stream_t = CUstream_st*;  ///< a cudaStream_t; nullptr is CUDA's default stream
+
+/// Why this process cannot run the engine (no driver, no device, no code for the device's
+/// architecture in this build), or empty when it can. Never throws.
+[[nodiscard]] std::string unavailable_reason();
+
+/// Device memory from cudaMalloc on the current device, freed on destruction.
+class device_memory {
+ public:
+  device_memory() = default;
+  explicit device_memory(std::size_t bytes);
+  ~device_memory();
+  device_memory(device_memory&& o) noexcept;
+  device_memory& operator=(device_memory&& o) noexcept;
+  device_memory(const device_memory&) = delete;
+  device_memory& operator=(const device_memory&) = delete;
+
+  [[nodiscard]] void* get() const noexcept { return p_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+  /// Synchronous copies between host memory and [offset, offset + bytes) of this block.
+  void upload(const void* src, std::size_t bytes, std::size_t offset = 0);
+  void download(void* dst, std::size_t bytes, std::size_t offset = 0) const;
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// A typed device array (n elements of T).
+template <class T>
+class device_array {
+ public:
+  device_array() = default;
+  explicit device_array(std::size_t n) : mem_(n * sizeof(T)), n_(n) {}
+  [[nodiscard]] T* data() const noexcept { return static_cast<T*>(mem_.get()); }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  void upload(std::span<const T> src) {
+    require(src.size() <= n_, "cuda::device_array: upload of ", src.size(), " elements into ", n_);
+    mem_.upload(src.data(), src.size_bytes());
+  }
+  void download(std::span<T> dst) const {
+    require(dst.size() <= n_, "cuda::device_array: download of ", dst.size(), " elements from ", n_);
+    mem_.download(dst.data(), dst.size_bytes());
+  }
+
+ private:
+  device_memory mem_;
+  std::size_t n_ = 0;
+};
+
+/// Waits for the work queued on `stream` (polymoe::error on a CUDA error).
+void synchronize(stream_t stream);
+
+/// Routing on the device (every method of RouterConfig, the same ids as route_rows and weights to
+/// fp32 rounding). Holds the correction bias on the device.
+class Router {
+ public:
+  /// Throws polymoe::error when `rc` cannot route over `num_experts` (RouterConfig::validate) or
+  /// the device kernel does not hold the shape (num_experts <= 1024, top_k and n_group <= 32).
+  Router(const RouterConfig& rc, index_t num_experts);
+  ~Router();
+  Router(Router&&) noexcept;
+  Router& operator=(Router&&) noexcept;
+
+  /// logits [T, E] fp32 -> ids [T, k] int32, weights [T, k] fp32, all device pointers, on `stream`.
+  /// Logits are not checked for finiteness on the device (the host route does).
+  void route(const float* logits, index_t tokens, std::int32_t* ids, float* weights, stream_t stream) const;
+  /// Convenience (copies each way, synchronous): the same as route() on host matrices.
+  [[nodiscard]] Routing route(const MatrixCRef& logits) const;
+
+  [[nodiscard]] index_t top_k() const noexcept;
+  [[nodiscard]] index_t experts() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Which GEMM tiles a forward uses: by the mean rows an expert (automatic), or one of them
+/// (tests run both on every shape).
+enum class TileChoice { automatic, tiny, small, large };
+
+/// The routed experts of a layer, bf16 weights on one device (the current one at construction).
+class Experts {
+ public:
+  /// Uploads the weights (re-laid for the kernels) to the current device. Throws polymoe::error
+  /// on a bad store or when the device cannot run this build's kernels.
+  Experts(const quant::bf16::weights& w, const ExpertMlp& mlp);
+  ~Experts();
+  Experts(Experts&&) noexcept;
+  Experts& operator=(Experts&&) noexcept;
+
+  [[nodiscard]] ExpertShape shape() const noexcept;
+  [[nodiscard]] int device() const noexcept;
+
+  /// out [T, H] = Σ_j weights[t, j] · expert_{ids[t, j]}(hidden[t]) (ids of -1 skipped). Device
+  /// pointers, row-major, on the engine's device; runs on `stream` without waiting for it.
+  void forward_routed(const float* hidden, index_t tokens, const std::int32_t* ids, const float* weights,
+                      index_t top_k, float* out, stream_t stream);
+  /// Routing (router) on the device, then forward_routed.
+  void forward(const float* hidden, index_t tokens, const float* router_logits, const Router& router, float* out,
+               stream_t stream);
+
+  /// Convenience for tools and tests (device copies each way, synchronous).
+  void forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights, MatrixRef out);
+  void forward(const MatrixCRef& hidden, const MatrixCRef& router_logits, const Router& router, MatrixRef out);
+
+  /// Grows the workspace now for `tokens` tokens of `top_k` slots (forward grows it when needed).
+  void reserve(index_t tokens, index_t top_k);
+  void set_tiles(TileChoice t) noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Defined here, in the caller's translation unit: Eigen objects are allocated and freed on the
+// same side of the library boundary, whatever alignment each side was compiled for (a library
+// built without -march=native and a caller built with it disagree on Eigen's allocator).
+inline Routing Router::route(const MatrixCRef& logits) const {
+  const index_t T = logits.rows(), k = top_k();
+  require(logits.cols() == experts(), "cuda::Router: router_logits has ", logits.cols(), " columns, expected ",
+          experts());
+  Routing r;
+  r.ids.resize(T, k);
+  r.weights.resize(T, k);
+  if (T == 0) return r;
+  const Matrix z = logits;
+  const auto n = static_cast<std::size_t>(T * k);
+  device_array<float> dz(static_cast<std::size_t>(z.size())), dw(n);
+  device_array<std::int32_t> di(n);
+  dz.upload({z.data(), static_cast<std::size_t>(z.size())});
+  route(dz.data(), T, di.data(), dw.data(), nullptr);
+  synchronize(nullptr);
+  di.download({r.ids.data(), n});
+  dw.download({r.weights.data(), n});
+  return r;
+}
+
+}  // namespace polymoe::cuda

@@ -1,0 +1,468 @@
+// The host side of the CUDA engine: weights re-laid and uploaded once, the workspace, argument
+// checks, and CUDA errors turned into polymoe::error. The kernels are in experts.cu and routing.cu.
+#include <polymoe/cuda/experts.hpp>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "launch.hpp"
+
+#ifndef POLYMOE_CUDA_ARCHITECTURES
+#define POLYMOE_CUDA_ARCHITECTURES "?"
+#endif
+
+namespace polymoe::cuda {
+namespace {
+
+[[noreturn]] void fail(cudaError_t err, const char* call) {
+  throw error(polymoe::detail::concat("cuda: ", call, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
+void check(cudaError_t err, const char* call) {
+  if (err != cudaSuccess) [[unlikely]]
+    fail(err, call);
+}
+
+// Makes `device` current for a scope, and the caller's device current again after it.
+class device_scope {
+ public:
+  explicit device_scope(int device) {
+    check(cudaGetDevice(&saved_), "cudaGetDevice");
+    if (saved_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~device_scope() {
+    int now = saved_;
+    if (cudaGetDevice(&now) == cudaSuccess && now != saved_) (void)cudaSetDevice(saved_);
+  }
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
+// Throws unless p is device (or managed) memory of `device`: a host pointer, or memory of another
+// device, is refused before any launch.
+void require_device_pointer(const void* p, const char* what, int device) {
+  require(p != nullptr, "cuda: ", what, " is a null pointer");
+  cudaPointerAttributes attr{};
+  check(cudaPointerGetAttributes(&attr, p), "cudaPointerGetAttributes");
+  require(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, "cuda: ", what,
+          " is not device memory (a host pointer where a device pointer is expected)");
+  require(attr.device == device, "cuda: ", what, " is memory of device ", attr.device, ", the engine is on device ",
+          device);
+}
+
+int current_device() {
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+
+void require_runnable() {
+  const cudaError_t err = detail::probe_kernels();
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();
+  int d = 0, major = 0, minor = 0;
+  (void)cudaGetDevice(&d);
+  (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+  (void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+  throw error(polymoe::detail::concat("cuda: this build's kernels cannot run on device ", d, " (compute capability ", major, ".",
+                             minor, "; built for CMAKE_CUDA_ARCHITECTURES=", POLYMOE_CUDA_ARCHITECTURES,
+                             "): cudaFuncGetAttributes failed: ", cudaGetErrorName(err)));
+}
+
+detail::act_kind kind_of(Activation a) {
+  switch (a) {
+    case Activation::silu_gated: return detail::act_kind::silu_gated;
+    case Activation::gelu_gated: return detail::act_kind::gelu_gated;
+    case Activation::swiglu_oai: return detail::act_kind::swiglu_oai;
+    case Activation::silu: return detail::act_kind::silu;
+    case Activation::relu2: return detail::act_kind::relu2;
+  }
+  throw error("cuda: unknown activation");
+}
+
+constexpr std::size_t kAlign = 256;
+std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+std::string unavailable_reason() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return polymoe::detail::concat("cudaGetDeviceCount failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+  }
+  if (n == 0) return "no CUDA device";
+  try {
+    require_runnable();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+device_memory::device_memory(std::size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) {
+    const cudaError_t err = cudaMalloc(&p_, bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw error(polymoe::detail::concat("cuda: cudaMalloc(", bytes, " bytes) failed: ", cudaGetErrorName(err), " (",
+                                 cudaGetErrorString(err), ")"));
+    }
+  }
+}
+device_memory::~device_memory() {
+  if (p_) (void)cudaFree(p_);
+}
+device_memory::device_memory(device_memory&& o) noexcept
+    : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+device_memory& device_memory::operator=(device_memory&& o) noexcept {
+  if (this != &o) {
+    if (p_) (void)cudaFree(p_);
+    p_ = std::exchange(o.p_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+void device_memory::upload(const void* src, std::size_t bytes, std::size_t offset) {
+  require(offset + bytes <= bytes_, "cuda::device_memory: upload past the end (", offset, " + ", bytes, " > ", bytes_,
+          ")");
+  if (bytes == 0) return;
+  check(cudaMemcpy(static_cast<char*>(p_) + offset, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+  // From pageable memory cudaMemcpy may return before the data lands; a forward queued next on a
+  // non-blocking stream would not wait for it.
+  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (upload)");
+}
+void device_memory::download(void* dst, std::size_t bytes, std::size_t offset) const {
+  require(offset + bytes <= bytes_, "cuda::device_memory: download past the end (", offset, " + ", bytes, " > ",
+          bytes_, ")");
+  if (bytes)
+    check(cudaMemcpy(dst, static_cast<const char*>(p_) + offset, bytes, cudaMemcpyDeviceToHost),
+          "cudaMemcpy (download)");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void synchronize(stream_t stream) { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
+
+struct Router::impl {
+  detail::routing_args args;  // args.bias points into bias
+  index_t experts = 0, top_k = 0;
+  device_array<float> bias;
+};
+
+Router::Router(const RouterConfig& rc, index_t num_experts) : impl_(std::make_unique<impl>()) {
+  rc.validate(num_experts);
+  require(num_experts <= 1024, "cuda::Router: num_experts=", num_experts, " exceeds the device router's 1024");
+  require(rc.top_k <= 32, "cuda::Router: top_k=", rc.top_k, " exceeds the device router's 32");
+  require(rc.method != RoutingMethod::sigmoid_grouped_topk || rc.n_group <= 32, "cuda::Router: n_group=", rc.n_group,
+          " exceeds the device router's 32");
+  impl& m = *impl_;
+  m.experts = num_experts;
+  m.top_k = rc.top_k;
+  if (rc.method == RoutingMethod::sigmoid_grouped_topk && rc.correction_bias.size() > 0) {
+    m.bias = device_array<float>(static_cast<std::size_t>(num_experts));
+    m.bias.upload(std::span<const float>(rc.correction_bias.data(), static_cast<std::size_t>(num_experts)));
+  }
+  detail::routing_args& a = m.args;
+  a.method = rc.method == RoutingMethod::softmax_topk ? 0 : rc.method == RoutingMethod::topk_softmax ? 1 : 2;
+  a.experts = static_cast<int>(num_experts);
+  a.k = static_cast<int>(rc.top_k);
+  a.renormalize = rc.renormalize;
+  a.n_group = static_cast<int>(rc.n_group);
+  a.topk_group = static_cast<int>(rc.topk_group);
+  a.scale = rc.routed_scaling_factor;
+  a.bias = m.bias.data();
+}
+Router::~Router() = default;
+Router::Router(Router&&) noexcept = default;
+Router& Router::operator=(Router&&) noexcept = default;
+index_t Router::top_k() const noexcept { return impl_->top_k; }
+index_t Router::experts() const noexcept { return impl_->experts; }
+
+void Router::route(const float* logits, index_t tokens, std::int32_t* ids, float* weights, stream_t stream) const {
+  const impl& m = *impl_;
+  require(tokens >= 0 && tokens * m.experts < (index_t{1} << 31), "cuda::Router: tokens=", tokens,
+          " out of range for ", m.experts, " experts");
+  if (tokens == 0) return;
+  const int device = current_device();
+  require_device_pointer(logits, "router_logits", device);
+  require_device_pointer(ids, "topk_ids", device);
+  require_device_pointer(weights, "topk_weights", device);
+  check(detail::launch_route(m.args, logits, static_cast<int>(tokens), ids, weights, stream), "route_kernel launch");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Experts::impl {
+  ExpertShape shape;
+  detail::geometry g;
+  detail::act_kind act{};
+  float alpha = 1.702f, limit = 7.0f;
+  bool weight_on_input = false;
+  int device = 0;
+  TileChoice tiles = TileChoice::automatic;
+  device_memory weights;  // w13 | w2 | b13 | b2
+  detail::weights_view wv;
+  // workspace, one allocation, grown with the batch
+  device_memory work;
+  detail::workspace_view ws;
+  std::int32_t* route_ids = nullptr;
+  float* route_weights = nullptr;
+  index_t cap_tokens = 0, cap_pairs = 0;
+
+  void upload(const quant::bf16::weights& w);
+  void grow(index_t tokens, index_t top_k);
+};
+
+void Experts::impl::upload(const quant::bf16::weights& w) {
+  const index_t E = shape.experts, H = shape.hidden, I = shape.intermediate, R = shape.rows13();
+  const std::size_t n13 = static_cast<std::size_t>(g.r13p) * g.hp, n2 = static_cast<std::size_t>(g.hp) * g.ip;
+  const std::size_t b_w13 = aligned(E * n13 * 2), b_w2 = aligned(E * n2 * 2);
+  const std::size_t b_b13 = shape.bias ? aligned(static_cast<std::size_t>(E) * g.r13p * 4) : 0;
+  const std::size_t b_b2 = shape.bias ? aligned(static_cast<std::size_t>(E) * g.hp * 4) : 0;
+  weights = device_memory(b_w13 + b_w2 + b_b13 + b_b2);
+  char* base = static_cast<char*>(weights.get());
+  wv.w13 = reinterpret_cast<const std::uint16_t*>(base);
+  wv.w2 = reinterpret_cast<const std::uint16_t*>(base + b_w13);
+  wv.b13 = shape.bias ? reinterpret_cast<const float*>(base + b_w13 + b_w2) : nullptr;
+  wv.b2 = shape.bias ? reinterpret_cast<const float*>(base + b_w13 + b_w2 + b_b13) : nullptr;
+
+  // Row r' of the padded w13 holds canonical row src13(r') (or zeros when it is < 0).
+  auto src13 = [&](index_t r) -> index_t {
+    if (!g.gated) return r < I ? r : -1;
+    const index_t q = r / 16, wi = r % 16, j = 8 * q + (wi < 8 ? wi : wi - 8);
+    if (j >= I) return -1;
+    return wi < 8 ? j : I + j;
+  };
+  std::vector<std::uint16_t> buf(std::max(n13, n2));
+  std::vector<float> b(static_cast<std::size_t>(std::max(g.r13p, g.hp)));
+  for (index_t e = 0; e < E; ++e) {
+    std::fill(buf.begin(), buf.end(), std::uint16_t{0});
+    for (index_t r = 0; r < g.r13p; ++r) {
+      const index_t s = src13(r);
+      if (s < 0) continue;
+      const std::uint16_t* from = w.w13.data() + (e * R + s) * H;
+      std::copy(from, from + H, buf.begin() + r * g.hp);
+    }
+    weights.upload(buf.data(), n13 * 2, e * n13 * 2);
+    std::fill(buf.begin(), buf.end(), std::uint16_t{0});
+    for (index_t r = 0; r < H; ++r) {
+      const std::uint16_t* from = w.w2.data() + (e * H + r) * I;
+      std::copy(from, from + I, buf.begin() + r * g.ip);
+    }
+    weights.upload(buf.data(), n2 * 2, b_w13 + e * n2 * 2);
+    if (shape.bias) {
+      std::fill(b.begin(), b.end(), 0.0f);
+      for (index_t r = 0; r < g.r13p; ++r)
+        if (const index_t s = src13(r); s >= 0) b[r] = w.b13(e, s);
+      weights.upload(b.data(), static_cast<std::size_t>(g.r13p) * 4, b_w13 + b_w2 + e * g.r13p * 4);
+      std::fill(b.begin(), b.end(), 0.0f);
+      for (index_t r = 0; r < H; ++r) b[r] = w.b2(e, r);
+      weights.upload(b.data(), static_cast<std::size_t>(g.hp) * 4, b_w13 + b_w2 + b_b13 + e * g.hp * 4);
+    }
+  }
+}
+
+void Experts::impl::grow(index_t tokens, index_t top_k) {
+  const index_t pairs = tokens * top_k;
+  if (tokens <= cap_tokens && pairs <= cap_pairs) return;
+  const index_t T = std::max(tokens, cap_tokens), P = std::max(pairs, cap_pairs);
+  const std::size_t E = static_cast<std::size_t>(g.experts);
+  const std::size_t blocks = static_cast<std::size_t>(detail::sort_blocks(P));
+  const std::size_t sizes[] = {
+      aligned(blocks * E * 4),                         // hist
+      aligned(E * 4),                                  // counts
+      aligned((E + 1) * 4),                            // offsets
+      aligned((E + 1) * 4),                            // tile_start
+      aligned(static_cast<std::size_t>(P) * 4),        // sorted_pair
+      aligned(static_cast<std::size_t>(P) * 4),        // pos_of_pair
+      aligned(static_cast<std::size_t>(T) * g.hp * 2),  // x
+      aligned(static_cast<std::size_t>(P) * g.ip * 2),  // h
+      aligned(static_cast<std::size_t>(P) * g.hidden * 4),  // y
+      aligned(static_cast<std::size_t>(P) * 4),        // route_ids
+      aligned(static_cast<std::size_t>(P) * 4),        // route_weights
+  };
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  work = device_memory();  // the old block first: the peak stays one workspace
+  work = device_memory(total);
+  char* p = static_cast<char*>(work.get());
+  void* parts[std::size(sizes)];
+  for (std::size_t i = 0; i < std::size(sizes); ++i) parts[i] = p, p += sizes[i];
+  ws.hist = static_cast<int*>(parts[0]);
+  ws.counts = static_cast<int*>(parts[1]);
+  ws.offsets = static_cast<int*>(parts[2]);
+  ws.tile_start = static_cast<int*>(parts[3]);
+  ws.sorted_pair = static_cast<int*>(parts[4]);
+  ws.pos_of_pair = static_cast<int*>(parts[5]);
+  ws.x = static_cast<std::uint16_t*>(parts[6]);
+  ws.h = static_cast<std::uint16_t*>(parts[7]);
+  ws.y = static_cast<float*>(parts[8]);
+  route_ids = static_cast<std::int32_t*>(parts[9]);
+  route_weights = static_cast<float*>(parts[10]);
+  cap_tokens = T;
+  cap_pairs = P;
+}
+
+Experts::Experts(const quant::bf16::weights& w, const ExpertMlp& mlp) : impl_(std::make_unique<impl>()) {
+  w.validate("cuda::Experts");
+  impl& m = *impl_;
+  m.shape = w.shape();
+  const ExpertShape& s = m.shape;
+  require(s.gated == is_gated(mlp.activation.kind), "cuda::Experts: the weights are ", s.gated ? "gated" : "non-gated",
+          " but the activation ", to_string(mlp.activation.kind), " is ", is_gated(mlp.activation.kind) ? "gated" : "not");
+  require(mlp.activation.kind != Activation::swiglu_oai || s.bias, "cuda::Experts: swiglu_oai needs expert biases");
+  require(s.experts <= 1024, "cuda::Experts: ", s.experts, " experts exceed the sort's 1024");
+  require(s.hidden < (1 << 24) && s.intermediate < (1 << 24), "cuda::Experts: hidden or intermediate too large");
+  m.device = current_device();
+  require_runnable();
+  check(detail::prepare_kernels(), "cudaFuncSetAttribute (grouped_gemm shared memory)");
+  m.g.experts = static_cast<int>(s.experts);
+  m.g.hidden = static_cast<int>(s.hidden);
+  m.g.inter = static_cast<int>(s.intermediate);
+  m.g.hp = static_cast<int>(detail::round_up(s.hidden, detail::pad));
+  m.g.ip = static_cast<int>(detail::round_up(s.intermediate, detail::pad));
+  m.g.gated = s.gated;
+  m.g.r13p = s.gated ? 2 * m.g.ip : m.g.ip;
+  m.act = kind_of(mlp.activation.kind);
+  m.alpha = mlp.activation.alpha;
+  m.limit = mlp.activation.limit;
+  m.weight_on_input = mlp.weight_on_input;
+  m.upload(w);
+}
+
+Experts::~Experts() = default;
+Experts::Experts(Experts&&) noexcept = default;
+Experts& Experts::operator=(Experts&&) noexcept = default;
+
+ExpertShape Experts::shape() const noexcept { return impl_->shape; }
+int Experts::device() const noexcept { return impl_->device; }
+void Experts::set_tiles(TileChoice t) noexcept { impl_->tiles = t; }
+
+void Experts::reserve(index_t tokens, index_t top_k) {
+  require(tokens >= 0 && top_k >= 1, "cuda::Experts::reserve: tokens=", tokens, ", top_k=", top_k);
+  device_scope scope(impl_->device);
+  impl_->grow(tokens, top_k);
+}
+
+void Experts::forward_routed(const float* hidden, index_t tokens, const std::int32_t* ids, const float* weights,
+                             index_t top_k, float* out, stream_t stream) {
+  impl& m = *impl_;
+  const index_t E = m.shape.experts;
+  require(tokens >= 0, "cuda::Experts: tokens must be >= 0, got ", tokens);
+  require(top_k >= 1 && top_k <= E, "cuda::Experts: top_k must be in [1, ", E, "], got ", top_k);
+  require(!m.weight_on_input || top_k == 1, "cuda::Experts: weight_on_input needs top_k == 1, got top_k=", top_k);
+  require(tokens * top_k * std::max<index_t>(m.g.ip, m.g.hidden) < (index_t{1} << 40) &&
+              tokens * top_k < (index_t{1} << 31),
+          "cuda::Experts: tokens=", tokens, " x top_k=", top_k, " is too large");
+  if (tokens == 0) return;
+  device_scope scope(m.device);
+  require_device_pointer(hidden, "hidden", m.device);
+  require_device_pointer(ids, "topk_ids", m.device);
+  require_device_pointer(weights, "topk_weights", m.device);
+  require_device_pointer(out, "out", m.device);
+  m.grow(tokens, top_k);
+  detail::forward_args a;
+  a.hidden = hidden;
+  a.ids = ids;
+  a.weights = weights;
+  a.out = out;
+  a.tokens = static_cast<int>(tokens);
+  a.k = static_cast<int>(top_k);
+  a.act = m.act;
+  a.alpha = m.alpha;
+  a.limit = m.limit;
+  a.weight_on_input = m.weight_on_input;
+  detail::tiles t = detail::tiles::small;
+  switch (m.tiles) {
+    case TileChoice::tiny: t = detail::tiles::tiny; break;
+    case TileChoice::small: t = detail::tiles::small; break;
+    case TileChoice::large: t = detail::tiles::large; break;
+    case TileChoice::automatic: {  // by the mean rows an expert
+      const index_t rows = tokens * top_k;
+      t = rows >= 32 * E ? detail::tiles::large : rows >= 8 * E ? detail::tiles::small : detail::tiles::tiny;
+      break;
+    }
+  }
+  const char* step = "forward";
+  const cudaError_t err = detail::launch_forward(m.g, m.wv, m.ws, a, t, stream, &step);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw error(polymoe::detail::concat("cuda: launch of ", step, " failed: ", cudaGetErrorName(err), " (",
+                               cudaGetErrorString(err), ")"));
+  }
+}
+
+void Experts::forward(const float* hidden, index_t tokens, const float* router_logits, const Router& router,
+                      float* out, stream_t stream) {
+  impl& m = *impl_;
+  require(router.experts() == m.shape.experts, "cuda::Experts: the router routes over ", router.experts(),
+          " experts, the engine holds ", m.shape.experts);
+  if (tokens <= 0) {
+    require(tokens == 0, "cuda::Experts: tokens must be >= 0, got ", tokens);
+    return;
+  }
+  device_scope scope(m.device);
+  require(tokens * router.top_k() < (index_t{1} << 31), "cuda::Experts: tokens=", tokens, " is too large");
+  m.grow(tokens, router.top_k());
+  router.route(router_logits, tokens, m.route_ids, m.route_weights, stream);
+  forward_routed(hidden, tokens, m.route_ids, m.route_weights, router.top_k(), out, stream);
+}
+
+void Experts::forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights,
+                             MatrixRef out) {
+  impl& m = *impl_;
+  const index_t T = hidden.rows(), H = m.shape.hidden, k = ids.cols();
+  require(hidden.cols() == H, "cuda::Experts: hidden has ", hidden.cols(), " columns, the weights expect ", H);
+  require(ids.rows() == T && weights.rows() == T && weights.cols() == k, "cuda::Experts: ids [", ids.rows(), ", ",
+          ids.cols(), "] and weights [", weights.rows(), ", ", weights.cols(), "] must both be [", T, ", k]");
+  require(out.rows() == T && out.cols() == H, "cuda::Experts: out is [", out.rows(), ", ", out.cols(),
+          "], expected [", T, ", ", H, "]");
+  if (T == 0) return;
+  device_scope scope(m.device);
+  const Matrix x = hidden, w = weights;
+  const IdMatrix id = ids;
+  device_array<float> dx(static_cast<std::size_t>(x.size())), dw(static_cast<std::size_t>(w.size())),
+      dout(static_cast<std::size_t>(T * H));
+  device_array<std::int32_t> di(static_cast<std::size_t>(id.size()));
+  dx.upload({x.data(), static_cast<std::size_t>(x.size())});
+  dw.upload({w.data(), static_cast<std::size_t>(w.size())});
+  di.upload({id.data(), static_cast<std::size_t>(id.size())});
+  forward_routed(dx.data(), T, di.data(), dw.data(), k, dout.data(), nullptr);
+  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  Matrix o(T, H);
+  dout.download({o.data(), static_cast<std::size_t>(o.size())});
+  out = o;
+}
+
+void Experts::forward(const MatrixCRef& hidden, const MatrixCRef& router_logits, const Router& router, MatrixRef out) {
+  impl& m = *impl_;
+  const index_t T = hidden.rows(), H = m.shape.hidden;
+  require(hidden.cols() == H, "cuda::Experts: hidden has ", hidden.cols(), " columns, the weights expect ", H);
+  require(router_logits.rows() == T && router_logits.cols() == router.experts(), "cuda::Experts: router_logits is [",
+          router_logits.rows(), ", ", router_logits.cols(), "], expected [", T, ", ", router.experts(), "]");
+  require(out.rows() == T && out.cols() == H, "cuda::Experts: out is [", out.rows(), ", ", out.cols(),
+          "], expected [", T, ", ", H, "]");
+  if (T == 0) return;
+  device_scope scope(m.device);
+  const Matrix x = hidden, z = router_logits;
+  device_array<float> dx(static_cast<std::size_t>(x.size())), dz(static_cast<std::size_t>(z.size())),
+      dout(static_cast<std::size_t>(T * H));
+  dx.upload({x.data(), static_cast<std::size_t>(x.size())});
+  dz.upload({z.data(), static_cast<std::size_t>(z.size())});
+  forward(dx.data(), T, dz.data(), router, dout.data(), nullptr);
+  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  Matrix o(T, H);
+  dout.download({o.data(), static_cast<std::size_t>(o.size())});
+  out = o;
+}
+
+}  // namespace polymoe::cuda

@@ -1,0 +1,94 @@
+#pragma once
+// What the host side of the CUDA engine (experts.cpp, a plain C++ translation unit) and its kernels
+// (*.cu) share: plain structs and the launch functions. Nothing of Eigen or the core headers enters
+// the CUDA translation units, so nvcc compiles only the kernels.
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace polymoe::cuda::detail {
+
+/// The activation, as the kernels know it (experts.cpp maps polymoe::Activation onto it).
+enum class act_kind : int { silu_gated, gelu_gated, swiglu_oai, silu, relu2 };
+
+/// Padding of every GEMM dimension (rows and columns of the uploaded weights, the K of both
+/// GEMMs): the tiles then need no bounds checks on loads, and padded weights and biases are zero.
+inline constexpr int pad = 128;
+[[nodiscard]] constexpr long long round_up(long long v, long long m) { return (v + m - 1) / m * m; }
+
+/// Shapes of the uploaded weights.
+///   w13 [E, r13p, hp] bf16; gated: rows interleaved by 8 (rows 16q..16q+7 are gate rows 8q..8q+7,
+///       rows 16q+8..16q+15 the up rows 8q..8q+7), so that one thread holds gate and up of the same
+///       column of the intermediate in GEMM 1's epilogue; non-gated: rows 0..I-1.
+///   w2  [E, hp, ip] bf16 (rows: output columns of the layer; columns: the intermediate)
+///   b13 [E, r13p] fp32, interleaved like w13; b2 [E, hp] fp32 (both null without biases)
+struct geometry {
+  int experts = 0, hidden = 0, inter = 0;
+  int hp = 0, ip = 0, r13p = 0;
+  bool gated = true;
+};
+
+struct weights_view {
+  const std::uint16_t* w13 = nullptr;
+  const std::uint16_t* w2 = nullptr;
+  const float* b13 = nullptr;
+  const float* b2 = nullptr;
+};
+
+/// Workspace of one forward over at most `pairs` (token, slot) pairs of at most `tokens` tokens.
+struct workspace_view {
+  int* hist = nullptr;         ///< [sort_blocks(pairs), E] per-block counts, then per-block offsets
+  int* counts = nullptr;       ///< [E] rows of each expert
+  int* offsets = nullptr;      ///< [E + 1] first sorted row of each expert
+  int* tile_start = nullptr;   ///< [E + 1] first row tile of each expert; [E] = tiles in all
+  int* sorted_pair = nullptr;  ///< [pairs] pair index t·k + j of each sorted row
+  int* pos_of_pair = nullptr;  ///< [pairs] sorted row of each pair, -1 for a slot not computed
+  std::uint16_t* x = nullptr;  ///< [tokens, hp] bf16 expert input rows
+  std::uint16_t* h = nullptr;  ///< [pairs, ip] bf16 intermediate rows, in sorted order
+  float* y = nullptr;          ///< [pairs, H] fp32 expert outputs (weighted), in sorted order
+};
+
+struct forward_args {
+  const float* hidden = nullptr;  ///< [T, H] fp32
+  const std::int32_t* ids = nullptr;  ///< [T, k]
+  const float* weights = nullptr;     ///< [T, k]
+  float* out = nullptr;               ///< [T, H]
+  int tokens = 0, k = 0;
+  act_kind act = act_kind::silu_gated;
+  float alpha = 1.702f, limit = 7.0f;
+  bool weight_on_input = false;
+};
+
+/// The tile shapes the GEMMs are compiled for.
+enum class tiles : int { tiny, small, large };
+
+/// Sort blocks of the counting sort for `pairs` pairs.
+[[nodiscard]] int sort_blocks(long long pairs);
+/// Row tiles of the grid for `pairs` rows over `experts` experts (the worst case of any routing).
+[[nodiscard]] int max_row_tiles(tiles t, long long pairs, int experts);
+
+/// cudaSuccess when this build holds code the current device can run.
+cudaError_t probe_kernels();
+/// Sets the kernels' attributes on the current device (their shared memory above 48 KiB), once,
+/// outside any stream capture.
+cudaError_t prepare_kernels();
+
+/// The whole forward on `stream`; returns the first launch error (cudaSuccess if none).
+/// Names the failing step in `*step`.
+cudaError_t launch_forward(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
+                           tiles t, cudaStream_t stream, const char** step);
+
+struct routing_args {
+  int method = 0;  ///< 0 softmax_topk, 1 topk_softmax, 2 sigmoid_grouped_topk
+  int experts = 0, k = 0;
+  bool renormalize = true;
+  int n_group = 1, topk_group = 1;
+  float scale = 1.0f;
+  const float* bias = nullptr;  ///< device [E] correction bias, or null
+};
+
+/// Routing of `tokens` rows of logits [T, E] into ids [T, k] and weights [T, k], on `stream`.
+cudaError_t launch_route(const routing_args& r, const float* logits, int tokens, std::int32_t* ids, float* weights,
+                         cudaStream_t stream);
+
+}  // namespace polymoe::cuda::detail

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The CUDA component's whole check on a machine with an NVIDIA GPU and CUDA >= 12.4, in one call:
+# configure with POLYMOE_CUDA=ON, build the CUDA targets alone (polymoe_cuda, test_cuda_experts,
+# polymoe_cuda_bench), run the CUDA tests (ctest -L cuda), compute-sanitizer memcheck on a
+# short test, then time the Qwen3-30B-A3B layer (H=2048, I=768, E=128, k=8) at T=1, 64, 4096.
+#   scripts/gpu-check.sh [BUILD_DIR]
+# Dependencies: installed, or Debian packages in $POLYMOE_DEBS (default .dev/deps, made by
+# ../shared/scripts/device-deps.sh .dev/deps) unpacked into /opt/deps on a machine without them.
+# CUDA architectures: $POLYMOE_CUDA_ARCHITECTURES (default 90a, Hopper). The bench: batch sizes
+# $POLYMOE_BENCH_TOKENS (default 1,64,4096), more options in $POLYMOE_BENCH_ARGS (e.g. --iters 10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+debs=${POLYMOE_DEBS:-.dev/deps}
+deps=/opt/deps
+cmake_args=()
+if [ -f "$debs/unpack.sh" ]; then
+  [ -d $deps/usr/include/eigen3 ] || bash "$debs/unpack.sh" $deps > /dev/null
+  cmake_args+=(-DCMAKE_PREFIX_PATH=$deps/usr)
+  export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+[ -x "$nvcc" ] || { echo "gpu-check: no nvcc (put it on PATH)"; exit 1; }
+export PATH=$(dirname "$nvcc"):$PATH
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+"$nvcc" --version | tail -1
+gen=()
+command -v ninja > /dev/null && gen=(-G Ninja)
+start=$(date +%s)
+cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}" -DPOLYMOE_CUDA=ON \
+  -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${POLYMOE_CUDA_ARCHITECTURES:-90a}" \
+  -DPOLYMOE_WARNINGS_AS_ERRORS=OFF > "$build.configure.log" 2>&1 || { tail -40 "$build.configure.log"; exit 1; }
+grep "polymoe: CUDA" "$build.configure.log" || true
+cmake --build "$build" --target polymoe_cuda test_cuda_experts polymoe_cuda_bench -j"$(nproc)" > "$build.build.log" 2>&1 ||
+  { grep -E "error|Error" -A3 "$build.build.log" | head -80; exit 1; }
+echo "gpu-check: configured and built in $(( $(date +%s) - start )) s"
+status=0
+ctest --test-dir "$build" -L cuda -V > "$build.ctest.log" 2>&1 || status=1
+grep -E "^[0-9]+: +(E=|  E=)|rel\. error" "$build.ctest.log" | sed 's/^[0-9]*: *//' | head -60 || true
+grep -E -A6 ": Failure$" "$build.ctest.log" | head -60 || true
+grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|Not Run|Skipped|Failure|FAILED" "$build.ctest.log" | head -40 || true
+if command -v compute-sanitizer > /dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_experts" \
+    --gtest_filter='CudaExperts.DeterministicAndGraphReplay:CudaExperts.MatchesReferenceRoutingPatterns:CudaRouting.*' \
+    > "$build.memcheck.log" 2>&1 || status=1
+  echo "memcheck: $(grep -E "ERROR SUMMARY" "$build.memcheck.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.memcheck.log" | tail -2 | tr '\n' ' ')"
+fi
+"$build/cuda/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} ${POLYMOE_BENCH_ARGS:-} || status=1
+exit $status

@@ -1,0 +1,438 @@
+// The CUDA engine (polymoe::cuda) against the CPU: routing against core/routing.hpp (ids equal,
+// weights to 1e-6) and the experts against the reference kernel with quant::bf16, element by
+// element within a bound derived from the arithmetic (below); run-to-run and graph-replay bitwise
+// equality; bad input. Each test is skipped, with the reason, where no usable GPU is present.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <polymoe/core/routing.hpp>
+#include <polymoe/cuda/experts.hpp>
+#include <polymoe/kernels/reference_experts.hpp>
+#include <polymoe/quant/bf16.hpp>
+
+namespace {
+
+using namespace polymoe;
+
+const std::string& gpu_missing() {
+  static const std::string reason = cuda::unavailable_reason();
+  return reason;
+}
+
+#define REQUIRE_GPU()                                                 \
+  do {                                                                \
+    if (!gpu_missing().empty()) GTEST_SKIP() << "no usable GPU: " << gpu_missing(); \
+  } while (0)
+
+Matrix randn(index_t r, index_t c, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, scale);
+  Matrix m(r, c);
+  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = d(rng);
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing
+
+struct RouteCase {
+  const char* name;
+  RoutingMethod method;
+  index_t E, k;
+  bool renormalize;
+  index_t n_group = 1, topk_group = 1;
+  float scale = 1.0f;
+  bool bias = false;
+  bool ties = false;  // logits from a few values: ties everywhere, decided by the lower index
+};
+
+void check_routing(const RouteCase& c, index_t T, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  RouterConfig rc;
+  rc.method = c.method;
+  rc.top_k = c.k;
+  rc.renormalize = c.renormalize;
+  rc.n_group = c.n_group;
+  rc.topk_group = c.topk_group;
+  rc.routed_scaling_factor = c.scale;
+  if (c.bias) rc.correction_bias = randn(c.E, 1, 0.5f, rng);
+  Matrix z = randn(T, c.E, 2.0f, rng);
+  if (c.ties)
+    for (index_t i = 0; i < z.size(); ++i) z.data()[i] = std::round(z.data()[i]);
+  const Routing cpu = route(rc, c.E, z);
+  const cuda::Router router(rc, c.E);
+  const Routing gpu = router.route(z);
+  for (index_t t = 0; t < T; ++t)
+    for (index_t j = 0; j < c.k; ++j) {
+      ASSERT_EQ(gpu.ids(t, j), cpu.ids(t, j)) << c.name << " T=" << T << " token " << t << " slot " << j;
+      ASSERT_NEAR(gpu.weights(t, j), cpu.weights(t, j), 1e-6f * std::max(1.0f, c.scale))
+          << c.name << " T=" << T << " token " << t << " slot " << j;
+    }
+}
+
+TEST(CudaRouting, MatchesCpu) {
+  REQUIRE_GPU();
+  const RouteCase cases[] = {
+      {"softmax_renorm_E8_k2", RoutingMethod::softmax_topk, 8, 2, true},
+      {"softmax_E64_k8", RoutingMethod::softmax_topk, 64, 8, false},
+      {"softmax_renorm_E128_k8", RoutingMethod::softmax_topk, 128, 8, true},
+      {"softmax_E8_k1", RoutingMethod::softmax_topk, 8, 1, false},
+      {"softmax_ties_E64_k8", RoutingMethod::softmax_topk, 64, 8, true, 1, 1, 1.0f, false, true},
+      {"topk_softmax_E32_k4", RoutingMethod::topk_softmax, 32, 4, false},
+      {"topk_softmax_E128_k8", RoutingMethod::topk_softmax, 128, 8, false},
+      {"topk_softmax_ties_E64_k2", RoutingMethod::topk_softmax, 64, 2, false, 1, 1, 1.0f, false, true},
+      {"sigmoid_grouped_E256_k8", RoutingMethod::sigmoid_grouped_topk, 256, 8, true, 8, 4, 2.5f, true},
+      {"sigmoid_grouped_nobias_E64_k6", RoutingMethod::sigmoid_grouped_topk, 64, 6, true, 8, 3, 1.0f, false},
+      {"sigmoid_grouped_norenorm_E16_k2", RoutingMethod::sigmoid_grouped_topk, 16, 2, false, 4, 2, 1.5f, true},
+      {"sigmoid_grouped_ties_E64_k8", RoutingMethod::sigmoid_grouped_topk, 64, 8, true, 4, 2, 1.0f, true, true},
+  };
+  std::uint32_t seed = 1;
+  for (const RouteCase& c : cases)
+    for (index_t T : {1, 7, 300}) check_routing(c, T, seed++);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Experts against the reference, within a derived bound.
+//
+// Both sides round the same input rows to bf16 and multiply the same bf16 weights; they differ in
+//  (1) the order and precision of the sums inside the GEMMs: the reference sums exact products in
+//      double, the GPU in fp32 on the tensor cores. With products exact and every addition
+//      rounded (toward zero, at worst), |error| <= 2·n·2^-24·Σ|products| for n terms (gamma);
+//  (2) the activation evaluated from slightly different pre-activations (and expf against
+//      std::exp, a few ulp): bounded by evaluating it at the corners of the error box, twice that,
+//      plus 8 fp32 ulp;
+//  (3) the bf16 rounding of the intermediate, which may go the other way when the two values lie
+//      on either side of a rounding boundary: |bf16(a) - bf16(b)| <= |a - b| + ulp_bf16.
+// The bound of an output element sums these through GEMM 2, the weight and the top-k sum.
+
+double gamma_n(index_t n) { return 2.0 * static_cast<double>(n) * std::ldexp(1.0, -24); }
+double ulp_bf16(double v) {
+  v = std::fabs(v);
+  if (v == 0.0) return 0.0;
+  int e = 0;
+  std::frexp(v, &e);  // v = m·2^e, m in [0.5, 1)
+  return std::ldexp(1.0, e - 1 - 7);
+}
+
+struct Case {
+  index_t E, H, I, k, T;
+  Activation act = Activation::silu_gated;
+  bool bias = false;
+  bool weight_on_input = false;
+  int ids_pattern = 0;  // 0 random distinct, 1 every token's slot 0 on expert 1, 2 some slots -1
+  cuda::TileChoice tiles = cuda::TileChoice::automatic;
+};
+
+std::string describe(const Case& c) {
+  return detail::concat("E=", c.E, " H=", c.H, " I=", c.I, " k=", c.k, " T=", c.T, " act=", to_string(c.act),
+                        " bias=", c.bias, " woi=", c.weight_on_input, " ids=", c.ids_pattern, " tiles=",
+                        static_cast<int>(c.tiles));
+}
+
+struct Problem {
+  quant::bf16::weights w;
+  ExpertMlp mlp;
+  Matrix hidden, weights;
+  IdMatrix ids;
+};
+
+Problem make_problem(const Case& c, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  ExpertShape s{c.E, c.H, c.I, is_gated(c.act), c.bias};
+  ExpertWeights f(s);
+  f.w13 = randn(f.w13.rows(), f.w13.cols(), 1.0f / std::sqrt(static_cast<float>(c.H)), rng);
+  f.w2 = randn(f.w2.rows(), f.w2.cols(), 1.0f / std::sqrt(static_cast<float>(c.I)), rng);
+  if (c.bias) {
+    f.b13 = randn(c.E, s.rows13(), 0.3f, rng);
+    f.b2 = randn(c.E, c.H, 0.3f, rng);
+  }
+  Problem p{quant::bf16::quantize(f), {}, randn(c.T, c.H, 1.0f, rng), Matrix(c.T, c.k), IdMatrix(c.T, c.k)};
+  p.mlp.activation.kind = c.act;
+  p.mlp.weight_on_input = c.weight_on_input;
+  std::uniform_real_distribution<float> uw(0.05f, 1.0f);
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(c.E));
+  for (index_t t = 0; t < c.T; ++t) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    if (c.ids_pattern == 1) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), 1));
+    for (index_t j = 0; j < c.k; ++j) {
+      p.ids(t, j) = perm[static_cast<std::size_t>(j)];
+      p.weights(t, j) = uw(rng);
+      if (c.ids_pattern == 2 && (t + j) % 3 == 1) p.ids(t, j) = -1;
+    }
+  }
+  return p;
+}
+
+// The bound of (1)-(3) for every output element.
+Matrix error_bound(const Case& c, const Problem& p) {
+  const index_t H = c.H, I = c.I, R = is_gated(c.act) ? 2 * I : I;
+  Matrix bound = Matrix::Zero(c.T, H);
+  kernels::DenseExpert dense;
+  std::vector<float> x(static_cast<std::size_t>(H)), pre(static_cast<std::size_t>(R)), eps(static_cast<std::size_t>(R));
+  std::vector<double> h(static_cast<std::size_t>(I)), dh(static_cast<std::size_t>(I));
+  ActivationParams ap;
+  ap.kind = c.act;
+  auto f_at = [&](index_t j, float g, float u) {
+    float in[2] = {g, u}, out = 0.0f;
+    if (is_gated(c.act)) {
+      apply_activation(ap, in, &out, 1);
+    } else {
+      apply_activation(ap, in, &out, 1);
+    }
+    return out;
+    (void)j;
+  };
+  for (index_t t = 0; t < c.T; ++t) {
+    double slot_abs = 0.0;
+    std::vector<double> acc(static_cast<std::size_t>(H), 0.0), mag(static_cast<std::size_t>(H), 0.0);
+    for (index_t j = 0; j < c.k; ++j) {
+      const index_t e = p.ids(t, j);
+      if (e < 0) continue;
+      kernels::load_dense_expert<quant::bf16>(p.w, e, dense);
+      const float wt = p.weights(t, j);
+      for (index_t q = 0; q < H; ++q) x[q] = c.weight_on_input ? p.hidden(t, q) * wt : p.hidden(t, q);
+      quant::bf16::quantize_activation(x);
+      for (index_t r = 0; r < R; ++r) {
+        double s = 0.0, a = 0.0;
+        for (index_t q = 0; q < H; ++q) {
+          const double v = static_cast<double>(dense.w13(r, q)) * x[q];
+          s += v;
+          a += std::fabs(v);
+        }
+        pre[r] = static_cast<float>(s) + (dense.b13 ? dense.b13[r] : 0.0f);
+        eps[r] = static_cast<float>(gamma_n(H) * a + 2.0 * std::ldexp(std::fabs(pre[r]), -24));
+      }
+      for (index_t q = 0; q < I; ++q) {
+        const float g = pre[q], u = is_gated(c.act) ? pre[I + q] : 0.0f;
+        const float eg = eps[q], eu = is_gated(c.act) ? eps[I + q] : 0.0f;
+        const float f0 = f_at(q, g, u);
+        double dev = 0.0;
+        for (float sg : {-1.0f, 0.0f, 1.0f})
+          for (float su : {-1.0f, 0.0f, 1.0f}) dev = std::max(dev, std::fabs(double(f_at(q, g + sg * eg, u + su * eu)) - f0));
+        const double df = 2.0 * dev + 8.0 * std::ldexp(std::fabs(f0), -24);
+        h[q] = codecs::bf16_to_float(codecs::float_to_bf16(f0));
+        dh[q] = df + ulp_bf16(std::fabs(f0) + df);
+      }
+      const double w_out = c.weight_on_input ? 1.0 : std::fabs(wt);
+      for (index_t r = 0; r < H; ++r) {
+        double e1 = 0.0, a = 0.0, y = 0.0;
+        for (index_t q = 0; q < I; ++q) {
+          const double wv = std::fabs(static_cast<double>(dense.w2(r, q)));
+          e1 += wv * dh[q];
+          a += wv * (std::fabs(h[q]) + dh[q]);
+          y += static_cast<double>(dense.w2(r, q)) * h[q];
+        }
+        y += dense.b2 ? dense.b2[r] : 0.0f;
+        const double err = (e1 + gamma_n(I) * a + 2.0 * std::ldexp(std::fabs(y), -24)) * w_out +
+                           2.0 * std::ldexp(std::fabs(y) * w_out, -24);
+        acc[r] += err;
+        mag[r] += std::fabs(y) * w_out + err;
+      }
+      slot_abs += 1.0;
+    }
+    for (index_t r = 0; r < H; ++r) bound(t, r) = static_cast<float>(acc[r] + gamma_n(c.k) * mag[r]);
+    (void)slot_abs;
+  }
+  return bound;
+}
+
+// Against the reference with each GEMM tile shape (c.tiles automatic) or with c.tiles alone.
+void check_against_reference(Case c, std::uint32_t seed) {
+  Problem p = make_problem(c, seed);
+  Matrix ref(c.T, c.H);
+  const DispatchOutput<format::standard> d{p.hidden, p.ids, p.weights, c.E};
+  kernels::reference_standard<quant::bf16>(d, p.w, p.mlp, ref);
+  const Matrix bound = error_bound(c, p);
+
+  cuda::Experts experts(p.w, p.mlp);
+  std::vector<cuda::TileChoice> choices{c.tiles};
+  if (c.tiles == cuda::TileChoice::automatic)
+    choices = {cuda::TileChoice::automatic, cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large};
+  for (cuda::TileChoice t : choices) {
+    c.tiles = t;
+    SCOPED_TRACE(describe(c));
+    experts.set_tiles(t);
+    Matrix out = Matrix::Constant(c.T, c.H, std::nanf(""));
+    experts.forward_routed(p.hidden, p.ids, p.weights, out);
+    double worst = 0.0, err2 = 0.0, ref2 = 0.0;
+    index_t bad = 0;
+    for (index_t tk = 0; tk < c.T; ++tk)
+      for (index_t r = 0; r < c.H; ++r) {
+        const double e = std::fabs(double(out(tk, r)) - ref(tk, r));
+        err2 += e * e;
+        ref2 += double(ref(tk, r)) * ref(tk, r);
+        if (!(e <= bound(tk, r))) {
+          if (bad++ < 5)
+            ADD_FAILURE() << "out[" << tk << ", " << r << "] = " << out(tk, r) << ", reference " << ref(tk, r)
+                          << ", |diff| " << e << " > bound " << bound(tk, r);
+        } else if (bound(tk, r) > 0) {
+          worst = std::max(worst, e / bound(tk, r));
+        }
+      }
+    EXPECT_EQ(bad, 0) << "elements outside the bound";
+    std::printf("  %s: rel. error %.3g, worst |diff|/bound %.3f\n", describe(c).c_str(),
+                std::sqrt(err2 / std::max(ref2, 1e-300)), worst);
+  }
+}
+
+TEST(CudaExperts, MatchesReferenceGated) {
+  REQUIRE_GPU();
+  std::uint32_t seed = 100;
+  const Case cases[] = {
+      {8, 128, 128, 2, 7},
+      {8, 200, 72, 2, 1},
+      {8, 200, 72, 2, 64},
+      {64, 96, 136, 8, 300},
+      {64, 256, 192, 8, 7},
+      {8, 136, 200, 1, 300},
+      {8, 136, 200, 8, 64},
+      {8, 72, 40, 2, 300, Activation::gelu_gated},
+      {64, 160, 96, 8, 64, Activation::gelu_gated},
+      {8, 72, 40, 4, 300, Activation::swiglu_oai, true},
+      {64, 200, 88, 8, 64, Activation::swiglu_oai, true},
+      {8, 128, 64, 2, 64, Activation::silu_gated, true},
+      {16, 1024, 384, 4, 64},  // long K loops in both GEMMs
+  };
+  for (const Case& c : cases) check_against_reference(c, seed++);
+}
+
+TEST(CudaExperts, MatchesReferenceNonGated) {
+  REQUIRE_GPU();
+  std::uint32_t seed = 200;
+  const Case cases[] = {
+      {8, 200, 72, 2, 64, Activation::silu},
+      {64, 96, 136, 8, 300, Activation::relu2},
+      {8, 72, 200, 1, 7, Activation::relu2, true},
+  };
+  for (const Case& c : cases) check_against_reference(c, seed++);
+}
+
+TEST(CudaExperts, MatchesReferenceRoutingPatterns) {
+  REQUIRE_GPU();
+  std::uint32_t seed = 300;
+  Case c{8, 200, 72, 2, 300};
+  c.ids_pattern = 1;  // every token's slot 0 on one expert
+  check_against_reference(c, seed++);
+  c = Case{64, 96, 136, 8, 64};
+  c.ids_pattern = 2;  // slots computed elsewhere (-1)
+  check_against_reference(c, seed++);
+  c = Case{8, 128, 128, 1, 64, Activation::silu_gated, false, true};  // weight on the input
+  check_against_reference(c, seed++);
+  c = Case{64, 128, 96, 8, 1};  // T = 1: most experts without a row
+  check_against_reference(c, seed++);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device-pointer forward: run-to-run and graph replay bitwise, routing on the device.
+
+void cuda_check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorName(e); }
+
+TEST(CudaExperts, DeterministicAndGraphReplay) {
+  REQUIRE_GPU();
+  const Case c{64, 256, 192, 8, 300};
+  Problem p = make_problem(c, 7);
+  std::mt19937 rng(8);
+  const Matrix logits = randn(c.T, c.E, 1.0f, rng);
+  RouterConfig rc;
+  rc.top_k = c.k;
+  const cuda::Router router(rc, c.E);
+  cuda::Experts experts(p.w, p.mlp);
+  cuda::device_array<float> x(static_cast<std::size_t>(p.hidden.size())), z(static_cast<std::size_t>(logits.size()));
+  cuda::device_array<float> out1(static_cast<std::size_t>(c.T * c.H)), out2(out1.size()), out3(out1.size());
+  x.upload({p.hidden.data(), static_cast<std::size_t>(p.hidden.size())});
+  z.upload({logits.data(), static_cast<std::size_t>(logits.size())});
+  cudaStream_t s = nullptr;
+  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  experts.forward(x.data(), c.T, z.data(), router, out1.data(), s);
+  experts.forward(x.data(), c.T, z.data(), router, out2.data(), s);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  experts.forward(x.data(), c.T, z.data(), router, out3.data(), s);
+  cuda_check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cuda_check(cudaMemsetAsync(out3.data(), 0xff, out3.size() * 4, s), "cudaMemsetAsync");
+  cuda_check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+  cuda_check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+  cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  std::vector<float> a(out1.size()), b(out1.size()), g(out1.size());
+  out1.download(a);
+  out2.download(b);
+  out3.download(g);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "two runs differ";
+  EXPECT_EQ(0, std::memcmp(a.data(), g.data(), a.size() * 4)) << "graph replay differs from the eager run";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+
+  // forward(logits) is forward_routed on the device's routing, bitwise
+  const Routing r = router.route(logits);
+  Matrix routed(c.T, c.H);
+  experts.forward_routed(p.hidden, r.ids, r.weights, routed);
+  EXPECT_EQ(0, std::memcmp(a.data(), routed.data(), a.size() * 4));
+  // and close to the CPU's routing followed by the reference
+  const Routing cpu = route(rc, c.E, logits);
+  EXPECT_EQ(cpu.ids, r.ids);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: polymoe::error before any launch, and no CUDA error left behind.
+
+template <class F>
+void expect_error(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << part << "'";
+  } catch (const polymoe::error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("polymoe: ", 0), 0u) << what;
+    EXPECT_NE(what.find(part), std::string::npos) << what;
+  }
+}
+
+TEST(CudaExperts, BadInput) {
+  REQUIRE_GPU();
+  const Case c{8, 64, 32, 2, 4};
+  Problem p = make_problem(c, 9);
+  cuda::Experts experts(p.w, p.mlp);
+  std::vector<float> host_x(static_cast<std::size_t>(c.T * c.H)), host_out(host_x.size()), host_w(8);
+  std::vector<std::int32_t> host_ids(8);
+  cuda::device_array<float> dx(host_x.size()), dout(host_x.size()), dw(8);
+  cuda::device_array<std::int32_t> di(8);
+  expect_error([&] { experts.forward_routed(host_x.data(), c.T, di.data(), dw.data(), 2, dout.data(), nullptr); },
+               "hidden is not device memory");
+  expect_error([&] { experts.forward_routed(dx.data(), c.T, host_ids.data(), dw.data(), 2, dout.data(), nullptr); },
+               "topk_ids is not device memory");
+  expect_error([&] { experts.forward_routed(dx.data(), c.T, di.data(), dw.data(), 2, host_out.data(), nullptr); },
+               "out is not device memory");
+  expect_error([&] { experts.forward_routed(dx.data(), c.T, di.data(), dw.data(), 9, dout.data(), nullptr); },
+               "top_k must be in [1, 8]");
+  expect_error([&] { experts.forward_routed(dx.data(), -1, di.data(), dw.data(), 2, dout.data(), nullptr); },
+               "tokens must be >= 0");
+  Matrix out(c.T, c.H + 1);
+  expect_error([&] { experts.forward_routed(p.hidden, p.ids, p.weights, out); }, "out is [4, 65], expected [4, 64]");
+  ExpertMlp gelu;
+  gelu.activation.kind = Activation::silu;
+  expect_error([&] { cuda::Experts bad(p.w, gelu); }, "the weights are gated");
+  RouterConfig rc;
+  rc.top_k = 9;
+  expect_error([&] { cuda::Router bad(rc, 8); }, "top_k must be in [1, num_experts=8]");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  // T = 0 is a no-op
+  experts.forward_routed(dx.data(), 0, di.data(), dw.data(), 2, dout.data(), nullptr);
+  Matrix none(0, c.H);
+  experts.forward_routed(Matrix(0, c.H), IdMatrix(0, 2), Matrix(0, 2), none);
+}
+
+}  // namespace
