@@ -102,18 +102,9 @@ template <>
 struct scheme<quant::fp8_block_weight_only> : decoded_scheme<quant::fp8_block_weight_only, quant::fp8_block::block> {};
 
 
-/// kernel::tiled_amx at this instruction-set level: its prepared weights and its forward.
-struct level {
-  static constexpr kernels::tiled::isa_level id = kernels::tiled::isa_level::POLYMOE_TILED_LEVEL;
-
-  template <class Q>
-  using prepared = kt::Prepared<typename scheme<Q>::packed>;
-
-  /// Whether the tiles run is decided here (amx_enabled).
-  template <class Q>
-  static prepared<Q> prepare(const kernels::tiled::tuning& t, const typename Q::weights& w) {
-    return prepared<Q>{scheme<Q>::pack(w, t.huge_pages), kt::Workspace(t.huge_pages)};
-  }
+/// kernel::tiled_amx at this instruction-set level: its prepared weights (whether the tiles run is
+/// decided as they are packed: amx_enabled) and its forward.
+struct level : td::level_base<scheme> {
 
   template <class Q>
   static void run(const kernels::tiled::tuning& t, kernels::tiled::PhaseTimes* phases,

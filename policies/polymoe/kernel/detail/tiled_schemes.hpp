@@ -217,17 +217,23 @@ struct scheme<quant::int8_w8a8> {
 };
 
 
-/// kernel::tiled at this instruction-set level: its prepared weights and its forward.
-struct level {
+/// A tiled kernel at this instruction-set level, its weights packed as Scheme<Q> says (kernel::tiled's
+/// schemes, or kernel::tiled_amx's): the level, the prepared weights, and prepare.
+template <template <class> class Scheme>
+struct level_base {
   static constexpr kernels::tiled::isa_level id = kernels::tiled::isa_level::POLYMOE_TILED_LEVEL;
 
   template <class Q>
-  using prepared = kt::Prepared<typename scheme<Q>::packed>;
+  using prepared = kt::Prepared<typename Scheme<Q>::packed>;
 
   template <class Q>
   static prepared<Q> prepare(const kernels::tiled::tuning& t, const typename Q::weights& w) {
-    return prepared<Q>{scheme<Q>::pack(w, t.huge_pages), kt::Workspace(t.huge_pages)};
+    return prepared<Q>{Scheme<Q>::pack(w, t.huge_pages), kt::Workspace(t.huge_pages)};
   }
+};
+
+/// kernel::tiled at this instruction-set level: its prepared weights and its forward.
+struct level : level_base<scheme> {
 
   template <class Q>
   static void run(const kernels::tiled::tuning& t, kernels::tiled::PhaseTimes* phases,
