@@ -134,66 +134,63 @@ inline double dram_read_gbs(std::size_t bytes, int threads) {
   return best;
 }
 
-/// fp32 FMA peak in GFLOP/s (an FMA counts 2 flops).
-inline double fma_peak_gflops(int threads) {
+/// Best of 5 passes of `chains(id, iters)` on every thread at once, in G operations per second:
+/// each pass runs `iters` steps of 16 register-resident dependency chains per thread, each step of
+/// a chain `ops_per_step` operations, and returns a value kept so the chains are not optimised away.
+template <class Chains>
+inline double chain_peak(int threads, double ops_per_step, Chains chains) {
   const long iters = 4'000'000;
   std::vector<double> sink(static_cast<std::size_t>(threads));
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
-    const double t = run_together(threads, [&](int id) {
-#if defined(__AVX512F__)
-      __m512 a[16];
-      for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j + id));
-      const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
-      for (long i = 0; i < iters; ++i)
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
-      __m512 s = a[0];
-      for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, a[j]);
-      sink[static_cast<std::size_t>(id)] = hsum(s);
-#else
-      float a[16 * 8];
-      for (int j = 0; j < 16 * 8; ++j) a[j] = static_cast<float>(j + id);
-      for (long i = 0; i < iters; ++i)
-        for (int j = 0; j < 16 * 8; ++j) a[j] = a[j] * 0.9999999f + 1e-7f;
-      sink[static_cast<std::size_t>(id)] = a[0];
-#endif
-    });
-#if defined(__AVX512F__)
-    const double flops = 2.0 * 16 * 16 * static_cast<double>(iters) * threads;
-#else
-    const double flops = 2.0 * 16 * 8 * static_cast<double>(iters) * threads;
-#endif
-    best = std::max(best, flops / t / 1e9);
+    const double t = run_together(threads, [&](int id) { sink[static_cast<std::size_t>(id)] = chains(id, iters); });
+    best = std::max(best, ops_per_step * 16 * static_cast<double>(iters) * threads / t / 1e9);
   }
   if (sink[0] == 42) std::printf(" ");
   return best;
 }
 
+/// fp32 FMA peak in GFLOP/s (an FMA counts 2 flops).
+inline double fma_peak_gflops(int threads) {
+#if defined(__AVX512F__)
+  return chain_peak(threads, 2.0 * 16, [](int id, long iters) {
+    __m512 a[16];
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j + id));
+    const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+    for (long i = 0; i < iters; ++i)
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+    __m512 s = a[0];
+    for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, a[j]);
+    return static_cast<double>(hsum(s));
+  });
+#else
+  return chain_peak(threads, 2.0 * 8, [](int id, long iters) {  // 16 x 8 scalar chains
+    float a[16 * 8];
+    for (int j = 0; j < 16 * 8; ++j) a[j] = static_cast<float>(j + id);
+    for (long i = 0; i < iters; ++i)
+      for (int j = 0; j < 16 * 8; ++j) a[j] = a[j] * 0.9999999f + 1e-7f;
+    return static_cast<double>(a[0]);
+  });
+#endif
+}
+
 /// int8 VNNI peak in GOP/s (vpdpbusd: 64 multiplies and 64 adds each); 0 without __AVX512VNNI__.
 inline double vnni_peak_gops([[maybe_unused]] int threads) {
 #if defined(__AVX512VNNI__)
-  const long iters = 4'000'000;
-  std::vector<long long> sink(static_cast<std::size_t>(threads));
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t = run_together(threads, [&](int id) {
-      __m512i a[16];
-      for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_epi32(j + id);
-      const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
-      for (long i = 0; i < iters; ++i)
+  return chain_peak(threads, 2.0 * 64, [](int id, long iters) {
+    __m512i a[16];
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_epi32(j + id);
+    const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+    for (long i = 0; i < iters; ++i)
 #pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) a[j] = _mm512_dpbusd_epi32(a[j], u, s);
-      __m512i r = a[0];
-      for (int j = 1; j < 16; ++j) r = _mm512_add_epi32(r, a[j]);
-      alignas(64) int v[16];
-      _mm512_store_si512(v, r);
-      sink[static_cast<std::size_t>(id)] = v[0];
-    });
-    best = std::max(best, 2.0 * 64 * 16 * static_cast<double>(iters) * threads / t / 1e9);
-  }
-  if (sink[0] == 42) std::printf(" ");
-  return best;
+      for (int j = 0; j < 16; ++j) a[j] = _mm512_dpbusd_epi32(a[j], u, s);
+    __m512i r = a[0];
+    for (int j = 1; j < 16; ++j) r = _mm512_add_epi32(r, a[j]);
+    alignas(64) int v[16];
+    _mm512_store_si512(v, r);
+    return static_cast<double>(v[0]);
+  });
 #else
   return 0.0;
 #endif
@@ -203,26 +200,18 @@ inline double vnni_peak_gops([[maybe_unused]] int threads) {
 /// __AVX512BF16__.
 inline double bf16_dot_peak_gflops([[maybe_unused]] int threads) {
 #if defined(__AVX512BF16__)
-  const long iters = 4'000'000;
-  std::vector<double> sink(static_cast<std::size_t>(threads));
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t = run_together(threads, [&](int id) {
-      __m512 a[16];
-      for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j + id));
-      const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
-      const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
-      for (long i = 0; i < iters; ++i)
+  return chain_peak(threads, 2.0 * 32, [](int id, long iters) {
+    __m512 a[16];
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j + id));
+    const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
+    const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+    for (long i = 0; i < iters; ++i)
 #pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
-      __m512 r = a[0];
-      for (int j = 1; j < 16; ++j) r = _mm512_add_ps(r, a[j]);
-      sink[static_cast<std::size_t>(id)] = hsum(r);
-    });
-    best = std::max(best, 2.0 * 32 * 16 * static_cast<double>(iters) * threads / t / 1e9);
-  }
-  if (sink[0] == 42) std::printf(" ");
-  return best;
+      for (int j = 0; j < 16; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+    __m512 r = a[0];
+    for (int j = 1; j < 16; ++j) r = _mm512_add_ps(r, a[j]);
+    return static_cast<double>(hsum(r));
+  });
 #else
   return 0.0;
 #endif

@@ -272,6 +272,7 @@ void write_json(const std::string& file, const std::vector<row>& rows) {
   json records = json::array();
   for (const auto& w : rows) {
     const auto& r = w.r;
+    const peak_ref peak = applicable_peak(w);
     json samples = json::array();
     for (const double x : r.samples_s) samples.push_back(json(x));
     records.push_back(json::object(
@@ -290,8 +291,8 @@ void write_json(const std::string& file, const std::vector<row>& rows) {
          {"vnni_ratio", w.lim.vnni_gops > 0 ? num_or_null(w.gflops() / w.lim.vnni_gops) : json(nullptr)},
          {"dram_ratio", num_or_null(w.gbps() / w.lim.dram_gbs)}, {"baseline_ratio", num_or_null(w.base_ratio())},
          {"bf16_dot_peak_gflops", w.lim.bf16_dot_gflops > 0 ? json(w.lim.bf16_dot_gflops) : json(nullptr)},
-         {"peak", applicable_peak(w).name}, {"peak_value", num_or_null(applicable_peak(w).value)},
-         {"peak_ratio", num_or_null(w.gflops() / applicable_peak(w).value)}, {"note", r.note}}));
+         {"peak", peak.name}, {"peak_value", num_or_null(peak.value)},
+         {"peak_ratio", num_or_null(w.gflops() / peak.value)}, {"note", r.note}}));
   }
   polymoe::io::write_text_file(file, json::object({{"context", context(rows)}, {"records", std::move(records)}}).dump() + "\n");
 }
@@ -304,6 +305,7 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
        "mean_s,stddev_s,peak,peak_value,peak_ratio\n";
   for (const auto& w : rows) {
     const auto& r = w.r;
+    const peak_ref peak = applicable_peak(w);
     f << r.a2a << ',' << r.quant << ',' << r.kernel << ',' << r.preset << ',' << r.experts << ',' << r.tokens << ','
       << r.threads << ',' << num(r.median_s) << ',' << num(r.min_s) << ',' << num(r.max_s) << ','
       << num(static_cast<double>(r.tokens) / r.median_s) << ',' << num(w.gflops()) << ',' << num(w.gbps()) << ','
@@ -311,8 +313,7 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
       << num(w.lim.dram_gbs) << ',' << (w.baseline_s > 0 ? num(w.base_ratio()) : "") << ','
       << (w.lim.amx_bf16_gflops > 0 ? num(w.lim.amx_bf16_gflops) : "") << ','
       << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "") << ',' << num(r.mean_s) << ','
-      << num(r.stddev_s) << ',' << applicable_peak(w).name << ',' << num(applicable_peak(w).value) << ','
-      << num(w.gflops() / applicable_peak(w).value) << '\n';
+      << num(r.stddev_s) << ',' << peak.name << ',' << num(peak.value) << ',' << num(w.gflops() / peak.value) << '\n';
   }
 }
 
