@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA component's whole check on a machine with an NVIDIA GPU and CUDA >= 12.4, in one call:
 # configure with POLYMOE_CUDA=ON, build the CUDA targets alone (polymoe_cuda, test_cuda_experts,
-# polymoe_cuda_bench), run the CUDA tests (ctest -L cuda), compute-sanitizer memcheck on a
+# test_cuda_layer, polymoe_cuda_bench), run the CUDA tests (ctest -L cuda), compute-sanitizer memcheck on a
 # short test, then time the Qwen3-30B-A3B layer (H=2048, I=768, E=128, k=8) at T=1, 64, 4096.
 #   scripts/gpu-check.sh [BUILD_DIR]
 # Dependencies: installed, or Debian packages in $POLYMOE_DEBS (default .dev/deps, made by
@@ -24,6 +24,9 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 export PATH=$(dirname "$nvcc"):$PATH
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 "$nvcc" --version | tail -1
+fixtures=$PWD/.dev/fixtures
+[ -d "$fixtures" ] || fixtures=$PWD/../shared/fixtures
+cmake_args+=(-DPOLYMOE_FIXTURES_DIR="$fixtures")
 gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 start=$(date +%s)
@@ -31,7 +34,7 @@ cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
   -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${POLYMOE_CUDA_ARCHITECTURES:-90a}" \
   -DPOLYMOE_WARNINGS_AS_ERRORS=OFF > "$build.configure.log" 2>&1 || { tail -40 "$build.configure.log"; exit 1; }
 grep "polymoe: CUDA" "$build.configure.log" || true
-cmake --build "$build" --target polymoe_cuda test_cuda_experts polymoe_cuda_bench -j"$(nproc)" > "$build.build.log" 2>&1 ||
+cmake --build "$build" --target polymoe_cuda test_cuda_experts test_cuda_layer polymoe_cuda_bench -j"$(nproc)" > "$build.build.log" 2>&1 ||
   { grep -E "error|Error" -A3 "$build.build.log" | head -80; exit 1; }
 echo "gpu-check: configured and built in $(( $(date +%s) - start )) s"
 status=0
@@ -44,6 +47,10 @@ if command -v compute-sanitizer > /dev/null; then
     --gtest_filter='CudaExperts.DeterministicAndGraphReplay:CudaExperts.MatchesReferenceRoutingPatterns:CudaRouting.*' \
     > "$build.memcheck.log" 2>&1 || status=1
   echo "memcheck: $(grep -E "ERROR SUMMARY" "$build.memcheck.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.memcheck.log" | tail -2 | tr '\n' ' ')"
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_layer" \
+    --gtest_filter='CudaLayer.DeviceViewsStridedBf16AndSharedExperts:CudaLayer.BadInputIsRefusedBeforeAnyLaunch' \
+    > "$build.memcheck-layer.log" 2>&1 || status=1
+  echo "memcheck (layer): $(grep -E "ERROR SUMMARY" "$build.memcheck-layer.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.memcheck-layer.log" | tail -2 | tr '\n' ' ')"
 fi
 "$build/cuda/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} ${POLYMOE_BENCH_ARGS:-} || status=1
 exit $status

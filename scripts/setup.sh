@@ -5,6 +5,7 @@ packages=(
   build-essential cmake ccache pkg-config
   libboost1.81-dev libeigen3-dev libtbb-dev        # the library: Boost.Mp11/Hana, Eigen 3.4, oneTBB
   libgtest-dev libgmock-dev libbenchmark-dev        # tests and benchmarks
+  libdlpack-dev                                     # DLPack tensors at the API edge (polymoe/dlpack.hpp)
   valgrind                                          # the zero-cost (instruction count) tests
   libopenmpi-dev openmpi-bin                        # the MPI dispatchers and their tests
   clang libclang-rt-14-dev                          # the libFuzzer run of the safetensors reader

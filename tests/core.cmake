@@ -9,3 +9,11 @@ polymoe_add_test(test_permute ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels/test_perm
 polymoe_add_test(test_steady_state ${CMAKE_CURRENT_SOURCE_DIR}/unit/layer/test_steady_state.cpp)
 polymoe_add_test(test_degenerate ${CMAKE_CURRENT_SOURCE_DIR}/unit/layer/test_degenerate.cpp)
 polymoe_add_test(test_batch_invariance ${CMAKE_CURRENT_SOURCE_DIR}/unit/layer/test_batch_invariance.cpp)
+# DLPack at the API edge: with Debian's libdlpack-dev (setup.sh installs it), else skipped.
+find_package(dlpack CONFIG QUIET)
+if(dlpack_FOUND)
+  polymoe_add_test(test_dlpack ${CMAKE_CURRENT_SOURCE_DIR}/unit/core/test_dlpack.cpp)
+  target_link_libraries(test_dlpack PRIVATE dlpack::dlpack)
+else()
+  message(STATUS "polymoe: test_dlpack skipped: DLPack's header not found (Debian libdlpack-dev)")
+endif()

@@ -3,6 +3,7 @@
 #include <polymoe/cuda/experts.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -45,7 +46,7 @@ class device_scope {
 
 // Throws unless p is device (or managed) memory of `device`: a host pointer, or memory of another
 // device, is refused before any launch.
-void require_device_pointer(const void* p, const char* what, int device) {
+void require_device_pointer(const void* p, std::string_view what, int device) {
   require(p != nullptr, "cuda: ", what, " is a null pointer");
   cudaPointerAttributes attr{};
   check(cudaPointerGetAttributes(&attr, p), "cudaPointerGetAttributes");
@@ -53,12 +54,6 @@ void require_device_pointer(const void* p, const char* what, int device) {
           " is not device memory (a host pointer where a device pointer is expected)");
   require(attr.device == device, "cuda: ", what, " is memory of device ", attr.device, ", the engine is on device ",
           device);
-}
-
-int current_device() {
-  int d = 0;
-  check(cudaGetDevice(&d), "cudaGetDevice");
-  return d;
 }
 
 void require_runnable() {
@@ -91,6 +86,37 @@ std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+
+int current_device() {
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return polymoe::detail::concat(prop.name, " (sm_", prop.major, prop.minor, ")");
+}
+
+void require_on_device(const device_view& v, std::string_view what, int device) {
+  if (v.empty()) return;
+  require(v.device == device, "cuda: ", what, " says device ", v.device, ", the layer is on device ", device);
+  require_device_pointer(v.data, what, device);
+  // the last element too: a view longer than its allocation is refused where the runtime can tell
+  const char* last = static_cast<const char*>(v.data) + v.extent_bytes() - 1;
+  require_device_pointer(last, what, device);
+}
+
+void shared_slot(const device_view& hidden, const float* gate, std::int32_t* ids, float* weights, stream_t stream) {
+  require(hidden.type == element_type::f32 || hidden.type == element_type::bf16, "cuda: shared_slot: hidden is ",
+          to_string(hidden.type));
+  require(hidden.rows < (index_t{1} << 26), "cuda: shared_slot: ", hidden.rows, " tokens are too many");
+  check(detail::launch_shared_slot(hidden.data, hidden.type == element_type::bf16, hidden.row_stride,
+                                   static_cast<int>(hidden.rows), static_cast<int>(hidden.cols), gate, ids, weights,
+                                   stream),
+        "launch of shared_slot");
+}
 
 std::string unavailable_reason() {
   int n = 0;
@@ -204,9 +230,7 @@ void Router::route(const float* logits, index_t tokens, std::int32_t* ids, float
 struct Experts::impl {
   ExpertShape shape;
   detail::geometry g;
-  detail::act_kind act{};
-  float alpha = 1.702f, limit = 7.0f;
-  bool weight_on_input = false;
+  std::optional<ExpertMlp> mlp;  // the constructor's, for the pointer forwards
   int device = 0;
   TileChoice tiles = TileChoice::automatic;
   device_memory weights;  // w13 | w2 | b13 | b2
@@ -220,7 +244,15 @@ struct Experts::impl {
 
   void upload(const quant::bf16::weights& w);
   void grow(index_t tokens, index_t top_k);
+  void check_mlp(const ExpertMlp& mlp) const;
 };
+
+void Experts::impl::check_mlp(const ExpertMlp& mlp) const {
+  const ExpertShape& s = shape;
+  require(s.gated == is_gated(mlp.activation.kind), "cuda::Experts: the weights are ", s.gated ? "gated" : "non-gated",
+          " but the activation ", to_string(mlp.activation.kind), " is ", is_gated(mlp.activation.kind) ? "gated" : "not");
+  require(mlp.activation.kind != Activation::swiglu_oai || s.bias, "cuda::Experts: swiglu_oai needs expert biases");
+}
 
 void Experts::impl::upload(const quant::bf16::weights& w) {
   const index_t E = shape.experts, H = shape.hidden, I = shape.intermediate, R = shape.rows13();
@@ -312,14 +344,11 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
   cap_pairs = P;
 }
 
-Experts::Experts(const quant::bf16::weights& w, const ExpertMlp& mlp) : impl_(std::make_unique<impl>()) {
+Experts::Experts(const quant::bf16::weights& w) : impl_(std::make_unique<impl>()) {
   w.validate("cuda::Experts");
   impl& m = *impl_;
   m.shape = w.shape();
   const ExpertShape& s = m.shape;
-  require(s.gated == is_gated(mlp.activation.kind), "cuda::Experts: the weights are ", s.gated ? "gated" : "non-gated",
-          " but the activation ", to_string(mlp.activation.kind), " is ", is_gated(mlp.activation.kind) ? "gated" : "not");
-  require(mlp.activation.kind != Activation::swiglu_oai || s.bias, "cuda::Experts: swiglu_oai needs expert biases");
   require(s.experts <= 1024, "cuda::Experts: ", s.experts, " experts exceed the sort's 1024");
   require(s.hidden < (1 << 24) && s.intermediate < (1 << 24), "cuda::Experts: hidden or intermediate too large");
   m.device = current_device();
@@ -332,11 +361,12 @@ Experts::Experts(const quant::bf16::weights& w, const ExpertMlp& mlp) : impl_(st
   m.g.ip = static_cast<int>(detail::round_up(s.intermediate, detail::pad));
   m.g.gated = s.gated;
   m.g.r13p = s.gated ? 2 * m.g.ip : m.g.ip;
-  m.act = kind_of(mlp.activation.kind);
-  m.alpha = mlp.activation.alpha;
-  m.limit = mlp.activation.limit;
-  m.weight_on_input = mlp.weight_on_input;
   m.upload(w);
+}
+
+Experts::Experts(const quant::bf16::weights& w, const ExpertMlp& mlp) : Experts(w) {
+  impl_->check_mlp(mlp);
+  impl_->mlp = mlp;
 }
 
 Experts::~Experts() = default;
@@ -355,32 +385,55 @@ void Experts::reserve(index_t tokens, index_t top_k) {
 
 void Experts::forward_routed(const float* hidden, index_t tokens, const std::int32_t* ids, const float* weights,
                              index_t top_k, float* out, stream_t stream) {
+  require(impl_->mlp.has_value(), "cuda::Experts: constructed without an ExpertMlp; use run()");
+  require(tokens >= 0, "cuda::Experts: tokens must be >= 0, got ", tokens);
+  const int d = impl_->device;
+  const index_t H = impl_->shape.hidden;
+  routed_call c{device_view::of(hidden, tokens, H, d), device_view::of(ids, tokens, top_k, d),
+                device_view::of(weights, tokens, top_k, d), device_view::of(out, tokens, H, d)};
+  run(c, *impl_->mlp, stream);
+}
+
+void Experts::run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) const {
   impl& m = *impl_;
-  const index_t E = m.shape.experts;
+  const index_t E = m.shape.experts, tokens = c.hidden.rows, top_k = c.ids.cols;
+  m.check_mlp(mlp);
   require(tokens >= 0, "cuda::Experts: tokens must be >= 0, got ", tokens);
   require(top_k >= 1 && top_k <= E, "cuda::Experts: top_k must be in [1, ", E, "], got ", top_k);
-  require(!m.weight_on_input || top_k == 1, "cuda::Experts: weight_on_input needs top_k == 1, got top_k=", top_k);
+  require_view(c.hidden, "cuda::Experts: hidden", tokens, m.shape.hidden, {element_type::f32, element_type::bf16});
+  require_view(c.ids, "cuda::Experts: topk_ids", tokens, top_k, {element_type::i32});
+  require_view(c.weights, "cuda::Experts: topk_weights", tokens, top_k, {element_type::f32});
+  require_view(c.out, "cuda::Experts: out", tokens, m.shape.hidden, {element_type::f32});
+  require(c.ids.row_stride == top_k && c.weights.row_stride == top_k,
+          "cuda::Experts: topk_ids and topk_weights must be packed rows (row stride = top_k)");
+  require(!mlp.weight_on_input || top_k == 1, "cuda::Experts: weight_on_input needs top_k == 1, got top_k=", top_k);
   require(tokens * top_k * std::max<index_t>(m.g.ip, m.g.hidden) < (index_t{1} << 40) &&
               tokens * top_k < (index_t{1} << 31),
           "cuda::Experts: tokens=", tokens, " x top_k=", top_k, " is too large");
   if (tokens == 0) return;
   device_scope scope(m.device);
-  require_device_pointer(hidden, "hidden", m.device);
-  require_device_pointer(ids, "topk_ids", m.device);
-  require_device_pointer(weights, "topk_weights", m.device);
-  require_device_pointer(out, "out", m.device);
+  require_on_device(c.hidden, "hidden", m.device);
+  require_on_device(c.ids, "topk_ids", m.device);
+  require_on_device(c.weights, "topk_weights", m.device);
+  require_on_device(c.out, "out", m.device);
+  require(!c.out.overlaps(c.hidden) && !c.out.overlaps(c.ids) && !c.out.overlaps(c.weights),
+          "cuda::Experts: out shares memory with an input");
   m.grow(tokens, top_k);
   detail::forward_args a;
-  a.hidden = hidden;
-  a.ids = ids;
-  a.weights = weights;
-  a.out = out;
+  a.hidden = c.hidden.data;
+  a.hidden_bf16 = c.hidden.type == element_type::bf16;
+  a.ld_hidden = c.hidden.row_stride;
+  a.ids = c.ids.as<const std::int32_t>();
+  a.weights = c.weights.as<const float>();
+  a.out = c.out.as<float>();
+  a.ld_out = c.out.row_stride;
+  a.accumulate = c.accumulate;
   a.tokens = static_cast<int>(tokens);
   a.k = static_cast<int>(top_k);
-  a.act = m.act;
-  a.alpha = m.alpha;
-  a.limit = m.limit;
-  a.weight_on_input = m.weight_on_input;
+  a.act = kind_of(mlp.activation.kind);
+  a.alpha = mlp.activation.alpha;
+  a.limit = mlp.activation.limit;
+  a.weight_on_input = mlp.weight_on_input;
   detail::tiles t = detail::tiles::small;
   switch (m.tiles) {
     case TileChoice::tiny: t = detail::tiles::tiny; break;

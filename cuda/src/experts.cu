@@ -157,7 +157,12 @@ __global__ void sort_single(const std::int32_t* __restrict__ ids, long long pair
 // ---------------------------------------------------------------------------------------------
 // Expert input rows: x[t] = bf16(hidden[t] (· weight of its one slot)), zero in the padding.
 
-__global__ void make_inputs(const float* __restrict__ hidden, int tokens, int H, int hp,
+__device__ __forceinline__ float load_input(const void* hidden, bool bf16, long long i) {
+  return bf16 ? __bfloat162float(__ushort_as_bfloat16(static_cast<const std::uint16_t*>(hidden)[i]))
+              : static_cast<const float*>(hidden)[i];
+}
+
+__global__ void make_inputs(const void* __restrict__ hidden, bool hidden_bf16, long long ld, int tokens, int H, int hp,
                             const float* __restrict__ weights, bool weight_on_input, std::uint16_t* __restrict__ x) {
   const long long n = static_cast<long long>(tokens) * hp;
   for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
@@ -166,10 +171,30 @@ __global__ void make_inputs(const float* __restrict__ hidden, int tokens, int H,
     const int c = static_cast<int>(q - t * hp);
     float v = 0.0f;
     if (c < H) {
-      v = hidden[t * H + c];
+      v = load_input(hidden, hidden_bf16, t * ld + c);
       if (weight_on_input) v *= weights[t];  // top_k is 1: the token's one slot
     }
     x[q] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+}
+
+// The shared expert's slot: one warp per token; lanes sum strided partial dot products in double,
+// then a fixed butterfly adds them, so the gate is the same from run to run.
+__global__ void shared_slot(const void* __restrict__ hidden, bool hidden_bf16, long long ld, int tokens, int H,
+                            const float* __restrict__ gate, std::int32_t* __restrict__ ids, float* __restrict__ weights) {
+  const int lane = threadIdx.x & 31;
+  const long long t = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (t >= tokens) return;
+  float w = 1.0f;
+  if (gate != nullptr) {
+    double z = 0.0;
+    for (int c = lane; c < H; c += 32) z += static_cast<double>(load_input(hidden, hidden_bf16, t * ld + c)) * gate[c];
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    w = 1.0f / (1.0f + expf(-static_cast<float>(z)));
+  }
+  if (lane == 0) {
+    ids[t] = 0;
+    weights[t] = w;
   }
 }
 
@@ -453,7 +478,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
 // The top-k sum: out[t] = Σ_j y[row of (t, j)] in slot order, fp32, skipping slots not computed.
 
 __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ pos_of_pair, int tokens, int k, int H,
-                         float* __restrict__ out) {
+                         float* __restrict__ out, long long ld_out, bool accumulate) {
   const long long n = static_cast<long long>(tokens) * H;
   for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
        q += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -464,7 +489,8 @@ __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ po
       const int p = pos_of_pair[t * k + j];
       if (p >= 0) acc += y[static_cast<long long>(p) * H + c];
     }
-    out[q] = acc;
+    float& o = out[t * ld_out + c];
+    o = accumulate ? o + acc : acc;
   }
 }
 
@@ -587,7 +613,7 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   if (err != cudaSuccess) return err;
   *step = "make_inputs";
   make_inputs<<<grid_for(static_cast<long long>(a.tokens) * g.hp, 256), 256, 0, stream>>>(
-      a.hidden, a.tokens, g.hidden, g.hp, a.weights, a.weight_on_input, ws.x);
+      a.hidden, a.hidden_bf16, a.ld_hidden, a.tokens, g.hidden, g.hp, a.weights, a.weight_on_input, ws.x);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   err = t == tiles::tiny    ? run_gemms<tiles::tiny>(g, w, ws, a, stream, step)
         : t == tiles::small ? run_gemms<tiles::small>(g, w, ws, a, stream, step)
@@ -595,7 +621,17 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   if (err != cudaSuccess) return err;
   *step = "topk_sum";
   topk_sum<<<grid_for(static_cast<long long>(a.tokens) * g.hidden, 256), 256, 0, stream>>>(ws.y, ws.pos_of_pair,
-                                                                                         a.tokens, a.k, g.hidden, a.out);
+                                                                                         a.tokens, a.k, g.hidden, a.out,
+                                                                                         a.ld_out, a.accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_shared_slot(const void* hidden, bool hidden_bf16, long long ld_hidden, int tokens, int H,
+                               const float* gate, std::int32_t* ids, float* weights, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  const long long threads = static_cast<long long>(tokens) * 32;
+  shared_slot<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(hidden, hidden_bf16, ld_hidden, tokens,
+                                                                                H, gate, ids, weights);
   return cudaGetLastError();
 }
 

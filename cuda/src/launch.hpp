@@ -49,10 +49,14 @@ struct workspace_view {
 };
 
 struct forward_args {
-  const float* hidden = nullptr;  ///< [T, H] fp32
+  const void* hidden = nullptr;       ///< [T, H] fp32, or bf16 bits when hidden_bf16; row t at t · ld_hidden
+  bool hidden_bf16 = false;
+  long long ld_hidden = 0;
   const std::int32_t* ids = nullptr;  ///< [T, k]
   const float* weights = nullptr;     ///< [T, k]
-  float* out = nullptr;               ///< [T, H]
+  float* out = nullptr;               ///< [T, H], row t at t · ld_out
+  long long ld_out = 0;
+  bool accumulate = false;            ///< out += the sum instead of out = the sum
   int tokens = 0, k = 0;
   act_kind act = act_kind::silu_gated;
   float alpha = 1.702f, limit = 7.0f;
@@ -77,6 +81,11 @@ cudaError_t prepare_kernels();
 /// Names the failing step in `*step`.
 cudaError_t launch_forward(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
                            tiles t, cudaStream_t stream, const char** step);
+
+/// The shared expert's one slot per token: ids [T] = 0 and weights [T] = sigmoid(hidden[t] · gate),
+/// the dot product summed in double, or 1 where gate is null.
+cudaError_t launch_shared_slot(const void* hidden, bool hidden_bf16, long long ld_hidden, int tokens, int H,
+                               const float* gate, std::int32_t* ids, float* weights, cudaStream_t stream);
 
 struct routing_args {
   int method = 0;  ///< 0 softmax_topk, 1 topk_softmax, 2 sigmoid_grouped_topk

@@ -70,6 +70,53 @@ void agree_on(A2A& a2a, Check&& check) {
   }
 }
 
+/// The shape an expert store stands for (fp32 weights hold it, quantized stores compute it).
+inline ExpertShape shape_of(const ExpertWeights& e) noexcept { return e.shape; }
+template <class S>
+ExpertShape shape_of(const S& e) noexcept {
+  return e.shape();
+}
+
+/// Validates a layer's config and weights before anything is prepared: the config, the shapes of
+/// the routed and shared experts, the shared gate and the router against the config, and each
+/// store's own arrays where it can say (whatever memory space the layer then computes in).
+template <class W>
+void check_layer_inputs(const MoeConfig& cfg, const BasicMoeWeights<W>& w) {
+  cfg.validate();
+  const ExpertShape want{cfg.local_experts(), cfg.hidden, cfg.intermediate, is_gated(cfg.activation), cfg.expert_bias};
+  require(shape_of(w.experts) == want, "MoeWeights.experts has shape ", shape_of(w.experts), ", MoeConfig wants ",
+          want);
+  if (cfg.shared_intermediate > 0) {
+    require(w.shared.has_value(), "MoeConfig.shared_intermediate=", cfg.shared_intermediate,
+            " but MoeWeights.shared is empty");
+    const ExpertShape sw = shape_of(*w.shared);
+    require(sw.experts == 1 && sw.hidden == cfg.hidden && sw.intermediate == cfg.shared_intermediate &&
+                sw.gated == is_gated(cfg.activation),
+            "MoeWeights.shared has shape ", sw, ", MoeConfig wants one expert with hidden=", cfg.hidden,
+            ", intermediate=", cfg.shared_intermediate);
+  } else {
+    require(!w.shared.has_value(), "MoeWeights.shared is set but MoeConfig.shared_intermediate is 0");
+  }
+  if (cfg.shared_expert_gate) {
+    require(w.shared_gate.rows() == 1 && w.shared_gate.cols() == cfg.hidden, "MoeWeights.shared_gate is [",
+            w.shared_gate.rows(), ", ", w.shared_gate.cols(), "], expected [1, ", cfg.hidden, "]");
+    require_finite(w.shared_gate, "MoeWeights", "shared_gate");
+  }
+  if (w.router_weight.size()) {
+    require(w.router_weight.rows() == cfg.num_experts && w.router_weight.cols() == cfg.hidden,
+            "MoeWeights.router_weight is [", w.router_weight.rows(), ", ", w.router_weight.cols(), "], expected [",
+            cfg.num_experts, ", ", cfg.hidden, "]");
+    require(w.router_bias.size() == 0 || w.router_bias.size() == cfg.num_experts, "MoeWeights.router_bias has ",
+            w.router_bias.size(), " entries, expected ", cfg.num_experts);
+    require_finite(w.router_weight, "MoeWeights", "router_weight");
+    require_finite(w.router_bias.transpose(), "MoeWeights", "router_bias");
+  }
+  if constexpr (requires { w.experts.validate(std::string_view{}); }) {  // fp32 weights, or a store built by hand
+    w.experts.validate("MoeWeights.experts");
+    if (w.shared) w.shared->validate("MoeWeights.shared");
+  }
+}
+
 /// Runs the kernel on a dispatch output of format F along `Path`, writing into the combine input.
 template <class Path, class F>
 struct runner;
@@ -206,48 +253,9 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   [[nodiscard]] A2A& dispatcher() noexcept { return a2a_; }
 
  private:
-  static ExpertShape shape_of(const ExpertWeights& e) noexcept { return e.shape; }
-  template <class S>
-  static ExpertShape shape_of(const S& e) noexcept {
-    return e.shape();
-  }
-
   /// Both constructors: validates, turns each expert set into Quant's store (to_store), prepares it.
   template <class W, class ToStore>
   void build(W& w, ToStore to_store);
-
-  template <class W>
-  void check_common(const BasicMoeWeights<W>& w) {
-    const ExpertShape want{cfg_.local_experts(), cfg_.hidden, cfg_.intermediate, is_gated(cfg_.activation),
-                           cfg_.expert_bias};
-    require(shape_of(w.experts) == want, "MoeWeights.experts has shape ", shape_of(w.experts), ", MoeConfig wants ",
-            want);
-    if (cfg_.shared_intermediate > 0) {
-      require(w.shared.has_value(), "MoeConfig.shared_intermediate=", cfg_.shared_intermediate,
-              " but MoeWeights.shared is empty");
-      const ExpertShape sw = shape_of(*w.shared);
-      require(sw.experts == 1 && sw.hidden == cfg_.hidden && sw.intermediate == cfg_.shared_intermediate &&
-                  sw.gated == is_gated(cfg_.activation),
-              "MoeWeights.shared has shape ", sw, ", MoeConfig wants one expert with hidden=", cfg_.hidden,
-              ", intermediate=", cfg_.shared_intermediate);
-    } else {
-      require(!w.shared.has_value(), "MoeWeights.shared is set but MoeConfig.shared_intermediate is 0");
-    }
-    if (cfg_.shared_expert_gate) {
-      require(w.shared_gate.rows() == 1 && w.shared_gate.cols() == cfg_.hidden, "MoeWeights.shared_gate is [",
-              w.shared_gate.rows(), ", ", w.shared_gate.cols(), "], expected [1, ", cfg_.hidden, "]");
-      require_finite(w.shared_gate, "MoeWeights", "shared_gate");
-    }
-    if (w.router_weight.size()) {
-      require(w.router_weight.rows() == cfg_.num_experts && w.router_weight.cols() == cfg_.hidden,
-              "MoeWeights.router_weight is [", w.router_weight.rows(), ", ", w.router_weight.cols(), "], expected [",
-              cfg_.num_experts, ", ", cfg_.hidden, "]");
-      require(w.router_bias.size() == 0 || w.router_bias.size() == cfg_.num_experts, "MoeWeights.router_bias has ",
-              w.router_bias.size(), " entries, expected ", cfg_.num_experts);
-      require_finite(w.router_weight, "MoeWeights", "router_weight");
-      require_finite(w.router_bias.transpose(), "MoeWeights", "router_bias");
-    }
-  }
 
   template <class W>
   void finish(const BasicMoeWeights<W>& w) {
@@ -357,12 +365,7 @@ template <class W, class ToStore>
 void moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>>::build(W& w, ToStore to_store) {
   // One agreed step: one rank's bad config or weights (or a failed allocation) is every rank's error.
   detail::agree_on(a2a_, [&] {
-    cfg_.validate();
-    check_common(w);
-    if constexpr (requires { w.experts.validate(std::string_view{}); }) {  // fp32 weights, or a store built by hand
-      w.experts.validate("MoeWeights.experts");
-      if (w.shared) w.shared->validate("MoeWeights.shared");
-    }
+    check_layer_inputs(cfg_, w);
     if constexpr (requires { a2a_.agree_on_layer(); })  // noted before the weights move
       a2a_.template describe_layer<A2A, Quant, Kernel>(cfg_, w);
     prepared_.emplace(kernel_.template prepare<Quant>(to_store(w.experts)));

@@ -9,11 +9,16 @@
 //   masked    DeepEP "low-latency": per-local-expert padded rows [E_local·capacity, H] and masked_m,
 //             the number of valid rows of each expert; the kernel writes each valid row's own
 //             (unweighted) expert output; padding rows are left as they are.
+//
+// DispatchOutput<F, Space> / CombineInput<F, Space>: the views are Eigen's in host memory (the
+// default space) and device_view's, with the stream the work is queued on, in space::cuda.
 #include <span>
 #include <string_view>
 #include <type_traits>
 
 #include <polymoe/core/activation.hpp>
+#include <polymoe/core/device_view.hpp>
+#include <polymoe/core/memory_space.hpp>
 #include <polymoe/core/types.hpp>
 
 namespace polymoe {
@@ -28,9 +33,9 @@ template <class F>
 inline constexpr bool is_dispatch_format_v =
     std::is_same_v<F, format::standard> || std::is_same_v<F, format::ragged> || std::is_same_v<F, format::masked>;
 
-template <class F>
+template <class F, class Space = space::host>
 struct DispatchOutput;
-template <class F>
+template <class F, class Space = space::host>
 struct CombineInput;
 
 template <>
@@ -63,6 +68,21 @@ struct CombineInput<format::ragged> : CombineInput<format::standard> {};
 template <>
 struct CombineInput<format::masked> {
   MatrixRef out;  ///< [num_experts·capacity, H]: expert(x) of each valid row, unweighted
+};
+
+template <>
+struct DispatchOutput<format::standard, space::cuda> {
+  device_view hidden;   ///< [N, H] float32 or bfloat16
+  device_view ids;      ///< [N, k] int32 local expert ids in [0, num_experts) or -1
+  device_view weights;  ///< [N, k] float32 routing weights (already scaled)
+  index_t num_experts;  ///< local experts
+  cuda_stream stream;   ///< where the work is queued
+};
+template <>
+struct CombineInput<format::standard, space::cuda> {
+  device_view out;          ///< [N, H] float32
+  cuda_stream stream;
+  bool accumulate = false;  ///< add to out instead of writing it (a layer's shared expert)
 };
 
 /// What every expert of a layer computes besides its weights.

@@ -135,7 +135,7 @@ template <class Q, class On> struct is_scheme_row<scheme_row<Q, On>> : std::true
 template <class Row> struct is_kernel_row : std::false_type {};
 template <class K, class N, class S> struct is_kernel_row<kernel_row<K, N, S>> : std::true_type {};
 template <class Row> struct is_adapter_row : std::false_type {};
-template <class From, class To> struct is_adapter_row<adapter_row<From, To>> : std::true_type {};
+template <class From, class To, class S> struct is_adapter_row<adapter_row<From, To, S>> : std::true_type {};
 template <class Row> struct is_fused_row : std::false_type {};
 template <class A, class Q, class K> struct is_fused_row<fused_row<A, Q, K>> : std::true_type {};
 
@@ -193,14 +193,14 @@ using kernel_schemes = mp::mp_copy_if_q<quants_of<Table>, mp::mp_bind_front<impl
 template <class Table, class K>
 using kernel_formats = typename row_traits<kernel_row_of<Table, K>>::formats;
 
-template <class Table, class From, class To>
-using has_adapter = mp::mp_contains<adapter_rows<Table>, adapter_row<From, To>>;
+template <class Table, class From, class To, class Space>
+using has_adapter = mp::mp_contains<adapter_rows<Table>, adapter_row<From, To, Space>>;
 
 /// The first format the kernel runs natively that `From` can be adapted to (void if none).
 template <class Table, class K, class From>
 struct adapter_target {
   template <class To>
-  using reachable = has_adapter<Table, From, To>;
+  using reachable = has_adapter<Table, From, To, kernel_memory_space<K>>;
   using formats = kernel_formats<Table, K>;
   using index = mp::mp_find_if<formats, reachable>;
   using type = mp::mp_eval_if_c<index::value == mp::mp_size<formats>::value, void, mp::mp_at, formats, index>;

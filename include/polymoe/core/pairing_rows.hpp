@@ -11,6 +11,8 @@
 #include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
 
+#include <polymoe/core/memory_space.hpp>
+
 namespace polymoe::pairing {
 
 namespace mp = boost::mp11;
@@ -38,8 +40,9 @@ template <class Kernel, class Natives, class Schemes = schemes<>>
 struct kernel_row {};
 
 /// An adapter (the seeds' pre-/post-permute): runs a kernel that wants `To` on a dispatcher that
-/// produces `From`, converting the dispatch output before the kernel and its output after.
-template <class From, class To>
+/// produces `From`, converting the dispatch output before the kernel and its output after, in the
+/// memory space `Space` (a kernel of another space finds no adapter in this row).
+template <class From, class To, class Space = space::host>
 struct adapter_row {};
 
 /// A fused path: the triple runs one specialised routine instead of dispatch, run and combine.

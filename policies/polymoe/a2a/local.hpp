@@ -28,6 +28,18 @@ struct local {
   }
   CombineInput<format> combine_input(const DispatchOutput<format>&, MatrixRef out) const { return {out}; }
   void combine(const CombineInput<format>&, MatrixRef) const noexcept {}
+
+  // The same in CUDA memory: views of the caller's buffers and the stream, nothing queued.
+  DispatchOutput<format, space::cuda> dispatch(const device_view& hidden, const device_view& ids,
+                                               const device_view& weights, const MoeConfig& cfg,
+                                               cuda_stream stream) const {
+    return {hidden, ids, weights, cfg.local_experts(), stream};
+  }
+  CombineInput<format, space::cuda> combine_input(const DispatchOutput<format, space::cuda>& d,
+                                                  const device_view& out) const {
+    return {out, d.stream};
+  }
+  void combine(const CombineInput<format, space::cuda>&, const device_view&) const noexcept {}
 };
 
 }  // namespace polymoe::a2a

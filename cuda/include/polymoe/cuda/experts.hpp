@@ -22,17 +22,17 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include <polymoe/core/config.hpp>
+#include <polymoe/core/device_view.hpp>
 #include <polymoe/core/formats.hpp>
 #include <polymoe/core/routing.hpp>
 #include <polymoe/quant/bf16.hpp>
 
-struct CUstream_st;
-
 namespace polymoe::cuda {
 
-using stream_t = CUstream_st*;  ///< a cudaStream_t; nullptr is CUDA's default stream
+using stream_t = cuda_stream;  ///< a cudaStream_t; nullptr is CUDA's default stream
 
 /// Why this process cannot run the engine (no driver, no device, no code for the device's
 /// architecture in this build), or empty when it can. Never throws.
@@ -85,6 +85,20 @@ class device_array {
 /// Waits for the work queued on `stream` (polymoe::error on a CUDA error).
 void synchronize(stream_t stream);
 
+/// The current device (polymoe::error on a CUDA error).
+[[nodiscard]] int current_device();
+/// "NVIDIA H100 80GB HBM3 (sm_90)": the device's name and compute capability.
+[[nodiscard]] std::string device_name(int device);
+/// polymoe::error naming `what` unless v's memory (its first and last element) is device or
+/// managed memory of `device` and v.device says so: a host pointer, or a tensor on another device,
+/// is refused before any launch.
+void require_on_device(const device_view& v, std::string_view what, int device);
+
+/// The shared expert's one slot per token on `stream`: ids [T] = 0 and weights [T] =
+/// sigmoid(hidden[t] · gate) (the dot product in double), or 1 where gate is null. hidden is
+/// float32 or bfloat16 [T, H]; gate a device array of H floats.
+void shared_slot(const device_view& hidden, const float* gate, std::int32_t* ids, float* weights, stream_t stream);
+
 /// Routing on the device (every method of RouterConfig, the same ids as route_rows and weights to
 /// fp32 rounding). Holds the correction bias on the device.
 class Router {
@@ -114,12 +128,22 @@ class Router {
 /// (tests run both on every shape).
 enum class TileChoice { automatic, tiny, small, large };
 
+/// One forward over views (kernel::cuda's run): out [T, H] (=, or += with accumulate) the routed
+/// sum of the experts of hidden's rows. hidden float32 or bfloat16 with any row stride; ids and
+/// weights packed [T, k]; out float32 with any row stride.
+struct routed_call {
+  device_view hidden, ids, weights, out;
+  bool accumulate = false;
+};
+
 /// The routed experts of a layer, bf16 weights on one device (the current one at construction).
 class Experts {
  public:
   /// Uploads the weights (re-laid for the kernels) to the current device. Throws polymoe::error
-  /// on a bad store or when the device cannot run this build's kernels.
+  /// on a bad store or when the device cannot run this build's kernels. Without an ExpertMlp the
+  /// activation is given to each run().
   Experts(const quant::bf16::weights& w, const ExpertMlp& mlp);
+  explicit Experts(const quant::bf16::weights& w);
   ~Experts();
   Experts(Experts&&) noexcept;
   Experts& operator=(Experts&&) noexcept;
@@ -134,6 +158,10 @@ class Experts {
   /// Routing (router) on the device, then forward_routed.
   void forward(const float* hidden, index_t tokens, const float* router_logits, const Router& router, float* out,
                stream_t stream);
+
+  /// The forward of a routed_call with `mlp` (checked against the weights), on `stream`.
+  /// The workspace grows here (the weights stay as they are): one run at a time per engine.
+  void run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) const;
 
   /// Convenience for tools and tests (device copies each way, synchronous).
   void forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights, MatrixRef out);

@@ -1,0 +1,249 @@
+#pragma once
+// A layer whose kernel computes in CUDA memory: basic_moe_layer<Table, A2A, Quant, Kernel> where
+// Kernel's memory_space is space::cuda (kernel::cuda). The same pipeline as a host layer (route,
+// A2A::dispatch, Kernel::run, A2A::combine, + the shared expert), every step queued on the
+// caller's stream, on device views (<polymoe/core/device_view.hpp>; <polymoe/dlpack.hpp> makes
+// them from DLTensors):
+//
+//   polymoe::CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda> layer(cfg, weights);  // uploads once
+//   layer.forward(hidden, router_logits, out, stream);   // device views; nothing waits for the device
+//
+// After the first call at a batch size, a forward allocates nothing and never synchronises with
+// the host: it can be captured in a CUDA graph. The Eigen overloads (copies each way, waiting for
+// the device) are a convenience for tools and tests.
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include <polymoe/core/device_view.hpp>
+#include <polymoe/core/error.hpp>
+#include <polymoe/core/pairing.hpp>
+#include <polymoe/cuda/experts.hpp>
+#include <polymoe/moe_layer.hpp>
+
+namespace polymoe::detail {
+
+template <class A2A, class Quant, class Kernel, class Path, class SharedPath>
+  requires std::same_as<kernel_memory_space<Kernel>, space::cuda>
+class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
+  static_assert(std::is_same_v<Path, path::native> && std::is_same_v<SharedPath, path::native>,
+                "polymoe: a kernel that computes in CUDA memory runs its dispatcher's format natively (the "
+                "table's adapters run in host memory)");
+
+ public:
+  using a2a_type = A2A;
+  using quant_type = Quant;
+  using kernel_type = Kernel;
+  using path_type = Path;
+  using format_type = typename A2A::format;
+  using quant_weights = typename Quant::weights;
+  using prepared_type = typename Kernel::template prepared<Quant>;
+
+  /// From fp32 weights: quantizes with Quant on the host, then uploads (the current device).
+  moe_layer_impl(MoeConfig cfg, const MoeWeights& w, A2A a2a = {}, Kernel kernel = {})
+      : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+    build(w, [](const ExpertWeights& e) { return Quant::quantize(e); });
+  }
+  /// From weights already in Quant's stored form: no requantization.
+  moe_layer_impl(MoeConfig cfg, BasicMoeWeights<quant_weights> w, A2A a2a = {}, Kernel kernel = {})
+    requires(!std::is_same_v<quant_weights, ExpertWeights>)
+      : cfg_(std::move(cfg)), a2a_(std::move(a2a)), kernel_(std::move(kernel)) {
+    build(w, [](quant_weights& e) -> quant_weights&& { return std::move(e); });
+  }
+
+  /// out [T, H] float32 = the layer of hidden [T, H] (float32 or bfloat16), routed on the device
+  /// from router_logits [T, E] float32 (packed rows). All on `stream`, on the layer's device.
+  void forward(const device_view& hidden, const device_view& router_logits, const device_view& out,
+               cuda_stream stream) {
+    const index_t T = hidden.rows;
+    check_io(hidden, out);
+    require_view(router_logits, "router_logits", T, cfg_.num_experts, {element_type::f32});
+    require(router_logits.row_stride == router_logits.cols, "router_logits must be packed rows (row stride ",
+            router_logits.row_stride, ", expected ", router_logits.cols, ")");
+    if (T == 0) return;
+    require_on_device(hidden, out);  // every view before the first launch
+    polymoe::cuda::require_on_device(router_logits, "router_logits", device_);
+    grow(T);
+    const device_view ids = device_view::of(route_ids_.data(), T, cfg_.top_k(), device_);
+    const device_view w = device_view::of(route_w_.data(), T, cfg_.top_k(), device_);
+    router_->route(router_logits.as<const float>(), T, ids.as<std::int32_t>(), w.as<float>(), stream);
+    run_into(hidden, ids, w, out, stream);
+  }
+
+  /// Caller-supplied routing: ids [T, k] int32 (an id outside [0, num_experts) is a slot not
+  /// computed, as -1; the device does not check them) and weights [T, k] float32, packed rows.
+  void forward_routed(const device_view& hidden, const device_view& topk_ids, const device_view& topk_weights,
+                      const device_view& out, cuda_stream stream) {
+    check_io(hidden, out);
+    const index_t T = hidden.rows;
+    require_view(topk_ids, "topk_ids", T, -1, {element_type::i32});
+    require_view(topk_weights, "topk_weights", T, topk_ids.cols, {element_type::f32});
+    require(T == 0 || (topk_ids.cols >= 1 && topk_ids.cols <= cfg_.num_experts), "top-k width ", topk_ids.cols,
+            " must be in [1, num_experts=", cfg_.num_experts, "]");
+    require(!cfg_.router_weight_on_input || topk_ids.cols == 1, "router_weight_on_input needs top_k == 1, got ",
+            topk_ids.cols);
+    if (T == 0) return;
+    require_on_device(hidden, out);
+    polymoe::cuda::require_on_device(topk_ids, "topk_ids", device_);
+    polymoe::cuda::require_on_device(topk_weights, "topk_weights", device_);
+    grow(T);
+    run_into(hidden, topk_ids, topk_weights, out, stream);
+  }
+
+  // ---- host-memory conveniences: copies each way, synchronous -------------------------------
+
+  Matrix forward(const MatrixCRef& hidden, const MatrixCRef& router_logits) {
+    require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+    require(router_logits.rows() == hidden.rows() && router_logits.cols() == cfg_.num_experts, "router_logits is [",
+            router_logits.rows(), ", ", router_logits.cols(), "], expected [", hidden.rows(), ", ", cfg_.num_experts,
+            "]");
+    const index_t T = hidden.rows();
+    polymoe::cuda::device_array<float> dh(host_size(T, cfg_.hidden)), dz(host_size(T, cfg_.num_experts)),
+        dout(host_size(T, cfg_.hidden));
+    upload(dh, hidden);
+    upload(dz, router_logits);
+    forward(device_view::of(dh.data(), T, cfg_.hidden, device_), device_view::of(dz.data(), T, cfg_.num_experts, device_),
+            device_view::of(dout.data(), T, cfg_.hidden, device_), nullptr);
+    return download(dout, T);
+  }
+  /// The router logits from the layer's router weight (and bias), on the host, then as above.
+  Matrix forward(const MatrixCRef& hidden) {
+    require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
+    require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+    Matrix logits = hidden * router_weight_.transpose();
+    if (router_bias_.size()) logits.rowwise() += router_bias_.transpose();
+    return forward(hidden, logits);
+  }
+  Matrix forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights) {
+    require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+    const index_t T = hidden.rows(), k = topk_ids.cols(), E = cfg_.num_experts;
+    require(topk_ids.rows() == T && topk_weights.rows() == T && topk_weights.cols() == k, "topk_ids is [",
+            topk_ids.rows(), ", ", k, "] and topk_weights [", topk_weights.rows(), ", ", topk_weights.cols(),
+            "], expected [", T, ", k] both");
+    for (index_t t = 0; t < T; ++t)  // the host can check what the device does not
+      for (index_t j = 0; j < k; ++j) {
+        const auto id = topk_ids(t, j);
+        require(id >= 0 && id < E, "topk_ids[", t, ", ", j, "] = ", id, " is outside [0, num_experts=", E, ")");
+        for (index_t i = 0; i < j; ++i) require(topk_ids(t, i) != id, "topk_ids[", t, "] lists expert ", id, " twice");
+      }
+    polymoe::cuda::device_array<float> dh(host_size(T, cfg_.hidden)), dw(host_size(T, k)),
+        dout(host_size(T, cfg_.hidden));
+    polymoe::cuda::device_array<std::int32_t> di(host_size(T, k));
+    upload(dh, hidden);
+    upload(dw, topk_weights);
+    const IdMatrix ids = topk_ids;
+    di.upload({ids.data(), static_cast<std::size_t>(ids.size())});
+    forward_routed(device_view::of(dh.data(), T, cfg_.hidden, device_), device_view::of(di.data(), T, k, device_),
+                   device_view::of(dw.data(), T, k, device_), device_view::of(dout.data(), T, cfg_.hidden, device_),
+                   nullptr);
+    return download(dout, T);
+  }
+
+  [[nodiscard]] const MoeConfig& config() const noexcept { return cfg_; }
+  /// "local / bf16 / cuda (NVIDIA H100 80GB HBM3 (sm_90), bf16 mma.sync)".
+  [[nodiscard]] std::string describe() const {
+    return polymoe::detail::concat(A2A::name, " / ", Quant::name, " / ", Kernel::name, " (", kernel_.path(), ")");
+  }
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] const Kernel& kernel() const noexcept { return kernel_; }
+  [[nodiscard]] const prepared_type& prepared() const noexcept { return *prepared_; }
+  [[nodiscard]] const ExpertMlp& mlp() const noexcept { return mlp_; }
+  [[nodiscard]] A2A& dispatcher() noexcept { return a2a_; }
+
+ private:
+  template <class W, class ToStore>
+  void build(W& w, ToStore to_store) {
+    check_layer_inputs(cfg_, w);
+    if constexpr (requires { a2a_.configure(cfg_); }) a2a_.configure(cfg_);
+    device_ = polymoe::cuda::current_device();
+    router_.emplace(cfg_.router, cfg_.num_experts);
+    prepared_.emplace(kernel_.template prepare<Quant>(to_store(w.experts)));
+    if (w.shared) shared_.emplace(shared_kernel_.template prepare<Quant>(to_store(*w.shared)));
+    if (cfg_.shared_expert_gate) {
+      shared_gate_ = polymoe::cuda::device_array<float>(static_cast<std::size_t>(cfg_.hidden));
+      shared_gate_.upload({w.shared_gate.data(), static_cast<std::size_t>(cfg_.hidden)});
+    }
+    mlp_ = ExpertMlp{ActivationParams{cfg_.activation, cfg_.swiglu_alpha, cfg_.swiglu_limit}, cfg_.router_weight_on_input};
+    router_weight_ = w.router_weight;
+    router_bias_ = w.router_bias;
+  }
+
+  void check_io(const device_view& hidden, const device_view& out) const {
+    const index_t T = hidden.rows;
+    require(T >= 0, "hidden has ", T, " rows");
+    require_view(hidden, "hidden", T, cfg_.hidden, {element_type::f32, element_type::bf16});
+    require_view(out, "out", T, cfg_.hidden, {element_type::f32});
+    require(!out.overlaps(hidden), "out shares memory with hidden; the layer reads hidden after it starts writing "
+                                   "out (pass a separate output)");
+  }
+
+  void require_on_device(const device_view& hidden, const device_view& out) const {
+    polymoe::cuda::require_on_device(hidden, "hidden", device_);
+    polymoe::cuda::require_on_device(out, "out", device_);
+  }
+
+  /// Grow-only device scratch for T tokens: the routing and the shared expert's slot.
+  void grow(index_t T) {
+    const auto n = static_cast<std::size_t>(T);
+    if (n <= capacity_) return;
+    const auto k = static_cast<std::size_t>(cfg_.top_k());
+    route_ids_ = {};
+    route_w_ = {};
+    route_ids_ = polymoe::cuda::device_array<std::int32_t>(n * k);
+    route_w_ = polymoe::cuda::device_array<float>(n * k);
+    if (shared_) {
+      shared_ids_ = {};
+      shared_w_ = {};
+      shared_ids_ = polymoe::cuda::device_array<std::int32_t>(n);
+      shared_w_ = polymoe::cuda::device_array<float>(n);
+    }
+    capacity_ = n;
+  }
+
+  void run_into(const device_view& hidden, const device_view& ids, const device_view& weights, const device_view& out,
+                cuda_stream stream) {
+    auto d = a2a_.dispatch(hidden, ids, weights, cfg_, stream);
+    auto c = a2a_.combine_input(d, out);
+    kernel_.template run<Quant>(d, *prepared_, mlp_, c);
+    a2a_.combine(c, out);
+    if (!shared_) return;
+    const index_t T = hidden.rows;
+    polymoe::cuda::shared_slot(hidden, cfg_.shared_expert_gate ? shared_gate_.data() : nullptr, shared_ids_.data(),
+                               shared_w_.data(), stream);
+    DispatchOutput<format::standard, space::cuda> sd{hidden, device_view::of(shared_ids_.data(), T, 1, device_),
+                                                     device_view::of(shared_w_.data(), T, 1, device_), 1, stream};
+    CombineInput<format::standard, space::cuda> sc{out, stream, true};
+    shared_kernel_.template run<Quant>(sd, *shared_, ExpertMlp{mlp_.activation, false}, sc);
+  }
+
+  static std::size_t host_size(index_t r, index_t c) { return static_cast<std::size_t>(r * c); }
+  static void upload(polymoe::cuda::device_array<float>& d, const MatrixCRef& m) {
+    const Matrix packed = m;
+    d.upload({packed.data(), static_cast<std::size_t>(packed.size())});
+  }
+  Matrix download(const polymoe::cuda::device_array<float>& d, index_t T) const {
+    polymoe::cuda::synchronize(nullptr);
+    Matrix out(T, cfg_.hidden);
+    d.download({out.data(), static_cast<std::size_t>(out.size())});
+    return out;
+  }
+
+  MoeConfig cfg_;
+  A2A a2a_;
+  Kernel kernel_;
+  Kernel shared_kernel_ = batch_invariant_of(kernel_);
+  ExpertMlp mlp_{};
+  int device_ = 0;
+  std::optional<polymoe::cuda::Router> router_;
+  std::optional<prepared_type> prepared_, shared_;
+  polymoe::cuda::device_array<float> shared_gate_;
+  Matrix router_weight_;
+  Vector router_bias_;
+  polymoe::cuda::device_array<std::int32_t> route_ids_, shared_ids_;
+  polymoe::cuda::device_array<float> route_w_, shared_w_;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace polymoe::detail

@@ -1,0 +1,25 @@
+#pragma once
+// The CUDA component's pairing table: the core table and kernel::cuda, the routed experts on an
+// NVIDIA GPU (CMake target polymoe::cuda). Including it does not change the core table: a layer of
+// this kernel is a layer of this table, polymoe::CudaMoeLayer<A2A, Quant, Kernel>. kernel::cuda
+// computes in CUDA memory: it pairs with the dispatchers that carry it (a2a::local), and a
+// dispatcher that does not (the MPI ones, host memory) is one compile error naming both spaces.
+#include <polymoe/cuda/layer.hpp>
+#include <polymoe/kernel/cuda.hpp>
+#include <polymoe/pairing_table.hpp>
+
+namespace polymoe {
+
+namespace table_rows {
+/// kernel::cuda's row, for tables that add it to others (e.g. pairing::extend<mpi_table, cuda_kernel>).
+using cuda_kernel = pairing::kernel_row<kernel::cuda, pairing::natives<format::standard>,
+                                        pairing::schemes<quant::bf16>>;  // bf16 mma.sync on the device
+}  // namespace table_rows
+
+struct cuda_table : pairing::extend<core_table, table_rows::cuda_kernel> {};
+
+/// A layer of the CUDA table (its host triples are the core table's, the same instances).
+template <class A2A, class Quant, class Kernel>
+using CudaMoeLayer = basic_moe_layer<cuda_table, A2A, Quant, Kernel>;
+
+}  // namespace polymoe

@@ -1,0 +1,61 @@
+#pragma once
+// kernel::cuda — the routed experts on an NVIDIA GPU (the CUDA component, polymoe::cuda): an
+// expert kernel that computes in CUDA memory (space::cuda). Its rows are in polymoe::cuda_table
+// (<polymoe/cuda_table.hpp>); a layer of it is polymoe::CudaMoeLayer<a2a::local, quant::bf16,
+// kernel::cuda>, whose forward takes device views and a stream (<polymoe/cuda/layer.hpp>).
+//
+// The header needs no CUDA header and no CUDA compiler (the pairing table and its diagnostics
+// compile anywhere); running it links polymoe::cuda.
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <polymoe/core/formats.hpp>
+#include <polymoe/core/memory_space.hpp>
+#include <polymoe/core/roles.hpp>
+#include <polymoe/cuda/experts.hpp>
+#include <polymoe/quant/bf16.hpp>
+
+namespace polymoe::kernel {
+
+struct cuda {
+  using kernel_concept = kernel_tag;
+  using memory_space = space::cuda;
+  static constexpr std::string_view name = "cuda";
+
+  /// The GEMM tiles: by the mean rows an expert (automatic), or one shape for every batch.
+  polymoe::cuda::TileChoice tiles = polymoe::cuda::TileChoice::automatic;
+
+  /// The weights on the device, re-laid for the GEMMs (uploaded once, freed with the layer).
+  template <class Q>
+  using prepared = polymoe::cuda::Experts;
+
+  template <class Q>
+  [[nodiscard]] prepared<Q> prepare(typename Q::weights w) const {
+    static_assert(std::is_same_v<Q, quant::bf16>, "polymoe: kernel::cuda implements quant::bf16 only");
+    polymoe::cuda::Experts e(w);
+    e.set_tiles(tiles);
+    return e;
+  }
+
+  template <class Q>
+  void run(const DispatchOutput<format::standard, space::cuda>& d, const prepared<Q>& p, const ExpertMlp& mlp,
+           CombineInput<format::standard, space::cuda>& c) const {
+    p.run({d.hidden, d.ids, d.weights, c.out, c.accumulate}, mlp, d.stream);
+  }
+
+  /// One tile shape whatever the batch: a row's result then does not depend on the rows batched
+  /// with it (the tile shape decides the order of its sums).
+  [[nodiscard]] cuda batch_invariant() const {
+    cuda k = *this;
+    if (k.tiles == polymoe::cuda::TileChoice::automatic) k.tiles = polymoe::cuda::TileChoice::small;
+    return k;
+  }
+
+  /// "NVIDIA H100 80GB HBM3 (sm_90), bf16 mma.sync": the current device.
+  [[nodiscard]] std::string path() const {
+    return polymoe::cuda::device_name(polymoe::cuda::current_device()) + ", bf16 mma.sync";
+  }
+};
+
+}  // namespace polymoe::kernel
