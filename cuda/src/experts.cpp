@@ -395,6 +395,10 @@ void Experts::forward_routed(const float* hidden, index_t tokens, const std::int
 }
 
 void Experts::run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) const {
+  launch(c, mlp, stream, false);
+}
+
+void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed) const {
   impl& m = *impl_;
   const index_t E = m.shape.experts, tokens = c.hidden.rows, top_k = c.ids.cols;
   m.check_mlp(mlp);
@@ -428,6 +432,7 @@ void Experts::run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) c
   a.out = c.out.as<float>();
   a.ld_out = c.out.row_stride;
   a.accumulate = c.accumulate;
+  a.keep_uncomputed = keep_uncomputed;
   a.tokens = static_cast<int>(tokens);
   a.k = static_cast<int>(top_k);
   a.act = kind_of(mlp.activation.kind);
@@ -452,6 +457,30 @@ void Experts::run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) c
     throw error(polymoe::detail::concat("cuda: launch of ", step, " failed: ", cudaGetErrorName(err), " (",
                                cudaGetErrorString(err), ")"));
   }
+}
+
+void Experts::run(const masked_call& c, const ExpertMlp& mlp, stream_t stream) const {
+  impl& m = *impl_;
+  const index_t E = m.shape.experts, cap = c.capacity;
+  require(cap >= 0, "cuda::Experts: capacity must be >= 0, got ", cap);
+  require(E * cap < (index_t{1} << 31), "cuda::Experts: ", E, " experts x capacity ", cap, " is too large");
+  require_view(c.hidden, "cuda::Experts: hidden", E * cap, m.shape.hidden, {element_type::f32, element_type::bf16});
+  require_view(c.out, "cuda::Experts: out", E * cap, m.shape.hidden, {element_type::f32});
+  require(c.masked_m.type == element_type::i32 && c.masked_m.rows * c.masked_m.cols == E &&
+              (c.masked_m.rows <= 1 || c.masked_m.row_stride == 1),
+          "cuda::Experts: masked_m must be ", E, " packed int32 counts, got [", c.masked_m.rows, ", ", c.masked_m.cols,
+          "] ", to_string(c.masked_m.type));
+  require(!mlp.weight_on_input, "cuda::Experts: the masked format takes no routing weight (weight_on_input)");
+  if (E * cap == 0) return;
+  device_scope scope(m.device);
+  require_on_device(c.masked_m, "masked_m", m.device);
+  m.grow(E * cap, 1);
+  check(detail::launch_masked_slots(c.masked_m.as<const std::int32_t>(), static_cast<int>(E), static_cast<int>(cap),
+                                    m.route_ids, m.route_weights, stream),
+        "launch of masked_slots");
+  routed_call r{c.hidden, device_view::of(m.route_ids, E * cap, 1, m.device),
+                device_view::of(m.route_weights, E * cap, 1, m.device), c.out};
+  launch(r, mlp, stream, true);
 }
 
 void Experts::forward(const float* hidden, index_t tokens, const float* router_logits, const Router& router,

@@ -478,17 +478,19 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
 // The top-k sum: out[t] = Σ_j y[row of (t, j)] in slot order, fp32, skipping slots not computed.
 
 __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ pos_of_pair, int tokens, int k, int H,
-                         float* __restrict__ out, long long ld_out, bool accumulate) {
+                         float* __restrict__ out, long long ld_out, bool accumulate, bool keep_uncomputed) {
   const long long n = static_cast<long long>(tokens) * H;
   for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
        q += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long t = q / H;
     const int c = static_cast<int>(q - t * H);
     float acc = 0.0f;
+    bool any = false;
     for (int j = 0; j < k; ++j) {
       const int p = pos_of_pair[t * k + j];
-      if (p >= 0) acc += y[static_cast<long long>(p) * H + c];
+      if (p >= 0) acc += y[static_cast<long long>(p) * H + c], any = true;
     }
+    if (keep_uncomputed && !any) continue;
     float& o = out[t * ld_out + c];
     o = accumulate ? o + acc : acc;
   }
@@ -622,7 +624,27 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   *step = "topk_sum";
   topk_sum<<<grid_for(static_cast<long long>(a.tokens) * g.hidden, 256), 256, 0, stream>>>(ws.y, ws.pos_of_pair,
                                                                                          a.tokens, a.k, g.hidden, a.out,
-                                                                                         a.ld_out, a.accumulate);
+                                                                                         a.ld_out, a.accumulate,
+                                                                                         a.keep_uncomputed);
+  return cudaGetLastError();
+}
+
+__global__ void masked_slots(const std::int32_t* __restrict__ masked_m, int experts, int capacity,
+                             std::int32_t* __restrict__ ids, float* __restrict__ weights) {
+  const long long n = static_cast<long long>(experts) * capacity;
+  for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
+       q += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int e = static_cast<int>(q / capacity), i = static_cast<int>(q - static_cast<long long>(e) * capacity);
+    ids[q] = i < masked_m[e] ? e : -1;
+    weights[q] = 1.0f;
+  }
+}
+
+cudaError_t launch_masked_slots(const std::int32_t* masked_m, int experts, int capacity, std::int32_t* ids,
+                                float* weights, cudaStream_t stream) {
+  const long long n = static_cast<long long>(experts) * capacity;
+  if (n == 0) return cudaSuccess;
+  masked_slots<<<grid_for(n, 256), 256, 0, stream>>>(masked_m, experts, capacity, ids, weights);
   return cudaGetLastError();
 }
 

@@ -57,6 +57,7 @@ struct forward_args {
   float* out = nullptr;               ///< [T, H], row t at t · ld_out
   long long ld_out = 0;
   bool accumulate = false;            ///< out += the sum instead of out = the sum
+  bool keep_uncomputed = false;       ///< leave out's rows of tokens with no slot computed as they are
   int tokens = 0, k = 0;
   act_kind act = act_kind::silu_gated;
   float alpha = 1.702f, limit = 7.0f;
@@ -86,6 +87,11 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
 /// the dot product summed in double, or 1 where gate is null.
 cudaError_t launch_shared_slot(const void* hidden, bool hidden_bf16, long long ld_hidden, int tokens, int H,
                                const float* gate, std::int32_t* ids, float* weights, cudaStream_t stream);
+
+/// The masked format as tokens of one slot: row e · capacity + i is expert e's when i <
+/// min(masked_m[e], capacity), else no slot (id -1); weights 1.
+cudaError_t launch_masked_slots(const std::int32_t* masked_m, int experts, int capacity, std::int32_t* ids,
+                                float* weights, cudaStream_t stream);
 
 struct routing_args {
   int method = 0;  ///< 0 softmax_topk, 1 topk_softmax, 2 sigmoid_grouped_topk

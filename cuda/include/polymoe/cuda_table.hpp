@@ -12,7 +12,7 @@ namespace polymoe {
 
 namespace table_rows {
 /// kernel::cuda's row, for tables that add it to others (e.g. pairing::extend<mpi_table, cuda_kernel>).
-using cuda_kernel = pairing::kernel_row<kernel::cuda, pairing::natives<format::standard>,
+using cuda_kernel = pairing::kernel_row<kernel::cuda, pairing::natives<format::standard, format::masked>,
                                         pairing::schemes<quant::bf16>>;  // bf16 mma.sync on the device
 }  // namespace table_rows
 

@@ -85,6 +85,20 @@ struct CombineInput<format::standard, space::cuda> {
   bool accumulate = false;  ///< add to out instead of writing it (a layer's shared expert)
 };
 
+template <>
+struct DispatchOutput<format::masked, space::cuda> {
+  device_view hidden;    ///< [num_experts·capacity, H] float32 or bfloat16
+  device_view masked_m;  ///< [num_experts] int32 valid rows per expert
+  index_t capacity;
+  index_t num_experts;
+  cuda_stream stream;
+};
+template <>
+struct CombineInput<format::masked, space::cuda> {
+  device_view out;  ///< [num_experts·capacity, H] float32: each valid row's unweighted expert output
+  cuda_stream stream;
+};
+
 /// What every expert of a layer computes besides its weights.
 struct ExpertMlp {
   ActivationParams activation;

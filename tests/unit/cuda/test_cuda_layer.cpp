@@ -165,6 +165,47 @@ TEST(CudaLayer, DeviceViewsStridedBf16AndSharedExperts) {
   }
 }
 
+TEST(CudaLayer, MaskedFormatNatively) {
+  // kernel::cuda on the masked format (DeepEP low-latency) against kernel::reference on the same
+  // padded rows: valid rows agree, padding rows keep what they held.
+  REQUIRE_GPU();
+  std::mt19937 rng(13);
+  for (const Shape& s : {Shape{64, 32, 8, 1, 0}, Shape{96, 48, 6, 1, 0, Activation::swiglu_oai}}) {
+    const MoeConfig cfg = config_of(s);
+    const MoeWeights w = test::random_weights(rng, cfg);
+    const ExpertMlp mlp{ActivationParams{cfg.activation, cfg.swiglu_alpha, cfg.swiglu_limit}, false};
+    const index_t E = s.E, cap = 9;
+    const std::vector<index_t> counts = {0, 9, 3, 1, 7, 12, 2, 5};  // 12 > capacity: stands for 9
+    std::vector<index_t> masked_m(counts.begin(), counts.begin() + E);
+    std::vector<std::int32_t> masked_m32(masked_m.begin(), masked_m.end());
+    const Matrix x = test::random_matrix(rng, E * cap, s.H);
+    Matrix want = Matrix::Constant(E * cap, s.H, -7.0f);
+    const kernel::reference ref;
+    const auto pr = ref.prepare<quant::bf16>(quant::bf16::quantize(w.experts));
+    std::vector<index_t> clamped = masked_m;
+    for (auto& m : clamped) m = std::min(m, cap);
+    DispatchOutput<format::masked> hd{x, clamped, cap, E};
+    CombineInput<format::masked> hc{want};
+    ref.run<quant::bf16>(hd, pr, mlp, hc);
+
+    const kernel::cuda gpu;
+    const auto pg = gpu.prepare<quant::bf16>(quant::bf16::quantize(w.experts));
+    cuda::device_array<std::int32_t> dm(masked_m32.size());
+    dm.upload(masked_m32);
+    device_rows dx(x, s.H), dout(Matrix::Constant(E * cap, s.H, -7.0f), s.H);
+    DispatchOutput<format::masked, space::cuda> d{dx.view, device_view::of(dm.data(), 1, E, cuda::current_device()),
+                                                  cap, E, nullptr};
+    CombineInput<format::masked, space::cuda> c{dout.view, nullptr};
+    gpu.run<quant::bf16>(d, pg, mlp, c);
+    cuda::synchronize(nullptr);
+    const Matrix got = dout.matrix();
+    expect_agrees(got, want, "masked");
+    for (index_t e = 0; e < E; ++e)
+      for (index_t i = std::min(masked_m[static_cast<std::size_t>(e)], cap); i < cap; ++i)
+        ASSERT_EQ(got(e * cap + i, 0), -7.0f) << "padding row " << i << " of expert " << e << " was written";
+  }
+}
+
 TEST(CudaLayer, GraphReplayIsBitwiseEager) {
   REQUIRE_GPU();
   const Shape s{128, 96, 16, 4, 40, Activation::silu_gated, 64, true};

@@ -136,6 +136,16 @@ struct routed_call {
   bool accumulate = false;
 };
 
+/// One forward of the masked format (DeepEP low-latency): hidden [E · capacity, H] float32 or
+/// bfloat16, rows e · capacity + i of expert e valid for i < masked_m[e] (int32 [E] on the device;
+/// a count above capacity stands for capacity); out [E · capacity, H] float32 gets each valid row's
+/// unweighted expert output, and its padding rows are left as they are.
+struct masked_call {
+  device_view hidden, masked_m;
+  index_t capacity = 0;
+  device_view out;
+};
+
 /// The routed experts of a layer, bf16 weights on one device (the current one at construction).
 class Experts {
  public:
@@ -162,6 +172,8 @@ class Experts {
   /// The forward of a routed_call with `mlp` (checked against the weights), on `stream`.
   /// The workspace grows here (the weights stay as they are): one run at a time per engine.
   void run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) const;
+  /// The masked format's forward on `stream` (never waits for the device).
+  void run(const masked_call& c, const ExpertMlp& mlp, stream_t stream) const;
 
   /// Convenience for tools and tests (device copies each way, synchronous).
   void forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights, MatrixRef out);
@@ -172,6 +184,7 @@ class Experts {
   void set_tiles(TileChoice t) noexcept;
 
  private:
+  void launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed) const;
   struct impl;
   std::unique_ptr<impl> impl_;
 };

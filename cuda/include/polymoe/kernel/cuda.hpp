@@ -41,7 +41,13 @@ struct cuda {
   template <class Q>
   void run(const DispatchOutput<format::standard, space::cuda>& d, const prepared<Q>& p, const ExpertMlp& mlp,
            CombineInput<format::standard, space::cuda>& c) const {
-    p.run({d.hidden, d.ids, d.weights, c.out, c.accumulate}, mlp, d.stream);
+    p.run(polymoe::cuda::routed_call{d.hidden, d.ids, d.weights, c.out, c.accumulate}, mlp, d.stream);
+  }
+  /// The masked format (DeepEP low-latency) natively: no host synchronisation, graph-capturable.
+  template <class Q>
+  void run(const DispatchOutput<format::masked, space::cuda>& d, const prepared<Q>& p, const ExpertMlp& mlp,
+           CombineInput<format::masked, space::cuda>& c) const {
+    p.run(polymoe::cuda::masked_call{d.hidden, d.masked_m, d.capacity, c.out}, mlp, d.stream);
   }
 
   /// One tile shape whatever the batch: a row's result then does not depend on the rows batched
