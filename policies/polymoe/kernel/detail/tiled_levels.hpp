@@ -36,6 +36,20 @@ using levels = boost::mp11::mp_list<native::level>;
 using amx_levels = boost::mp11::mp_list<tiled_amx_detail::native::level>;
 #endif
 
+/// Whether Levels lists the levels compiled_levels() names, in its order (best first): the run-time
+/// choice walks one list and the variant is built from the other.
+template <class Levels>
+consteval bool levels_in_compiled_order() {
+  constexpr auto want = kernels::tiled::compiled_levels();
+  if (boost::mp11::mp_size<Levels>::value != static_cast<std::size_t>(want.size)) return false;
+  bool same = true;
+  boost::mp11::mp_for_each<boost::mp11::mp_iota<boost::mp11::mp_size<Levels>>>(
+      [&](auto I) { same = same && boost::mp11::mp_at_c<Levels, I>::id == want.at[I]; });
+  return same;
+}
+static_assert(levels_in_compiled_order<levels>() && levels_in_compiled_order<amx_levels>(),
+              "polymoe: the tiled kernels' level lists differ from kernels::tiled::compiled_levels()");
+
 template <class Levels, class Q>
 struct prepared_on_t;
 template <class L, class Q>
