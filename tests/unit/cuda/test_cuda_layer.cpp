@@ -83,6 +83,7 @@ TEST_P(CudaLayerFixture, MatchesTheReferenceAndTransformers) {
   const Matrix want = ref.forward(hc.hidden, hc.router_logits);
   const Matrix got = gpu.forward(hc.hidden, hc.router_logits);
   expect_agrees(got, want, GetParam() + " (router logits)");
+  EXPECT_EQ(gpu.last_topk_ids(), ref.last_topk_ids()) << GetParam() << ": the device routed otherwise";
   EXPECT_LE(test::relative_error(got, hc.expected), test::fixture_tolerance<quant::bf16>) << GetParam();
   // the checkpoint's router weight (and bias) through the host convenience
   expect_agrees(gpu.forward(hc.hidden), ref.forward(hc.hidden), GetParam() + " (router weight)");

@@ -106,7 +106,15 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     upload(dz, router_logits);
     forward(device_view::of(dh.data(), T, cfg_.hidden, device_), device_view::of(dz.data(), T, cfg_.num_experts, device_),
             device_view::of(dout.data(), T, cfg_.hidden, device_), nullptr);
-    return download(dout, T);
+    Matrix out = download(dout, T);
+    const auto n = static_cast<std::size_t>(T * cfg_.top_k());
+    last_ids_.resize(T, cfg_.top_k());
+    last_w_.resize(T, cfg_.top_k());
+    if (n > 0) {
+      route_ids_.download({last_ids_.data(), n});
+      route_w_.download({last_w_.data(), n});
+    }
+    return out;
   }
   /// The router logits from the layer's router weight (and bias), on the host, then as above.
   Matrix forward(const MatrixCRef& hidden) {
@@ -146,6 +154,10 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   [[nodiscard]] std::string describe() const {
     return polymoe::detail::concat(A2A::name, " / ", Quant::name, " / ", Kernel::name, " (", kernel_.path(), ")");
   }
+  /// The routing of the last host-memory forward(hidden, ...) (copied back from the device); a
+  /// forward on device views leaves its routing on the device.
+  [[nodiscard]] const IdMatrix& last_topk_ids() const noexcept { return last_ids_; }
+  [[nodiscard]] const Matrix& last_topk_weights() const noexcept { return last_w_; }
   [[nodiscard]] int device() const noexcept { return device_; }
   [[nodiscard]] const Kernel& kernel() const noexcept { return kernel_; }
   [[nodiscard]] const prepared_type& prepared() const noexcept { return *prepared_; }
@@ -244,6 +256,8 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   polymoe::cuda::device_array<std::int32_t> route_ids_, shared_ids_;
   polymoe::cuda::device_array<float> route_w_, shared_w_;
   std::size_t capacity_ = 0;
+  IdMatrix last_ids_;
+  Matrix last_w_;
 };
 
 }  // namespace polymoe::detail
