@@ -76,8 +76,15 @@ __device__ __forceinline__ int valid_id(const std::int32_t* ids, long long i, lo
 }
 
 // Counts of the block's chunk of pairs into sh[E] (zeroed by the caller).
+// Rounds of kSortThreads pairs the chunk from `first` holds (the last chunk may hold fewer).
+__device__ __forceinline__ int chunk_iters(long long first, long long pairs) {
+  const long long n = (pairs - first + kSortThreads - 1) / kSortThreads;
+  return n < kSortIters ? static_cast<int>(n) : kSortIters;
+}
+
 __device__ void count_chunk(const std::int32_t* ids, long long first, long long pairs, int E, int* sh) {
-  for (int it = 0; it < kSortIters; ++it) {
+  const int iters = chunk_iters(first, pairs);
+  for (int it = 0; it < iters; ++it) {
     const int e = valid_id(ids, first + it * kSortThreads + threadIdx.x, pairs, E);
     if (e >= 0) atomicAdd(&sh[e], 1);
   }
@@ -88,7 +95,8 @@ __device__ void count_chunk(const std::int32_t* ids, long long first, long long 
 __device__ void scatter_chunk(const std::int32_t* ids, long long first, long long pairs, int E, int* base,
                               int* warp_count, int* sorted_pair, int* pos_of_pair) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int it = 0; it < kSortIters; ++it) {
+  const int iters = chunk_iters(first, pairs);  // the same in all threads: the barriers below are uniform
+  for (int it = 0; it < iters; ++it) {
     for (int q = threadIdx.x; q < kSortWarps * E; q += blockDim.x) warp_count[q] = 0;
     __syncthreads();
     const long long i = first + it * kSortThreads + threadIdx.x;
@@ -404,6 +412,7 @@ struct gemm_params {
   int k;                   ///< slots per token (GEMM 1: the token of pair i is i / k)
   const int* tile_info;    ///< [row tiles, 4]: expert (-1: none), first sorted row, rows
   const int* sorted_pair;
+  bool rows_on_y;          ///< grid: column tiles on x and row tiles on y, else the other way
   // GEMM 1
   std::uint16_t* h;
   int ldh;
@@ -467,7 +476,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
     griddep_wait();
     griddep_launch();
   }
-  const int4 ti = reinterpret_cast<const int4*>(p.tile_info)[blockIdx.x];
+  const int4 ti = reinterpret_cast<const int4*>(p.tile_info)[p.rows_on_y ? blockIdx.y : blockIdx.x];
   if (ti.x < 0) {  // no such row tile for this routing
     if constexpr (!GEMM1) griddep_wait();
     return;
@@ -475,7 +484,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
   const int e = ti.x;
   const int rows = ti.z;
   const long long base = ti.y;
-  const int n0 = blockIdx.y * S::BN;
+  const int n0 = (p.rows_on_y ? blockIdx.x : blockIdx.y) * S::BN;
   const int K = p.K;
   const std::uint16_t* W = p.W + (static_cast<long long>(e) * p.N + n0) * K;
   const int tid = threadIdx.x;
@@ -537,6 +546,15 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
 
   const int warp = tid >> 5, lane = tid & 31;
   const int wm = warp / S::WN, wn = warp % S::WN;
+  // GEMM 2's routing weights of the rows this thread writes, loaded now rather than after the loop
+  float wt[S::MI][2];
+#pragma unroll
+  for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = wm * S::WTM + mi * 16 + (lane >> 2) + half * 8;
+      wt[mi][half] = !GEMM1 && p.weights && r < rows ? p.weights[p.sorted_pair[base + r]] : 1.0f;
+    }
   float acc[S::MI][S::NI][4];
 #pragma unroll
   for (int mi = 0; mi < S::MI; ++mi)
@@ -624,7 +642,6 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
         }
       } else {
         float* yrow = p.y + row * p.H;
-        const float wt = p.weights ? p.weights[p.sorted_pair[row]] : 1.0f;
 #pragma unroll
         for (int ni = 0; ni < S::NI; ++ni) {
           const int c0 = n0 + wn * S::WTN + ni * 8 + (lane & 3) * 2;
@@ -633,7 +650,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
             if (c0 + c >= p.H) continue;
             float v = acc[mi][ni][half * 2 + c];
             if (bias) v += bias[c0 + c];
-            if (p.weights) v *= wt;
+            if (p.weights) v *= wt[mi][half];
             yrow[c0 + c] = v;
           }
         }
@@ -647,18 +664,36 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
 
 __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ pos_of_pair, int tokens, int k, int H,
                          float* __restrict__ out, long long ld_out, bool accumulate, bool keep_uncomputed) {
+  // pos_of_pair comes from the sort, complete before GEMM 2 (the kernel before this one) let this
+  // one start: it may be read before the wait; y and out only after it.
+  constexpr int kBatch = 8;  // slots whose rows are loaded together
+  const long long n = static_cast<long long>(tokens) * H;
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  int pos0[kBatch];
+  if (first < n) {
+    const long long t = first / H;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) pos0[j] = j < k ? pos_of_pair[t * k + j] : -1;
+  }
   griddep_wait();
   griddep_launch();
-  const long long n = static_cast<long long>(tokens) * H;
-  for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
-       q += static_cast<long long>(gridDim.x) * blockDim.x) {
+  for (long long q = first; q < n; q += stride) {
     const long long t = q / H;
     const int c = static_cast<int>(q - t * H);
     float acc = 0.0f;
     bool any = false;
-    for (int j = 0; j < k; ++j) {
-      const int p = pos_of_pair[t * k + j];
-      if (p >= 0) acc += y[static_cast<long long>(p) * H + c], any = true;
+    for (int j0 = 0; j0 < k; j0 += kBatch) {
+      int pos[kBatch];
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        pos[j] = q == first && j0 == 0 ? pos0[j] : j0 + j < k ? pos_of_pair[t * k + j0 + j] : -1;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = pos[j] >= 0 ? y[static_cast<long long>(pos[j]) * H + c] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)  // in slot order
+        if (pos[j] >= 0) acc += v[j], any = true;
     }
     if (keep_uncomputed && !any) continue;
     float& o = out[t * ld_out + c];
@@ -675,11 +710,14 @@ cudaError_t prepare_gemm() {
   return cudaSuccess;
 }
 
-// Row tiles on x (up to 2^31 - 1 of them), column tiles on y; blocks of one column tile over
-// consecutive row tiles run together and share that slice of each expert's weights in L2.
+// Many rows an expert (large tiles): row tiles on x (up to 2^31 - 1 of them), column tiles on y;
+// blocks of one column tile over consecutive row tiles run together and share that slice of each
+// expert's weights in L2. Few rows an expert: column tiles on x, row tiles on y (up to 65535), so
+// that the blocks of the row tiles the routing leaves empty (the last ones of the map) come last
+// and the working blocks spread evenly over the multiprocessors.
 template <class S, bool GEMM1>
 cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream) {
-  const dim3 grid(tiles_max, p.N / S::BN);
+  const dim3 grid = p.rows_on_y ? dim3(p.N / S::BN, tiles_max) : dim3(tiles_max, p.N / S::BN);
   return launch_pdl(grouped_gemm<S, GEMM1>, grid, dim3(S::threads), S::smem, stream, p);
 }
 
@@ -697,6 +735,7 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   gemm_params p{};
   p.k = a.k;
   p.tile_info = ws.tile_info;
+  p.rows_on_y = TILES != tiles::large && tiles_max <= 65535;
   p.sorted_pair = ws.sorted_pair;
   p.act = a.act;
   p.alpha = a.alpha;
