@@ -440,8 +440,9 @@ struct tile_shape {
   static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
 };
 // Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
-// deep pipelines, so that many bytes are in flight on each multiprocessor.
-using tiny_tiles = tile_shape<16, 32, 64, 1, 2, 8>;
+// deep pipelines, so that many bytes are in flight on each multiprocessor; the tiny tiles load 256
+// bytes of each weight row a stage, which streamed faster than 128 bytes in twice the stages.
+using tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4>;
 using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
 using large_tiles = tile_shape<128, 128, 32, 2, 4, 4>;  // many rows an expert
 
