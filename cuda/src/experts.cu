@@ -547,14 +547,16 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
 
   const int warp = tid >> 5, lane = tid & 31;
   const int wm = warp / S::WN, wn = warp % S::WN;
-  // GEMM 2's routing weights of the rows this thread writes, loaded now rather than after the loop
+  // GEMM 2's routing weights of the rows this thread writes: for row tiles of 16 (decode, short
+  // loops) loaded now rather than after the loop; the large tiles keep the registers for the loop.
+  constexpr bool kEarlyWeights = S::BM <= 16;
   float wt[S::MI][2];
 #pragma unroll
   for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = wm * S::WTM + mi * 16 + (lane >> 2) + half * 8;
-      wt[mi][half] = !GEMM1 && p.weights && r < rows ? p.weights[p.sorted_pair[base + r]] : 1.0f;
+      wt[mi][half] = !GEMM1 && kEarlyWeights && p.weights && r < rows ? p.weights[p.sorted_pair[base + r]] : 1.0f;
     }
   float acc[S::MI][S::NI][4];
 #pragma unroll
@@ -643,6 +645,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
         }
       } else {
         float* yrow = p.y + row * p.H;
+        const float wrow = kEarlyWeights ? wt[mi][half] : p.weights ? p.weights[p.sorted_pair[row]] : 1.0f;
 #pragma unroll
         for (int ni = 0; ni < S::NI; ++ni) {
           const int c0 = n0 + wn * S::WTN + ni * 8 + (lane & 3) * 2;
@@ -651,7 +654,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
             if (c0 + c >= p.H) continue;
             float v = acc[mi][ni][half * 2 + c];
             if (bias) v += bias[c0 + c];
-            if (p.weights) v *= wt[mi][half];
+            if (p.weights) v *= wrow;
             yrow[c0 + c] = v;
           }
         }
