@@ -314,6 +314,7 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
       aligned(E * 4),                                  // counts
       aligned((E + 1) * 4),                            // offsets
       aligned((E + 1) * 4),                            // tile_start
+      aligned(static_cast<std::size_t>(detail::tile_entries(P, g.experts)) * 16),  // tile_info
       aligned(static_cast<std::size_t>(P) * 4),        // sorted_pair
       aligned(static_cast<std::size_t>(P) * 4),        // pos_of_pair
       aligned(static_cast<std::size_t>(T) * g.hp * 2),  // x
@@ -333,13 +334,14 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
   ws.counts = static_cast<int*>(parts[1]);
   ws.offsets = static_cast<int*>(parts[2]);
   ws.tile_start = static_cast<int*>(parts[3]);
-  ws.sorted_pair = static_cast<int*>(parts[4]);
-  ws.pos_of_pair = static_cast<int*>(parts[5]);
-  ws.x = static_cast<std::uint16_t*>(parts[6]);
-  ws.h = static_cast<std::uint16_t*>(parts[7]);
-  ws.y = static_cast<float*>(parts[8]);
-  route_ids = static_cast<std::int32_t*>(parts[9]);
-  route_weights = static_cast<float*>(parts[10]);
+  ws.tile_info = static_cast<int*>(parts[4]);
+  ws.sorted_pair = static_cast<int*>(parts[5]);
+  ws.pos_of_pair = static_cast<int*>(parts[6]);
+  ws.x = static_cast<std::uint16_t*>(parts[7]);
+  ws.h = static_cast<std::uint16_t*>(parts[8]);
+  ws.y = static_cast<float*>(parts[9]);
+  route_ids = static_cast<std::int32_t*>(parts[10]);
+  route_weights = static_cast<float*>(parts[11]);
   cap_tokens = T;
   cap_pairs = P;
 }
@@ -395,10 +397,11 @@ void Experts::forward_routed(const float* hidden, index_t tokens, const std::int
 }
 
 void Experts::run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) const {
-  launch(c, mlp, stream, false);
+  launch(c, mlp, stream, false, false);
 }
 
-void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed) const {
+void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed,
+                     bool own_routing, const Router* router, const float* logits) const {
   impl& m = *impl_;
   const index_t E = m.shape.experts, tokens = c.hidden.rows, top_k = c.ids.cols;
   m.check_mlp(mlp);
@@ -417,8 +420,10 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
   if (tokens == 0) return;
   device_scope scope(m.device);
   require_on_device(c.hidden, "hidden", m.device);
-  require_on_device(c.ids, "topk_ids", m.device);
-  require_on_device(c.weights, "topk_weights", m.device);
+  if (!own_routing) {  // the workspace's own are device memory of this device
+    require_on_device(c.ids, "topk_ids", m.device);
+    require_on_device(c.weights, "topk_weights", m.device);
+  }
   require_on_device(c.out, "out", m.device);
   require(!c.out.overlaps(c.hidden) && !c.out.overlaps(c.ids) && !c.out.overlaps(c.weights),
           "cuda::Experts: out shares memory with an input");
@@ -439,6 +444,10 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
   a.alpha = mlp.activation.alpha;
   a.limit = mlp.activation.limit;
   a.weight_on_input = mlp.weight_on_input;
+  if (router != nullptr) {
+    a.route = &router->impl_->args;
+    a.logits = logits;
+  }
   detail::tiles t = detail::tiles::small;
   switch (m.tiles) {
     case TileChoice::tiny: t = detail::tiles::tiny; break;
@@ -480,7 +489,7 @@ void Experts::run(const masked_call& c, const ExpertMlp& mlp, stream_t stream) c
         "launch of masked_slots");
   routed_call r{c.hidden, device_view::of(m.route_ids, E * cap, 1, m.device),
                 device_view::of(m.route_weights, E * cap, 1, m.device), c.out};
-  launch(r, mlp, stream, true);
+  launch(r, mlp, stream, true, true);
 }
 
 void Experts::forward(const float* hidden, index_t tokens, const float* router_logits, const Router& router,
@@ -493,10 +502,17 @@ void Experts::forward(const float* hidden, index_t tokens, const float* router_l
     return;
   }
   device_scope scope(m.device);
-  require(tokens * router.top_k() < (index_t{1} << 31), "cuda::Experts: tokens=", tokens, " is too large");
-  m.grow(tokens, router.top_k());
-  router.route(router_logits, tokens, m.route_ids, m.route_weights, stream);
-  forward_routed(hidden, tokens, m.route_ids, m.route_weights, router.top_k(), out, stream);
+  const index_t k = router.top_k(), H = m.shape.hidden;
+  require(tokens * k < (index_t{1} << 31) && tokens * m.shape.experts < (index_t{1} << 31), "cuda::Experts: tokens=",
+          tokens, " is too large");
+  require(m.mlp.has_value(), "cuda::Experts: constructed without an ExpertMlp; use run()");
+  m.grow(tokens, k);
+  require_device_pointer(router_logits, "router_logits", m.device);
+  const int d = m.device;
+  // the routing happens inside the forward's launches, into the workspace's ids and weights
+  const routed_call c{device_view::of(hidden, tokens, H, d), device_view::of(m.route_ids, tokens, k, d),
+                      device_view::of(m.route_weights, tokens, k, d), device_view::of(out, tokens, H, d)};
+  launch(c, *m.mlp, stream, false, true, &router, router_logits);
 }
 
 void Experts::forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& ids, const MatrixCRef& weights,

@@ -3,13 +3,61 @@
 // and the top-k sum. Every launch is sized for the worst case of the routing (T·k rows), so the
 // host never needs the routing's counts; blocks without work return at once.
 #include <cstdint>
+#include <utility>
 
 #include <cuda_bf16.h>
 
 #include "launch.hpp"
+#include "routing_device.cuh"
 
 namespace polymoe::cuda::detail {
 namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Programmatic dependent launch: every kernel of a forward is launched so that it may start while
+// the kernel before it finishes (its blocks scheduled, its prologue run); each calls griddep_wait()
+// in every block before it touches memory an earlier kernel writes, and before it exits, so that
+// a kernel's completion implies the completion of all kernels before it. griddep_launch() lets
+// the next kernel be scheduled early; it orders no memory.
+
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+template <class... Params, class... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// One row tile of the grid, as the sort leaves it for the GEMMs: a single load tells a block its
+// expert and rows, so that its weights start streaming at once.
+__device__ __forceinline__ void put_tile(int* tile_info, int tile, int e, int first_row, int rows) {
+  reinterpret_cast<int4*>(tile_info)[tile] = make_int4(e, first_row, rows, 0);
+}
+
+// Tiles of expert e (cnt rows from sorted row `first`, first tile `t0`) into tile_info.
+__device__ __forceinline__ void put_expert_tiles(int* tile_info, int e, int cnt, int first, int t0, int tile_rows) {
+  for (int i = 0; i * tile_rows < cnt; ++i)
+    put_tile(tile_info, t0 + i, e, first + i * tile_rows, min(tile_rows, cnt - i * tile_rows));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Sorting (token, slot) pairs by expert. Rows of an expert are in pair order (token, then slot),
@@ -28,8 +76,15 @@ __device__ __forceinline__ int valid_id(const std::int32_t* ids, long long i, lo
 }
 
 // Counts of the block's chunk of pairs into sh[E] (zeroed by the caller).
+// Rounds of kSortThreads pairs the chunk from `first` holds (the last chunk may hold fewer).
+__device__ __forceinline__ int chunk_iters(long long first, long long pairs) {
+  const long long n = (pairs - first + kSortThreads - 1) / kSortThreads;
+  return n < kSortIters ? static_cast<int>(n) : kSortIters;
+}
+
 __device__ void count_chunk(const std::int32_t* ids, long long first, long long pairs, int E, int* sh) {
-  for (int it = 0; it < kSortIters; ++it) {
+  const int iters = chunk_iters(first, pairs);
+  for (int it = 0; it < iters; ++it) {
     const int e = valid_id(ids, first + it * kSortThreads + threadIdx.x, pairs, E);
     if (e >= 0) atomicAdd(&sh[e], 1);
   }
@@ -40,7 +95,8 @@ __device__ void count_chunk(const std::int32_t* ids, long long first, long long 
 __device__ void scatter_chunk(const std::int32_t* ids, long long first, long long pairs, int E, int* base,
                               int* warp_count, int* sorted_pair, int* pos_of_pair) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int it = 0; it < kSortIters; ++it) {
+  const int iters = chunk_iters(first, pairs);  // the same in all threads: the barriers below are uniform
+  for (int it = 0; it < iters; ++it) {
     for (int q = threadIdx.x; q < kSortWarps * E; q += blockDim.x) warp_count[q] = 0;
     __syncthreads();
     const long long i = first + it * kSortThreads + threadIdx.x;
@@ -84,6 +140,8 @@ __device__ void expert_offsets(int E, int tile_rows, const int* counts, int* off
 
 __global__ void sort_count(const std::int32_t* __restrict__ ids, long long pairs, int E, int* __restrict__ hist) {
   extern __shared__ int sh[];
+  griddep_wait();
+  griddep_launch();
   for (int e = threadIdx.x; e < E; e += blockDim.x) sh[e] = 0;
   __syncthreads();
   count_chunk(ids, static_cast<long long>(blockIdx.x) * kSortChunk, pairs, E, sh);
@@ -95,8 +153,11 @@ __global__ void sort_count(const std::int32_t* __restrict__ ids, long long pairs
 // offsets and their first row tile (tile_rows rows a tile).
 // No __restrict__ on the arrays one thread writes and the others read after a barrier (counts): with
 // it the compiler may keep a value loaded before the barrier.
-__global__ void sort_scan(int blocks, int E, int tile_rows, int* hist, int* counts, int* offsets, int* tile_start) {
+__global__ void sort_scan(int blocks, int E, int tile_rows, int tiles_max, int* hist, int* counts, int* offsets,
+                          int* tile_start, int* tile_info) {
   constexpr int kBatch = 8;  // loads in flight per thread
+  griddep_wait();
+  griddep_launch();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int run = 0;
     for (int b0 = 0; b0 < blocks; b0 += kBatch) {
@@ -113,45 +174,24 @@ __global__ void sort_scan(int blocks, int E, int tile_rows, int* hist, int* coun
   }
   __syncthreads();
   if (threadIdx.x == 0) expert_offsets(E, tile_rows, counts, offsets, tile_start);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    put_expert_tiles(tile_info, e, counts[e], offsets[e], tile_start[e], tile_rows);
+  for (int q = tile_start[E] + threadIdx.x; q < tiles_max; q += blockDim.x) put_tile(tile_info, q, -1, 0, 0);
 }
 
 __global__ void sort_scatter(const std::int32_t* __restrict__ ids, long long pairs, int E,
                              const int* __restrict__ hist, const int* __restrict__ offsets,
                              int* __restrict__ sorted_pair, int* __restrict__ pos_of_pair) {
   extern __shared__ int sh[];  // base [E] | warp_count [kSortWarps, E]
+  griddep_wait();
+  griddep_launch();
   int* base = sh;
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     base[e] = offsets[e] + hist[static_cast<long long>(blockIdx.x) * E + e];
   __syncthreads();
   scatter_chunk(ids, static_cast<long long>(blockIdx.x) * kSortChunk, pairs, E, base, sh + E, sorted_pair,
                 pos_of_pair);
-}
-
-// The three steps in one block, when the pairs fit one chunk (decode): two launches fewer.
-__global__ void sort_single(const std::int32_t* __restrict__ ids, long long pairs, int E, int tile_rows,
-                            int* __restrict__ counts, int* __restrict__ offsets, int* __restrict__ tile_start,
-                            int* __restrict__ sorted_pair, int* __restrict__ pos_of_pair) {
-  extern __shared__ int sh[];  // count [E] | base [E] | warp_count [kSortWarps, E]
-  int* cnt = sh;
-  int* base = sh + E;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
-  count_chunk(ids, 0, pairs, E, cnt);
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = cnt[e];
-  if (threadIdx.x == 0) {
-    int rows = 0, tiles = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = base[e] = rows;
-      tile_start[e] = tiles;
-      rows += cnt[e];
-      tiles += (cnt[e] + tile_rows - 1) / tile_rows;
-    }
-    offsets[E] = rows;
-    tile_start[E] = tiles;
-  }
-  __syncthreads();
-  scatter_chunk(ids, 0, pairs, E, base, sh + 2 * E, sorted_pair, pos_of_pair);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,20 +202,140 @@ __device__ __forceinline__ float load_input(const void* hidden, bool bf16, long 
               : static_cast<const float*>(hidden)[i];
 }
 
-__global__ void make_inputs(const void* __restrict__ hidden, bool hidden_bf16, long long ld, int tokens, int H, int hp,
-                            const float* __restrict__ weights, bool weight_on_input, std::uint16_t* __restrict__ x) {
-  const long long n = static_cast<long long>(tokens) * hp;
-  for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
-       q += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long t = q / hp;
-    const int c = static_cast<int>(q - t * hp);
-    float v = 0.0f;
-    if (c < H) {
-      v = load_input(hidden, hidden_bf16, t * ld + c);
-      if (weight_on_input) v *= weights[t];  // top_k is 1: the token's one slot
+// Eight consecutive columns of one input row (item = t · hp/8 + c0/8): loaded 16 bytes at a time
+// where `vec` (the rows aligned for it) and the eight are inside H, else one by one.
+struct input_rows {
+  const void* hidden;
+  bool bf16, vec;
+  long long ld;
+  int H, hp;
+  const float* weights;  ///< [T] routing weights when weight_on_input, else null
+  std::uint16_t* x;
+};
+
+__device__ __forceinline__ void input_chunk(const input_rows& in, long long item) {
+  const int per = in.hp / 8;
+  const long long t = item / per;
+  const int c0 = static_cast<int>(item - t * per) * 8;
+  float v[8];
+  if (in.vec && c0 + 8 <= in.H) {
+    if (in.bf16) {
+      const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(in.hidden) + t * in.ld + c0);
+      const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = __uint_as_float(w[j] << 16);
+        v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+      }
+    } else {
+      const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(in.hidden) + t * in.ld + c0);
+      const float4 lo = f[0], hi = f[1];
+      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
     }
-    x[q] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = c0 + j < in.H ? load_input(in.hidden, in.bf16, t * in.ld + c0 + j) : 0.0f;
   }
+  if (in.weights) {
+    const float w = in.weights[t];  // top_k is 1: the token's one slot
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (c0 + j < in.H) v[j] *= w;
+  }
+  uint4 o;
+  unsigned* ow = &o.x;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    ow[j] = *reinterpret_cast<const unsigned*>(&b);
+  }
+  *reinterpret_cast<uint4*>(in.x + t * in.hp + c0) = o;
+}
+
+__global__ void make_inputs(const input_rows in, long long items) {
+  griddep_wait();
+  griddep_launch();
+  for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < items;
+       q += static_cast<long long>(gridDim.x) * blockDim.x)
+    input_chunk(in, q);
+}
+
+// The decode preparation, one launch when the pairs fit one chunk: block 0 routes (tokens <=
+// kSortWarps, one warp a token, when `route`), then sorts the pairs and writes the tile map; blocks
+// 1.. write the input rows meanwhile (they need no routing: weight_on_input never routes here).
+struct prep_params {
+  routing_args r;
+  const float* logits;
+  bool route;
+  std::int32_t* ids;  // written by block 0 when route, else the caller's
+  float* weights;
+  long long pairs;
+  int tokens, E, tile_rows, tiles_max;
+  int* tile_info;
+  int* sorted_pair;
+  int* pos_of_pair;
+  input_rows in;
+  long long items;
+};
+
+__global__ void __launch_bounds__(kSortThreads) decode_prep(const prep_params p) {
+  extern __shared__ int sh[];
+  griddep_wait();
+  griddep_launch();
+  if (blockIdx.x > 0) {
+    for (long long q = static_cast<long long>(blockIdx.x - 1) * blockDim.x + threadIdx.x; q < p.items;
+         q += static_cast<long long>(gridDim.x - 1) * blockDim.x)
+      input_chunk(p.in, q);
+    return;
+  }
+  const int E = p.E, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (p.route) {
+    if (warp < p.tokens)
+      route_token(p.r, p.logits + static_cast<long long>(warp) * E, p.ids + static_cast<long long>(warp) * p.r.k,
+                  p.weights + static_cast<long long>(warp) * p.r.k,
+                  reinterpret_cast<float*>(sh) + warp * route_warp_floats(E));
+    __syncthreads();  // the ids, in global memory, are read by all threads below
+  }
+  // count [E] | base [E] | first tile [E] | warp sums [2, kSortWarps] | warp_count [kSortWarps, E]
+  int* cnt = sh;
+  int* base = sh + E;
+  int* tstart = sh + 2 * E;
+  int* wsum = sh + 3 * E;
+  int* warp_count = wsum + 2 * kSortWarps;
+  for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  count_chunk(p.ids, 0, p.pairs, E, cnt);
+  __syncthreads();
+  // exclusive scan of (rows, tiles) over the experts: each thread a run of consecutive experts,
+  // a warp scan of the runs, then the warps' totals
+  const int tr = p.tile_rows;
+  const int per = (E + kSortThreads - 1) / kSortThreads;
+  const int e0 = min(E, tid * per), e1 = min(E, e0 + per);
+  int rows = 0, tiles = 0;
+  for (int e = e0; e < e1; ++e) rows += cnt[e], tiles += (cnt[e] + tr - 1) / tr;
+  int ir = rows, it = tiles;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, ir, off), b = __shfl_up_sync(0xffffffffu, it, off);
+    if (lane >= off) ir += a, it += b;
+  }
+  if (lane == 31) wsum[warp] = ir, wsum[kSortWarps + warp] = it;
+  __syncthreads();
+  int pr = ir - rows, pt = it - tiles, total_tiles = 0;
+  for (int w = 0; w < kSortWarps; ++w) {
+    if (w < warp) pr += wsum[w], pt += wsum[kSortWarps + w];
+    total_tiles += wsum[kSortWarps + w];
+  }
+  for (int e = e0; e < e1; ++e) {
+    base[e] = pr;
+    tstart[e] = pt;
+    pr += cnt[e];
+    pt += (cnt[e] + tr - 1) / tr;
+  }
+  __syncthreads();
+  for (int e = tid; e < E; e += blockDim.x) put_expert_tiles(p.tile_info, e, cnt[e], base[e], tstart[e], tr);
+  for (int q = total_tiles + tid; q < p.tiles_max; q += blockDim.x) put_tile(p.tile_info, q, -1, 0, 0);
+  scatter_chunk(p.ids, 0, p.pairs, E, base, warp_count, p.sorted_pair, p.pos_of_pair);
 }
 
 // The shared expert's slot: one warp per token; lanes sum strided partial dot products in double,
@@ -250,11 +410,9 @@ struct gemm_params {
   const float* bias;       ///< [E, N] or null
   int N, K;                ///< padded
   int k;                   ///< slots per token (GEMM 1: the token of pair i is i / k)
-  int E;
-  const int* counts;
-  const int* offsets;
-  const int* tile_start;
+  const int* tile_info;    ///< [row tiles, 4]: expert (-1: none), first sorted row, rows
   const int* sorted_pair;
+  bool rows_on_y;          ///< grid: column tiles on x and row tiles on y, else the other way
   // GEMM 1
   std::uint16_t* h;
   int ldh;
@@ -282,8 +440,9 @@ struct tile_shape {
   static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
 };
 // Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
-// deep pipelines, so that many bytes are in flight on each multiprocessor.
-using tiny_tiles = tile_shape<16, 32, 64, 1, 2, 8>;
+// deep pipelines, so that many bytes are in flight on each multiprocessor; the tiny tiles load 256
+// bytes of each weight row a stage, which streamed faster than 128 bytes in twice the stages.
+using tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4>;
 using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
 using large_tiles = tile_shape<128, 128, 32, 2, 4, 4>;  // many rows an expert
 
@@ -311,22 +470,51 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
   std::uint16_t* sA = reinterpret_cast<std::uint16_t*>(smem_raw);
   std::uint16_t* sB = sA + S::STAGES * S::BM * S::LDS;
 
-  const int tile = blockIdx.x;
-  if (tile >= p.tile_start[p.E]) return;  // no such row tile for this routing
-  int lo = 0, hi = p.E - 1;               // the expert: the last one whose first tile is <= tile
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (p.tile_start[mid] <= tile) lo = mid;
-    else hi = mid - 1;
+  // GEMM 1 reads the tile map of the kernel just before it. GEMM 2 reads it before waiting for
+  // GEMM 1: the map was complete when GEMM 1's blocks passed their own wait, before any of them let
+  // GEMM 2 start; so GEMM 2's weights stream while GEMM 1 finishes.
+  if constexpr (GEMM1) {
+    griddep_wait();
+    griddep_launch();
   }
-  const int e = lo;
-  const int m0 = (tile - p.tile_start[e]) * S::BM;
-  const int rows = min(S::BM, p.counts[e] - m0);
-  const long long base = static_cast<long long>(p.offsets[e]) + m0;
-  const int n0 = blockIdx.y * S::BN;
+  const int4 ti = reinterpret_cast<const int4*>(p.tile_info)[p.rows_on_y ? blockIdx.y : blockIdx.x];
+  if (ti.x < 0) {  // no such row tile for this routing
+    if constexpr (!GEMM1) griddep_wait();
+    return;
+  }
+  const int e = ti.x;
+  const int rows = ti.z;
+  const long long base = ti.y;
+  const int n0 = (p.rows_on_y ? blockIdx.x : blockIdx.y) * S::BN;
   const int K = p.K;
   const std::uint16_t* W = p.W + (static_cast<long long>(e) * p.N + n0) * K;
   const int tid = threadIdx.x;
+
+  const std::uint16_t* b_src[S::B_PER];
+  int b_dst[S::B_PER];
+#pragma unroll
+  for (int q = 0; q < S::B_PER; ++q) {
+    const int idx = tid + q * S::threads;
+    const int r = idx / S::CPR, c = idx % S::CPR;
+    b_dst[q] = r * S::LDS + c * 8;
+    b_src[q] = W + static_cast<long long>(r) * K + c * 8;
+  }
+  auto load_b = [&](int stage, int kt) {
+    std::uint16_t* b = sB + stage * S::BN * S::LDS;
+    const int k0 = kt * S::BK;
+#pragma unroll
+    for (int q = 0; q < S::B_PER; ++q) cp_async16(b + b_dst[q], b_src[q] + k0, true);
+  };
+  const int KT = K / S::BK;
+  // The prologue's weights first, as one group with the rows below: the first iteration waits for
+  // the whole prologue, later ones for their stage alone.
+#pragma unroll
+  for (int s = 0; s < S::STAGES - 1; ++s)
+    if (s < KT) load_b(s, s);
+  if constexpr (!GEMM1) {
+    griddep_wait();  // the rows are GEMM 1's output
+    griddep_launch();
+  }
 
   const std::uint16_t* a_src[S::A_PER];
   bool a_ok[S::A_PER];
@@ -341,35 +529,35 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
     if (a_ok[q]) row = GEMM1 ? p.sorted_pair[base + r] / p.k : base + r;
     a_src[q] = p.A + row * K + c * 8;
   }
-  const std::uint16_t* b_src[S::B_PER];
-  int b_dst[S::B_PER];
-#pragma unroll
-  for (int q = 0; q < S::B_PER; ++q) {
-    const int idx = tid + q * S::threads;
-    const int r = idx / S::CPR, c = idx % S::CPR;
-    b_dst[q] = r * S::LDS + c * 8;
-    b_src[q] = W + static_cast<long long>(r) * K + c * 8;
-  }
-  auto load_stage = [&](int stage, int kt) {
+  auto load_a = [&](int stage, int kt) {
     std::uint16_t* a = sA + stage * S::BM * S::LDS;
-    std::uint16_t* b = sB + stage * S::BN * S::LDS;
     const int k0 = kt * S::BK;
 #pragma unroll
     for (int q = 0; q < S::A_PER; ++q)
       if (tid + q * S::threads < S::BM * S::CPR) cp_async16(a + a_dst[q], a_src[q] + k0, a_ok[q]);
-#pragma unroll
-    for (int q = 0; q < S::B_PER; ++q) cp_async16(b + b_dst[q], b_src[q] + k0, true);
   };
-
-  const int KT = K / S::BK;
+  auto load_stage = [&](int stage, int kt) {
+    load_a(stage, kt);
+    load_b(stage, kt);
+  };
 #pragma unroll
-  for (int s = 0; s < S::STAGES - 1; ++s) {
-    if (s < KT) load_stage(s, s);
-    cp_async_commit();
-  }
+  for (int s = 0; s < S::STAGES - 1; ++s)
+    if (s < KT) load_a(s, s);
+  cp_async_commit();
 
   const int warp = tid >> 5, lane = tid & 31;
   const int wm = warp / S::WN, wn = warp % S::WN;
+  // GEMM 2's routing weights of the rows this thread writes: for row tiles of 16 (decode, short
+  // loops) loaded now rather than after the loop; the large tiles keep the registers for the loop.
+  constexpr bool kEarlyWeights = S::BM <= 16;
+  float wt[S::MI][2];
+#pragma unroll
+  for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = wm * S::WTM + mi * 16 + (lane >> 2) + half * 8;
+      wt[mi][half] = !GEMM1 && kEarlyWeights && p.weights && r < rows ? p.weights[p.sorted_pair[base + r]] : 1.0f;
+    }
   float acc[S::MI][S::NI][4];
 #pragma unroll
   for (int mi = 0; mi < S::MI; ++mi)
@@ -379,7 +567,8 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
       for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
 
   for (int kt = 0; kt < KT; ++kt) {
-    cp_async_wait<S::STAGES - 2>();
+    if (kt == 0) cp_async_wait<0>();
+    else cp_async_wait<S::STAGES - 2>();
     __syncthreads();
     const int next = kt + S::STAGES - 1;
     if (next < KT) load_stage(next % S::STAGES, next);
@@ -456,7 +645,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
         }
       } else {
         float* yrow = p.y + row * p.H;
-        const float wt = p.weights ? p.weights[p.sorted_pair[row]] : 1.0f;
+        const float wrow = kEarlyWeights ? wt[mi][half] : p.weights ? p.weights[p.sorted_pair[row]] : 1.0f;
 #pragma unroll
         for (int ni = 0; ni < S::NI; ++ni) {
           const int c0 = n0 + wn * S::WTN + ni * 8 + (lane & 3) * 2;
@@ -465,7 +654,7 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
             if (c0 + c >= p.H) continue;
             float v = acc[mi][ni][half * 2 + c];
             if (bias) v += bias[c0 + c];
-            if (p.weights) v *= wt;
+            if (p.weights) v *= wrow;
             yrow[c0 + c] = v;
           }
         }
@@ -479,16 +668,36 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
 
 __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ pos_of_pair, int tokens, int k, int H,
                          float* __restrict__ out, long long ld_out, bool accumulate, bool keep_uncomputed) {
+  // pos_of_pair comes from the sort, complete before GEMM 2 (the kernel before this one) let this
+  // one start: it may be read before the wait; y and out only after it.
+  constexpr int kBatch = 8;  // slots whose rows are loaded together
   const long long n = static_cast<long long>(tokens) * H;
-  for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
-       q += static_cast<long long>(gridDim.x) * blockDim.x) {
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  int pos0[kBatch];
+  if (first < n) {
+    const long long t = first / H;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) pos0[j] = j < k ? pos_of_pair[t * k + j] : -1;
+  }
+  griddep_wait();
+  griddep_launch();
+  for (long long q = first; q < n; q += stride) {
     const long long t = q / H;
     const int c = static_cast<int>(q - t * H);
     float acc = 0.0f;
     bool any = false;
-    for (int j = 0; j < k; ++j) {
-      const int p = pos_of_pair[t * k + j];
-      if (p >= 0) acc += y[static_cast<long long>(p) * H + c], any = true;
+    for (int j0 = 0; j0 < k; j0 += kBatch) {
+      int pos[kBatch];
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        pos[j] = q == first && j0 == 0 ? pos0[j] : j0 + j < k ? pos_of_pair[t * k + j0 + j] : -1;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = pos[j] >= 0 ? y[static_cast<long long>(pos[j]) * H + c] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)  // in slot order
+        if (pos[j] >= 0) acc += v[j], any = true;
     }
     if (keep_uncomputed && !any) continue;
     float& o = out[t * ld_out + c];
@@ -505,13 +714,15 @@ cudaError_t prepare_gemm() {
   return cudaSuccess;
 }
 
-// Row tiles on x (up to 2^31 - 1 of them), column tiles on y; blocks of one column tile over
-// consecutive row tiles run together and share that slice of each expert's weights in L2.
+// Many rows an expert (large tiles): row tiles on x (up to 2^31 - 1 of them), column tiles on y;
+// blocks of one column tile over consecutive row tiles run together and share that slice of each
+// expert's weights in L2. Few rows an expert: column tiles on x, row tiles on y (up to 65535), so
+// that the blocks of the row tiles the routing leaves empty (the last ones of the map) come last
+// and the working blocks spread evenly over the multiprocessors.
 template <class S, bool GEMM1>
 cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream) {
-  const dim3 grid(tiles_max, p.N / S::BN);
-  grouped_gemm<S, GEMM1><<<grid, S::threads, S::smem, stream>>>(p);
-  return cudaGetLastError();
+  const dim3 grid = p.rows_on_y ? dim3(p.N / S::BN, tiles_max) : dim3(tiles_max, p.N / S::BN);
+  return launch_pdl(grouped_gemm<S, GEMM1>, grid, dim3(S::threads), S::smem, stream, p);
 }
 
 int grid_for(long long n, int threads) {
@@ -527,10 +738,8 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   const int tiles_max = max_row_tiles(TILES, pairs, g.experts);
   gemm_params p{};
   p.k = a.k;
-  p.E = g.experts;
-  p.counts = ws.counts;
-  p.offsets = ws.offsets;
-  p.tile_start = ws.tile_start;
+  p.tile_info = ws.tile_info;
+  p.rows_on_y = TILES != tiles::large && tiles_max <= 65535;
   p.sorted_pair = ws.sorted_pair;
   p.act = a.act;
   p.alpha = a.alpha;
@@ -587,6 +796,8 @@ int max_row_tiles(tiles t, long long pairs, int experts) {
   return static_cast<int>((pairs + bm - 1) / bm + (pairs < experts ? pairs : experts));
 }
 
+int tile_entries(long long pairs, int experts) { return max_row_tiles(tiles::tiny, pairs, experts); }
+
 cudaError_t launch_forward(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
                            tiles t, cudaStream_t stream, const char** step) {
   const long long pairs = static_cast<long long>(a.tokens) * a.k;
@@ -594,39 +805,82 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   const int E = g.experts;
   const int blocks = sort_blocks(pairs);
   const int tile_rows = bm_of(t);
+  const int tiles_max = max_row_tiles(t, pairs, E);
+  std::int32_t* ids = const_cast<std::int32_t*>(a.ids);  // written only when a.route: the engine's own
+  float* weights = const_cast<float*>(a.weights);
+  cudaError_t err = cudaSuccess;
+
+  input_rows in{};
+  in.hidden = a.hidden;
+  in.bf16 = a.hidden_bf16;
+  const auto addr = reinterpret_cast<std::uintptr_t>(a.hidden);
+  in.vec = addr % 16 == 0 && a.ld_hidden % (a.hidden_bf16 ? 8 : 4) == 0;
+  in.ld = a.ld_hidden;
+  in.H = g.hidden;
+  in.hp = g.hp;
+  in.weights = a.weight_on_input ? a.weights : nullptr;
+  in.x = ws.x;
+  const long long items = static_cast<long long>(a.tokens) * (g.hp / 8);
+  constexpr int kItemThreads = 256;
 
   if (blocks == 1) {
-    *step = "sort_single";
-    sort_single<<<1, kSortThreads, sizeof(int) * (2 + kSortWarps) * E, stream>>>(
-        a.ids, pairs, E, tile_rows, ws.counts, ws.offsets, ws.tile_start, ws.sorted_pair, ws.pos_of_pair);
+    // One launch: routing (a few tokens), sort, tile map and input rows.
+    const size_t sort_smem = sizeof(int) * (static_cast<size_t>(3 + kSortWarps) * E + 2 * kSortWarps);
+    const size_t route_smem = sizeof(float) * static_cast<size_t>(a.tokens) * route_warp_floats(E);
+    const bool fuse_route = a.route != nullptr && a.tokens <= kSortWarps && !a.weight_on_input &&
+                            route_smem <= 48 * 1024 && a.route->k <= kMaxK && a.route->n_group <= kMaxK;
+    if (a.route != nullptr && !fuse_route) {
+      *step = "route_kernel";
+      if ((err = launch_route(*a.route, a.logits, a.tokens, ids, weights, stream)) != cudaSuccess) return err;
+    }
+    prep_params p{};
+    if (fuse_route) p.r = *a.route;
+    p.logits = a.logits;
+    p.route = fuse_route;
+    p.ids = ids;
+    p.weights = weights;
+    p.pairs = pairs;
+    p.tokens = a.tokens;
+    p.E = E;
+    p.tile_rows = tile_rows;
+    p.tiles_max = tiles_max;
+    p.tile_info = ws.tile_info;
+    p.sorted_pair = ws.sorted_pair;
+    p.pos_of_pair = ws.pos_of_pair;
+    p.in = in;
+    p.items = items;
+    const long long item_blocks = (items + kItemThreads - 1) / kItemThreads;
+    const int grid = 1 + static_cast<int>(item_blocks < 65535 ? item_blocks : 65535);
+    *step = "decode_prep";
+    err = launch_pdl(decode_prep, dim3(grid), dim3(kSortThreads), fuse_route && route_smem > sort_smem ? route_smem : sort_smem,
+                     stream, p);
   } else {
+    if (a.route != nullptr) {
+      *step = "route_kernel";
+      if ((err = launch_route(*a.route, a.logits, a.tokens, ids, weights, stream)) != cudaSuccess) return err;
+    }
     *step = "sort_count";
-    sort_count<<<blocks, kSortThreads, sizeof(int) * E, stream>>>(a.ids, pairs, E, ws.hist);
-    cudaError_t err = cudaGetLastError();
+    err = launch_pdl(sort_count, dim3(blocks), dim3(kSortThreads), sizeof(int) * E, stream, a.ids, pairs, E, ws.hist);
     if (err != cudaSuccess) return err;
     *step = "sort_scan";
-    sort_scan<<<1, 1024, 0, stream>>>(blocks, E, tile_rows, ws.hist, ws.counts, ws.offsets, ws.tile_start);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    err = launch_pdl(sort_scan, dim3(1), dim3(1024), 0, stream, blocks, E, tile_rows, tiles_max, ws.hist, ws.counts,
+                     ws.offsets, ws.tile_start, ws.tile_info);
+    if (err != cudaSuccess) return err;
     *step = "sort_scatter";
-    sort_scatter<<<blocks, kSortThreads, sizeof(int) * (1 + kSortWarps) * E, stream>>>(
-        a.ids, pairs, E, ws.hist, ws.offsets, ws.sorted_pair, ws.pos_of_pair);
+    err = launch_pdl(sort_scatter, dim3(blocks), dim3(kSortThreads), sizeof(int) * (1 + kSortWarps) * E, stream, a.ids,
+                     pairs, E, ws.hist, ws.offsets, ws.sorted_pair, ws.pos_of_pair);
+    if (err != cudaSuccess) return err;
+    *step = "make_inputs";
+    err = launch_pdl(make_inputs, dim3(grid_for(items, kItemThreads)), dim3(kItemThreads), 0, stream, in, items);
   }
-  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  *step = "make_inputs";
-  make_inputs<<<grid_for(static_cast<long long>(a.tokens) * g.hp, 256), 256, 0, stream>>>(
-      a.hidden, a.hidden_bf16, a.ld_hidden, a.tokens, g.hidden, g.hp, a.weights, a.weight_on_input, ws.x);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
   err = t == tiles::tiny    ? run_gemms<tiles::tiny>(g, w, ws, a, stream, step)
         : t == tiles::small ? run_gemms<tiles::small>(g, w, ws, a, stream, step)
                             : run_gemms<tiles::large>(g, w, ws, a, stream, step);
   if (err != cudaSuccess) return err;
   *step = "topk_sum";
-  topk_sum<<<grid_for(static_cast<long long>(a.tokens) * g.hidden, 256), 256, 0, stream>>>(ws.y, ws.pos_of_pair,
-                                                                                         a.tokens, a.k, g.hidden, a.out,
-                                                                                         a.ld_out, a.accumulate,
-                                                                                         a.keep_uncomputed);
-  return cudaGetLastError();
+  return launch_pdl(topk_sum, dim3(grid_for(static_cast<long long>(a.tokens) * g.hidden, 256)), dim3(256), 0, stream,
+                    ws.y, ws.pos_of_pair, a.tokens, a.k, g.hidden, a.out, a.ld_out, a.accumulate, a.keep_uncomputed);
 }
 
 __global__ void masked_slots(const std::int32_t* __restrict__ masked_m, int experts, int capacity,

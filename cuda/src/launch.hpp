@@ -41,11 +41,22 @@ struct workspace_view {
   int* counts = nullptr;       ///< [E] rows of each expert
   int* offsets = nullptr;      ///< [E + 1] first sorted row of each expert
   int* tile_start = nullptr;   ///< [E + 1] first row tile of each expert; [E] = tiles in all
+  int* tile_info = nullptr;    ///< [tile_entries(pairs, E), 4] per row tile of the grid: expert (-1: none),
+                               ///< first sorted row, rows, 0; written by the sort
   int* sorted_pair = nullptr;  ///< [pairs] pair index t·k + j of each sorted row
   int* pos_of_pair = nullptr;  ///< [pairs] sorted row of each pair, -1 for a slot not computed
   std::uint16_t* x = nullptr;  ///< [tokens, hp] bf16 expert input rows
   std::uint16_t* h = nullptr;  ///< [pairs, ip] bf16 intermediate rows, in sorted order
   float* y = nullptr;          ///< [pairs, H] fp32 expert outputs (weighted), in sorted order
+};
+
+struct routing_args {
+  int method = 0;  ///< 0 softmax_topk, 1 topk_softmax, 2 sigmoid_grouped_topk
+  int experts = 0, k = 0;
+  bool renormalize = true;
+  int n_group = 1, topk_group = 1;
+  float scale = 1.0f;
+  const float* bias = nullptr;  ///< device [E] correction bias, or null
 };
 
 struct forward_args {
@@ -62,6 +73,9 @@ struct forward_args {
   act_kind act = act_kind::silu_gated;
   float alpha = 1.702f, limit = 7.0f;
   bool weight_on_input = false;
+  /// When set, ids and weights are the engine's own: the forward routes `logits` [T, E] into them first.
+  const routing_args* route = nullptr;
+  const float* logits = nullptr;
 };
 
 /// The tile shapes the GEMMs are compiled for.
@@ -71,6 +85,8 @@ enum class tiles : int { tiny, small, large };
 [[nodiscard]] int sort_blocks(long long pairs);
 /// Row tiles of the grid for `pairs` rows over `experts` experts (the worst case of any routing).
 [[nodiscard]] int max_row_tiles(tiles t, long long pairs, int experts);
+/// Entries of workspace_view::tile_info for `pairs` pairs: the most row tiles of any tile shape.
+[[nodiscard]] int tile_entries(long long pairs, int experts);
 
 /// cudaSuccess when this build holds code the current device can run.
 cudaError_t probe_kernels();
@@ -93,14 +109,6 @@ cudaError_t launch_shared_slot(const void* hidden, bool hidden_bf16, long long l
 cudaError_t launch_masked_slots(const std::int32_t* masked_m, int experts, int capacity, std::int32_t* ids,
                                 float* weights, cudaStream_t stream);
 
-struct routing_args {
-  int method = 0;  ///< 0 softmax_topk, 1 topk_softmax, 2 sigmoid_grouped_topk
-  int experts = 0, k = 0;
-  bool renormalize = true;
-  int n_group = 1, topk_group = 1;
-  float scale = 1.0f;
-  const float* bias = nullptr;  ///< device [E] correction bias, or null
-};
 
 /// Routing of `tokens` rows of logits [T, E] into ids [T, k] and weights [T, k], on `stream`.
 cudaError_t launch_route(const routing_args& r, const float* logits, int tokens, std::int32_t* ids, float* weights,

@@ -120,6 +120,7 @@ class Router {
   [[nodiscard]] index_t experts() const noexcept;
 
  private:
+  friend class Experts;  // Experts::forward routes inside its own launches
   struct impl;
   std::unique_ptr<impl> impl_;
 };
@@ -184,7 +185,10 @@ class Experts {
   void set_tiles(TileChoice t) noexcept;
 
  private:
-  void launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed) const;
+  // own_routing: ids and weights are the engine's workspace (not checked); router: route
+  // `logits` into them as part of the forward.
+  void launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed, bool own_routing,
+              const Router* router = nullptr, const float* logits = nullptr) const;
   struct impl;
   std::unique_ptr<impl> impl_;
 };
