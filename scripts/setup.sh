@@ -4,6 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ccache pkg-config
   libboost1.81-dev libeigen3-dev libtbb-dev        # the library: Boost.Mp11/Hana, Eigen 3.4, oneTBB
+  libcli11-dev                                      # the programs' command lines (tool, benchmarks)
   libgtest-dev libgmock-dev libbenchmark-dev        # tests and benchmarks
   valgrind                                          # the zero-cost (instruction count) tests
   libopenmpi-dev openmpi-bin                        # the MPI dispatchers and their tests
