@@ -259,7 +259,19 @@ if(TARGET polymoe_bench)
             ${work}/ckpt_tiny --tokens 1 --reps 1 --quant fp32 --kernel reference --no-baseline --format text)
   set_tests_properties(tool.bench.checkpoint_shape PROPERTIES PASS_REGULAR_EXPRESSION
                        "preset ckpt_tiny-layer[0-9]+: H=256 I=128 E=16 k=4, [^\n]*shape from [^\n]*ckpt_tiny/config.json")
+  # the bench's command line is the tool's (CLI11): choices listed from the table, --version
+  tool_test(bench.invalid_choice COMMAND $<TARGET_FILE:polymoe_bench> --tokens 1 --kernel=nope)
+  set_tests_properties(tool.bench.invalid_choice PROPERTIES PASS_REGULAR_EXPRESSION
+                       "polymoe_bench: --kernel: unknown 'nope'; valid: [^\n]*reference")
 endif()
+# every program answers --version with the commit of this build and the ISA paths compiled in
+foreach(program polymoe_bench)
+  if(TARGET ${program})
+    tool_test(version.${program} COMMAND $<TARGET_FILE:${program}> --version)
+    set_tests_properties(tool.version.${program} PROPERTIES PASS_REGULAR_EXPRESSION
+                         "${program} ${PROJECT_VERSION} \\(commit ${POLYMOE_GIT_COMMIT}\\)\n  tiled kernels: ")
+  endif()
+endforeach()
 # `run` with no --quant / --kernel: the checkpoint's own scheme and the fastest kernel that pairs
 # with it here (tiled_amx where the CPU runs AMX tiles; it does not run fp32), said in the summary
 set_tests_properties(tool.checkpoint.tiny.run PROPERTIES PASS_REGULAR_EXPRESSION
