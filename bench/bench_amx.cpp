@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -55,10 +56,15 @@
 #include <polymoe/kernels/tiled/amx_e2m1.hpp>
 #include <polymoe/kernels/tiled/amx_e4m3.hpp>
 
+#include "cli11_support.hpp"
 #include "limits.hpp"
 
 #if !POLYMOE_TILED_AMX_CODE
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app("bench_amx: the AMX row-block kernels of kernel::tiled_amx alone", "bench_amx");
+  polymoe::programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+  app.allow_extras();  // the options of a build with AMX code: this one has nothing to time
+  if (const auto status = polymoe::programs::parse(app, argc, argv, 2)) return *status;
   std::printf("bench_amx: this build has no AMX code (needs AVX-512 on x86-64 Linux)\n");
   return 0;
 }
@@ -654,54 +660,61 @@ int main(int argc, char** argv) {
   bool peaks_only = false, formats_only = false;
   std::string threshold_format, decomp_format;
   index_t threshold_k = 2048;
-  std::pair<std::string, std::string> pair;
+  std::vector<std::string> pair_names;
   int rounds = 15;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--peaks") {
-      peaks_only = true;
-      continue;
-    }
-    if (a == "--formats") {
-      formats_only = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench_amx: option %s needs a value\n", a.c_str());
-      return 2;
-    }
-    if (a == "--threads")
-      threads = bench::comma_list(argv[++i]);
-    else if (a == "--seconds")
-      seconds = std::atof(argv[++i]);
-    else if (a == "--threshold")
-      threshold_format = argv[++i];
-    else if (a == "--decomp")
-      decomp_format = argv[++i];
-    else if (a == "--k")
-      threshold_k = std::max(1L, std::atol(argv[++i]));
-    else if (a == "--rounds")
-      rounds = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--pair") {
-      const std::string v = argv[++i];
-      const auto comma = v.find(',');
-      if (comma == std::string::npos) {
-        std::fprintf(stderr, "bench_amx: --pair wants two variant names, A,B\n");
-        return 2;
-      }
-      pair = {v.substr(0, comma), v.substr(comma + 1)};
-      for (const std::string& name : {pair.first, pair.second}) {
-        const auto vs = variants<false>();  // the same names for int8
-        if (std::none_of(vs.begin(), vs.end(), [&](const auto& v) { return name == v.first; })) {
-          std::fprintf(stderr, "bench_amx: --pair: no variant named '%s'\n", name.c_str());
-          return 2;
-        }
-      }
-    } else {
-      std::fprintf(stderr, "bench_amx: unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  // --threshold's formats, each with its measurement: the choices are this list
+  const std::vector<std::pair<std::string, std::function<void()>>> thresholds{
+      {"mxfp4", [&] { threshold<mxfp4_format>("mxfp4", threads, threshold_k, rounds); }},
+      {"nvfp4", [&] { threshold<nvfp4_format>("nvfp4", threads, threshold_k, rounds); }},
+      {"nvfp4_w4a4", [&] { threshold<nvfp4_format>("w4a4", threads, threshold_k, rounds, true); }},
+      {"fp8", [&] { threshold<fp8_format>("fp8", threads, threshold_k, rounds); }},
+      {"fp8_w8a8", [&] { threshold<fp8_format>("w8a8", threads, threshold_k, rounds, true); }},
+      {"mxfp4_bf16", [&] { threshold<mxfp4_format>("mx/bf", threads, threshold_k, rounds, false, true); }},
+      {"nvfp4_bf16", [&] { threshold<nvfp4_format>("nv/bf", threads, threshold_k, rounds, false, true); }},
+      {"fp8_bf16", [&] { threshold<fp8_format>("f8/bf", threads, threshold_k, rounds, false, true); }},
+  };
+  const std::vector<std::pair<std::string, std::function<void()>>> decompositions{
+      {"mxfp4", [&] { decomposition<mxfp4_format>("mxfp4", threads, threshold_k, rounds); }},
+      {"nvfp4", [&] { decomposition<nvfp4_format>("nvfp4", threads, threshold_k, rounds); }},
+  };
+  const auto names_of = [](const auto& list) {
+    std::vector<std::string> n;
+    for (const auto& e : list) n.emplace_back(e.first);
+    return n;
+  };
+
+  CLI::App app("bench_amx: the AMX row-block kernels of kernel::tiled_amx alone", "bench_amx");
+  programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+  app.add_option("--threads", threads, "thread counts (default 1,16)")
+      ->delimiter(',')
+      ->type_name("LIST")
+      ->check(CLI::Range(1L, 1L << 16));
+  app.add_option("--seconds", seconds, "time per variant and round (default 0.1)")
+      ->type_name("S")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--peaks", peaks_only, "only the tile peaks: limits.hpp's against the rate held for 0.3 s");
+  app.add_flag("--formats", formats_only, "the library's loop on bf16 and int8 operands of the same bytes");
+  app.add_option("--pair", pair_names, "time only variants A and B, streamed, in rounds of A B B A")
+      ->delimiter(',')
+      ->expected(2)
+      ->type_name("A,B")
+      ->check(programs::choice(names_of(variants<false>())));  // the same names for int8
+  app.add_option("--rounds", rounds, "rounds (default 15)")->type_name("N")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--threshold", threshold_format,
+                 "the two ways kernel::tiled_amx multiplies a row block by a quantized panel,\n"
+                 "for row blocks of 1 to 16 rows")
+      ->type_name("FORMAT")
+      ->check(programs::choice(names_of(thresholds)));
+  app.add_option("--decomp", decomp_format, "the decomposition of a quantized panel's product")
+      ->type_name("FORMAT")
+      ->check(programs::choice(names_of(decompositions)));
+  app.add_option("--k", threshold_k, "K of --threshold and --decomp (default 2048)")
+      ->type_name("K")
+      ->check(CLI::Range(index_t{1}, index_t{1} << 30));
+  app.footer("The comment at the top of bench/bench_amx.cpp says what each mode measures.");
+  if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
+  std::pair<std::string, std::string> pair;
+  if (pair_names.size() == 2) pair = {pair_names[0], pair_names[1]};
   if (const char* why = amx_unavailable_reason()) {
     std::printf("bench_amx: AMX cannot run here: %s\n", why);
     return 0;
@@ -714,31 +727,11 @@ int main(int argc, char** argv) {
     formats(threads, rounds);
     return 0;
   }
-  if (decomp_format == "mxfp4") decomposition<mxfp4_format>("mxfp4", threads, threshold_k, rounds);
-  if (decomp_format == "nvfp4") decomposition<nvfp4_format>("nvfp4", threads, threshold_k, rounds);
+  for (const auto& [name, measure] : decompositions)
+    if (name == decomp_format) measure();
   if (!decomp_format.empty()) return 0;
-  if (threshold_format == "mxfp4")
-    threshold<mxfp4_format>("mxfp4", threads, threshold_k, rounds);
-  else if (threshold_format == "nvfp4")
-    threshold<nvfp4_format>("nvfp4", threads, threshold_k, rounds);
-  else if (threshold_format == "nvfp4_w4a4")
-    threshold<nvfp4_format>("w4a4", threads, threshold_k, rounds, true);
-  else if (threshold_format == "fp8")
-    threshold<fp8_format>("fp8", threads, threshold_k, rounds);
-  else if (threshold_format == "fp8_w8a8")
-    threshold<fp8_format>("w8a8", threads, threshold_k, rounds, true);
-  else if (threshold_format == "mxfp4_bf16")
-    threshold<mxfp4_format>("mx/bf", threads, threshold_k, rounds, false, true);
-  else if (threshold_format == "nvfp4_bf16")
-    threshold<nvfp4_format>("nv/bf", threads, threshold_k, rounds, false, true);
-  else if (threshold_format == "fp8_bf16")
-    threshold<fp8_format>("f8/bf", threads, threshold_k, rounds, false, true);
-  else if (!threshold_format.empty()) {
-    std::fprintf(stderr,
-                 "bench_amx: --threshold wants mxfp4, nvfp4, nvfp4_w4a4, fp8, fp8_w8a8, mxfp4_bf16, nvfp4_bf16 or "
-                 "fp8_bf16\n");
-    return 2;
-  }
+  for (const auto& [name, measure] : thresholds)
+    if (name == threshold_format) measure();
   if (!threshold_format.empty()) return 0;
   std::vector<bench::Limits> limits;
   for (const long t : threads) {

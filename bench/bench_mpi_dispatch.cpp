@@ -24,6 +24,8 @@
 #include <boost/mp11/algorithm.hpp>
 #include <polymoe/mpi.hpp>
 
+#include "cli11_support.hpp"
+
 using namespace polymoe;
 using clk = std::chrono::steady_clock;
 
@@ -197,12 +199,19 @@ void overlap_experiment(int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int reps = 10;
+  CLI::App app("bench_mpi_dispatch: the MPI dispatchers' dispatch and combine throughput, and an overlap "
+               "experiment (under mpirun -np R)",
+               "bench_mpi_dispatch");
+  programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+  app.add_option("--reps", reps, "repetitions per measurement (default 10; the median is reported)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1 << 20));
+  // before MPI starts: a bad command line ends every rank alike, none waits for another
+  if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  int reps = 10;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
   for (index_t T : {4, 512}) {
     throughput<a2a::mpi_allgather>(T, reps);
     throughput<a2a::mpi_ragged>(T, reps);

@@ -49,6 +49,7 @@
 
 #include <polymoe/polymoe.hpp>
 
+#include "cli11_support.hpp"
 #include "polymoe_bench.hpp"
 
 using namespace polymoe;
@@ -90,11 +91,6 @@ struct Layers {
   }
 };
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "bench_ratio: %s\n", what.c_str());
-  std::exit(2);
-}
-
 /// The tunings of --ab KNOB, off and on, each `base` but for the knob's setting; nothing for a knob
 /// it does not know.
 std::optional<std::pair<kernels::tiled::tuning, kernels::tiled::tuning>> ab_tunings(const std::string& knob,
@@ -121,62 +117,55 @@ std::optional<std::pair<kernels::tiled::tuning, kernels::tiled::tuning>> ab_tuni
 }  // namespace
 
 int main(int argc, char** argv) try {
-  preset p{"qwen3-30b-a3b", 2048, 768, 128, 8, 128, "bench_ratio"};
+  // the shapes --preset takes (the first is the default)
+  const std::vector<preset> presets{{"qwen3-30b-a3b", 2048, 768, 128, 8, 128, "bench_ratio"},
+                                    {"deepseek-v3", 7168, 2048, 256, 8, 256, "bench_ratio"},
+                                    {"gpt-oss-20b", 2880, 2880, 32, 4, 32, "bench_ratio"},
+                                    {"tiny", 256, 128, 16, 4, 16, "bench_ratio"}};
+  std::vector<std::string> preset_names, seconds, knobs;
+  for (const auto& q : presets) preset_names.push_back(q.name);
+  boost::mp11::mp_for_each<second_schemes>([&]<class Q>(Q) { seconds.emplace_back(Q::name); });
+  for (const char* k : {"y-stream", "sum-span", "gemm1-by-block", "bf16-block-rows", "row-group", "one-term"})
+    knobs.emplace_back(k);  // ab_tunings' knobs
+  std::string preset_name = presets.front().name;
   std::vector<long> tokens = {512, 2048};
   int threads = 16, rounds = 9, forwards = 3;
   bool phases = false, bf16_inputs = false;
-  kernels::tiled::tuning base;  // --tuning
+  std::string tuning_text;
   std::string ab_name, second = "int8_w8a8";  // ab_name: the knob of --ab ("": none)
   long max_experts = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) fail("option " + a + " needs a value");
-    const std::string v = argv[++i];
-    if (a == "--preset") {
-      if (v == "tiny")
-        p = {"tiny", 256, 128, 16, 4, 16, "bench_ratio"};
-      else if (v == "deepseek-v3")
-        p = {"deepseek-v3", 7168, 2048, 256, 8, 256, "bench_ratio"};
-      else if (v == "gpt-oss-20b")
-        p = {"gpt-oss-20b", 2880, 2880, 32, 4, 32, "bench_ratio"};
-      else if (v != "qwen3-30b-a3b")
-        fail("--preset: qwen3-30b-a3b, deepseek-v3, gpt-oss-20b or tiny, not '" + v + "'");
-    } else if (a == "--experts") {
-      max_experts = std::atol(v.c_str());
-    } else if (a == "--second") {
-      std::string names;
-      bool known = false;
-      boost::mp11::mp_for_each<second_schemes>([&]<class Q>(Q) {
-        known |= Q::name == v;
-        names += (names.empty() ? "" : ", ") + std::string(Q::name);
-      });
-      if (!known) fail("--second: one of " + names + ", not '" + v + "'");
-      second = v;
-    } else if (a == "--tokens") {
-      tokens = comma_list(v.c_str());
-    } else if (a == "--threads") {
-      threads = std::atoi(v.c_str());
-    } else if (a == "--rounds") {
-      rounds = std::atoi(v.c_str());
-    } else if (a == "--forwards") {
-      forwards = std::atoi(v.c_str());
-    } else if (a == "--phases") {
-      phases = v != "0";
-    } else if (a == "--bf16-inputs") {
-      bf16_inputs = v != "0";
-    } else if (a == "--ab") {
-      if (!ab_tunings(v, base))
-        fail("--ab: y-stream, sum-span, gemm1-by-block, bf16-block-rows, row-group or one-term, not '" + v + "'");
-      ab_name = v;
-    } else if (a == "--tuning") {
-      base = kernels::tiled::parse_tuning(v);
-    } else {
-      fail("unknown option " + a);
-    }
-  }
-  if (threads < 1 || rounds < 1 || forwards < 1 || tokens.empty() ||
-      std::any_of(tokens.begin(), tokens.end(), [](long t) { return t < 1; }))
-    fail("--threads, --rounds, --forwards and every token count must be at least 1");
+
+  CLI::App app("bench_ratio: a second format against bf16 on kernel::tiled_amx, forwards interleaved",
+               "bench_ratio");
+  programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+  app.add_option("--preset", preset_name, "the layer's shape (default qwen3-30b-a3b)")
+      ->type_name("NAME")
+      ->check(programs::choice(preset_names));
+  app.add_option("--experts", max_experts, "cap the number of experts E")->type_name("N")->check(CLI::Range(1L, 1L << 30));
+  app.add_option("--second", second, "the format against bf16 (default int8_w8a8)")
+      ->type_name("NAME")
+      ->check(programs::choice(seconds, true));
+  app.add_option("--tokens", tokens, "token counts (default 512,2048)")
+      ->delimiter(',')
+      ->type_name("LIST")
+      ->check(CLI::Range(1L, 1L << 30));
+  app.add_option("--threads", threads, "threads (default 16)")->type_name("N")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--rounds", rounds, "rounds (default 9)")->type_name("N")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--forwards", forwards, "forwards per format and round (default 3)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--ab", ab_name, "two sets of layers whose kernels differ in this knob of their tuning")
+      ->type_name("KNOB")
+      ->check(programs::choice(knobs));
+  app.add_option("--phases", phases, "1: each format's phase times over its timed forwards (default 0)")
+      ->type_name("0|1");
+  app.add_option("--bf16-inputs", bf16_inputs, "1: hidden states that are bf16 values (default 0)")->type_name("0|1");
+  app.add_option("--tuning", tuning_text, "every layer's kernel starts from this tuning (polymoe run --help)")
+      ->type_name("KEY=VALUE,...");
+  app.footer("The comment at the top of bench/bench_ratio.cpp says what is measured and what each knob does.");
+  if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
+  preset p = *std::find_if(presets.begin(), presets.end(), [&](const preset& q) { return q.name == preset_name; });
+  const kernels::tiled::tuning base = kernels::tiled::parse_tuning(tuning_text);
   if (const char* why = kernels::tiled::amx_unavailable_reason())
     std::printf("bench_ratio: AMX cannot run here (%s): both layers run their AVX-512 fallback\n", why);
 

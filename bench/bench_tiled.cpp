@@ -33,6 +33,7 @@
 
 #include <polymoe/polymoe.hpp>
 
+#include "cli11_support.hpp"
 #include "limits.hpp"
 
 #if defined(__AVX512F__)
@@ -181,37 +182,30 @@ void bench_scheme(const Options& o, Limits& limits, std::size_t llc) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--threads") {
-      o.threads = std::stoi(value());
-    } else if (a == "--quant") {
-      const std::string q = value();
-      o.quants = q == "both" ? std::vector<std::string>{"bf16", "fp32"} : std::vector<std::string>{q};
-    } else if (a == "--tokens") {
-      o.tokens.clear();
-      for (const long t : bench::comma_list(value())) o.tokens.push_back(t);
-    } else if (a == "--seconds") {
-      o.seconds = std::stod(value());
-    } else if (a == "--tuning") {
-      try {
-        o.tuning = kernels::tiled::parse_tuning(value(), o.tuning);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_tiled: %s\n", e.what());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "usage: bench_tiled [--threads N] [--quant bf16|fp32|both] [--tokens 1,16,...] [--seconds S] "
-                           "[--tuning KEY=VALUE,...]\n");
-      return 2;
-    }
+  std::string quant = "both", tuning_text;
+  CLI::App app("bench_tiled: kernel::tiled on the Qwen3-30B-A3B MoE layer against this machine's limits",
+               "bench_tiled");
+  programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+  app.add_option("--threads", o.threads, "oneTBB threads (default: all)")->type_name("N")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--quant", quant, "the schemes timed (default both)")
+      ->type_name("NAME")
+      ->check(programs::choice({"bf16", "fp32", "both"}));
+  app.add_option("--tokens", o.tokens, "token counts (default 1,16,64,512,2048)")
+      ->delimiter(',')
+      ->type_name("LIST")
+      ->check(CLI::Range(index_t{1}, index_t{1} << 30));
+  app.add_option("--seconds", o.seconds, "time per measurement, at least 3 runs (default 1.5)")
+      ->type_name("S")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tuning", tuning_text, "the kernel's tuning (polymoe run --help lists the keys)")
+      ->type_name("KEY=VALUE,...");
+  if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
+  if (quant != "both") o.quants = {quant};
+  try {
+    o.tuning = kernels::tiled::parse_tuning(tuning_text);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_tiled: %s\n", e.what());
+    return 2;
   }
   tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(o.threads));
   const std::size_t llc = llc_bytes();
@@ -226,8 +220,6 @@ int main(int argc, char** argv) {
       bench_scheme<quant::bf16>(o, limits, llc);
     else if (q == "fp32")
       bench_scheme<quant::fp32>(o, limits, llc);
-    else
-      std::fprintf(stderr, "unknown --quant %s\n", q.c_str());
   }
   std::printf("\nlimits, best of all passes: (a) DRAM read %.1f GB/s, (b) fp32 FMA peak %.1f GFLOP/s\n",
               limits.dram_gbs, limits.peak_gflops);

@@ -4,7 +4,7 @@
 // effective weight GB/s and the ratios to this machine's limits measured in the same run (fp32 FMA
 // peak, int8 VNNI peak, DRAM read bandwidth) and to an in-run baseline (a per-expert Eigen loop in
 // fp32, as a user would write it without polymoe); optionally the PyTorch peer (bench/peer_torch.py)
-// on the same shapes. Run with --help.
+// on the same shapes. Run with --help; --version names the commit and the ISA paths compiled in.
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -29,6 +30,7 @@
 #include <polymoe/kernels/tiled/isa.hpp>
 #include <polymoe/polymoe.hpp>
 
+#include "cli11_support.hpp"
 #include "polymoe_bench.hpp"
 
 #ifndef POLYMOE_SOURCE_DIR
@@ -40,53 +42,9 @@ using namespace polymoe::bench;
 
 namespace {
 
-const char* usage = R"(usage: polymoe_bench [options]
-  --preset LIST    shapes of io/model_presets.hpp (tiny, qwen3-30b-a3b, deepseek-v3, ...; default tiny): real
-                   H/I/E/k, silu-gated, no biases, random weights
-  --checkpoint DIR a Hugging Face checkpoint's shape instead of (or, with --preset, besides) the
-                   presets: H/I/E/k of its config.json for --layer N (default: its first MoE layer);
-                   the weights timed are random, as for the presets
-  --experts N      cap the number of experts E (quick runs; said in the output)
-  --tokens LIST    default 1,16,64,512
-  --threads LIST   TBB threads (tbb::global_control), default 1
-  --a2a LIST --quant LIST --kernel LIST   select triples (default: every valid local triple)
-  --reps N         timed forwards per point (default 10; median, min, max)
-  --phases         kernels tiled and tiled_amx: also the mean time per phase of the timed
-                   forwards (sort, inputs, gemm1, act, gemm2 or gemms, sum), in the log and the note
-  --no-baseline    skip the fp32 Eigen baseline (its column is then empty)
-  --bf16-inputs    hidden states that are bf16 values (an engine running in bf16), not fp32 ones
-  --json FILE --csv FILE   write the records (JSON: {"context": build, commit, CPU, ISA paths,
-                   compiler and flags, date, limits per thread count; "records": one per point with
-                   every timed forward's seconds, median, min, max, mean, stddev}; CSV: the same
-                   columns without the samples)
-  --format md|text the tables as markdown (the default on a terminal) or aligned text (elsewhere);
-                   columns: median/min/max ms, tok/s, GFLOP/s, weight GB/s, the compute peak of the
-                   instruction the path runs (fp32 FMA, bf16 dot, VNNI int8, AMX bf16 / int8) and the
-                   share of it, the share of DRAM bandwidth, x the fp32 Eigen baseline
-  --plot FILE.png  GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)
-  --peer torch     also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the
-                   same shapes: rows with a2a=peer, kernel=torch-hf-loop
-  --peer-dtype bf16|fp32   (default bf16)   --peer-reps N (default 3)
-  --tuning LIST    kernels tiled and tiled_amx: settings that differ from the measured defaults
-                   (docs/decisions.md), KEY=VALUE separated by commas (the other kernels have none;
-                   the records' note says the tuning). The keys:
-)";
-
 [[noreturn]] void fail(const std::string& m) {
   std::fprintf(stderr, "polymoe_bench: %s\n", m.c_str());
   std::exit(2);
-}
-
-std::vector<std::string> split(const std::string& s, bool normalize = false) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string w; std::getline(ss, w, ',');)
-    if (!w.empty()) {
-      if (normalize)  // "-" and "_" are the same in policy names
-        std::replace(w.begin(), w.end(), '-', '_');
-      v.push_back(w);
-    }
-  return v;
 }
 
 bool in(const std::vector<std::string>& list, std::string_view x) {
@@ -468,66 +426,13 @@ std::vector<record> run_peer(const preset& p, const options& o, const std::strin
 
 int main(int argc, char** argv) try {
   options o;
-  std::string json, csv, png, peer, peer_dtype = "bf16";
-  int peer_reps = 3;
+  std::string json, csv, png, peer, peer_dtype = "bf16", format;
+  std::vector<std::string> tunings;
+  std::int64_t peer_reps = 3;
+  bool no_baseline = false;
   markdown = isatty(STDOUT_FILENO) != 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::printf("%s%s", usage, std::string(kernels::tiled::tuning_keys).c_str());
-      return 0;
-    }
-    if (a == "--phases") {
-      o.phases = true;
-      continue;
-    }
-    if (a == "--no-baseline") {
-      o.baseline = false;
-      continue;
-    }
-    if (a == "--bf16-inputs") {
-      o.bf16_inputs = true;
-      continue;
-    }
-    if (i + 1 >= argc) fail(a + " needs a value (see --help)");
-    const std::string v = argv[++i];
-    const auto ints = [&] {
-      std::vector<long> n;
-      for (const auto& w : split(v)) {
-        char* end = nullptr;
-        const long x = std::strtol(w.c_str(), &end, 10);
-        if (*end || x <= 0) fail(a + ": '" + w + "' is not a positive integer");
-        n.push_back(x);
-      }
-      return n;
-    };
-    if (a == "--preset") o.presets = split(v), o.presets_given = true;
-    else if (a == "--checkpoint") o.checkpoint = v;
-    else if (a == "--layer") o.layer = ints().at(0);
-    else if (a == "--a2a") o.a2as = split(v, true);
-    else if (a == "--quant") o.quants = split(v, true);
-    else if (a == "--kernel") o.kernels = split(v, true);
-    else if (a == "--tokens") { o.tokens.clear(); for (long x : ints()) o.tokens.push_back(x); }
-    else if (a == "--threads") { o.threads.clear(); for (long x : ints()) o.threads.push_back(static_cast<int>(x)); }
-    else if (a == "--experts") o.max_experts = ints().at(0);
-    else if (a == "--reps") o.reps = static_cast<int>(ints().at(0));
-    else if (a == "--json") json = v;
-    else if (a == "--csv") csv = v;
-    else if (a == "--format") {
-      if (v != "md" && v != "text") fail("--format: md or text, got '" + v + "'");
-      markdown = v == "md";
-    }
-    else if (a == "--plot") png = v;
-    else if (a == "--peer") peer = v;
-    else if (a == "--peer-dtype") peer_dtype = v;
-    else if (a == "--peer-reps") peer_reps = static_cast<int>(ints().at(0));
-    else if (a == "--tuning") o.tuning = kernels::tiled::parse_tuning(v, o.tuning);
-    else fail("unknown option " + a + " (see --help)");
-  }
-  if (!peer.empty() && peer != "torch") fail("--peer: only 'torch' is known");
-  if (peer_dtype != "bf16" && peer_dtype != "fp32") fail("--peer-dtype: bf16 or fp32");
 
-  // the selection, checked against the valid triples
+  // the valid triples: the choices of --a2a, --quant and --kernel, and what a selection is checked against
   struct names { std::string_view a, q, k; };
   std::vector<names> valid;
   boost::mp11::mp_for_each<valid_triples>([&](auto t) {
@@ -535,25 +440,99 @@ int main(int argc, char** argv) try {
     valid.push_back({boost::mp11::mp_at_c<T, 0>::name, boost::mp11::mp_at_c<T, 1>::name,
                      boost::mp11::mp_at_c<T, 2>::name});
   });
+  const auto axis = [&](std::string_view names::*field) {
+    std::vector<std::string> v;
+    for (const auto& n : valid) v.emplace_back(n.*field);
+    return programs::choice(std::move(v), true);  // "-" and "_" are the same in policy names
+  };
+  std::vector<std::string> preset_names;
+  for (const auto& m : io::model_presets) preset_names.emplace_back(m.name);
+
+  CLI::App app("polymoe_bench: microbenchmark of the instantiated layers", "polymoe_bench");
+  programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+  constexpr auto int_max = std::numeric_limits<int>::max();
+  const auto list = [](CLI::Option* opt) { return opt->delimiter(',')->type_name("LIST"); };
+  const CLI::Option* presets_given =
+      list(app.add_option("--preset", o.presets,
+                          "shapes of io/model_presets.hpp (default tiny): real H/I/E/k, silu-gated, no\n"
+                          "biases, random weights"))
+          ->check(programs::choice(preset_names));
+  CLI::Option* checkpoint =
+      app.add_option("--checkpoint", o.checkpoint,
+                     "a Hugging Face checkpoint's shape instead of (or, with --preset, besides) the\n"
+                     "presets: H/I/E/k of its config.json for --layer N (default: its first MoE\n"
+                     "layer); the weights timed are random, as for the presets")
+          ->type_name("DIR");
+  app.add_option("--layer", o.layer, "the layer of --checkpoint")
+      ->type_name("N")
+      ->needs(checkpoint)
+      ->check(CLI::Range(index_t{0}, std::numeric_limits<index_t>::max(), "N >= 0"));
+  app.add_option("--experts", o.max_experts, "cap the number of experts E (quick runs; said in the output)")
+      ->type_name("N")
+      ->check(CLI::Range(index_t{1}, std::numeric_limits<index_t>::max(), "POSITIVE"));
+  list(app.add_option("--tokens", o.tokens, "token counts (default 1,16,64,512)"))
+      ->check(CLI::Range(index_t{1}, std::numeric_limits<index_t>::max(), "POSITIVE"));
+  list(app.add_option("--threads", o.threads, "TBB threads (tbb::global_control), default 1"))
+      ->check(CLI::Range(1, int_max));
+  list(app.add_option("--a2a", o.a2as, "dispatchers (default: local)"))->check(axis(&names::a));
+  list(app.add_option("--quant", o.quants, "schemes (default: every one)"))->check(axis(&names::q));
+  list(app.add_option("--kernel", o.kernels, "kernels (default: every one)"))->check(axis(&names::k));
+  app.add_option("--reps", o.reps, "timed forwards per point (default 10; median, min, max)")
+      ->type_name("N")
+      ->check(CLI::Range(1, int_max));
+  app.add_flag("--phases", o.phases,
+               "kernels tiled and tiled_amx: also the mean time per phase of the timed\n"
+               "forwards (sort, inputs, gemm1, act, gemm2 or gemms, sum), in the log and the note");
+  app.add_flag("--no-baseline", no_baseline, "skip the fp32 Eigen baseline (its column is then empty)");
+  app.add_flag("--bf16-inputs", o.bf16_inputs,
+               "hidden states that are bf16 values (an engine running in bf16), not fp32 ones");
+  app.add_option("--json", json,
+                 "write the records: {\"context\": build, commit, CPU, ISA paths, compiler and\n"
+                 "flags, date, limits per thread count; \"records\": one per point with every\n"
+                 "timed forward's seconds, median, min, max, mean, stddev}")
+      ->type_name("FILE");
+  app.add_option("--csv", csv, "write the records' columns without the samples")->type_name("FILE");
+  app.add_option("--format", format,
+                 "the tables as markdown (the default on a terminal) or aligned text (elsewhere);\n"
+                 "columns: median/min/max ms, tok/s, GFLOP/s, weight GB/s, the compute peak of the\n"
+                 "instruction the path runs (fp32 FMA, bf16 dot, VNNI int8, AMX bf16 / int8) and\n"
+                 "the share of it, the share of DRAM bandwidth, x the fp32 Eigen baseline")
+      ->type_name("FORMAT")
+      ->check(programs::choice({"md", "text"}));
+  app.add_option("--plot", png, "GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)")
+      ->type_name("FILE.png");
+  app.add_option("--peer", peer,
+                 "also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the\n"
+                 "same shapes: rows with a2a=peer, kernel=torch-hf-loop")
+      ->type_name("NAME")
+      ->check(programs::choice({"torch"}));
+  app.add_option("--peer-dtype", peer_dtype, "the peer's dtype (default bf16)")
+      ->type_name("DTYPE")
+      ->check(programs::choice({"bf16", "fp32"}));
+  app.add_option("--peer-reps", peer_reps, "the peer's timed forwards (default 3)")
+      ->type_name("N")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{int_max}));
+  app.add_option("--tuning", tunings,
+                 "kernels tiled and tiled_amx: settings that differ from the measured defaults\n"
+                 "(docs/decisions.md), KEY=VALUE separated by commas, applied in order (the\n"
+                 "other kernels have none; the records' note says the tuning). The keys are below.")
+      ->type_name("KEY=VALUE,...")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.footer("Sweeps the valid (a2a, quant, kernel) triples (every local one, or those selected), the\n"
+             "presets, token counts and thread counts; reports per point the median / min / max time,\n"
+             "tokens/s, GFLOP/s, effective weight GB/s and the ratios to this machine's limits measured in\n"
+             "the same run, and to an in-run fp32 Eigen baseline.\nThe --tuning keys:\n" +
+             std::string(kernels::tiled::tuning_keys));
+  if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
+  o.presets_given = presets_given->count() > 0;
+  o.baseline = !no_baseline;
+  if (!format.empty()) markdown = format == "md";
+  for (const auto& t : tunings) o.tuning = kernels::tiled::parse_tuning(t, o.tuning);
+
   const auto selected = [&](std::string_view a, std::string_view q, std::string_view k) {
     return (o.a2as.empty() ? a == "local" : in(o.a2as, a)) && in(o.quants, q) && in(o.kernels, k);
   };
-  const auto check_axis = [&](const std::vector<std::string>& given, std::string_view names::*field, const char* opt) {
-    for (const auto& g : given)
-      if (std::none_of(valid.begin(), valid.end(), [&](const names& n) { return n.*field == g; })) {
-        std::vector<std::string_view> seen;
-        std::string all;
-        for (const auto& n : valid)
-          if (std::find(seen.begin(), seen.end(), n.*field) == seen.end()) {
-            seen.push_back(n.*field);
-            all += (all.empty() ? "" : ", ") + std::string(n.*field);
-          }
-        fail(std::string(opt) + ": unknown name '" + g + "'; valid: " + all);
-      }
-  };
-  check_axis(o.a2as, &names::a, "--a2a");
-  check_axis(o.quants, &names::q, "--quant");
-  check_axis(o.kernels, &names::k, "--kernel");
   std::vector<names> chosen;
   for (const auto& n : valid)
     if (selected(n.a, n.q, n.k)) chosen.push_back(n);
@@ -576,8 +555,6 @@ int main(int argc, char** argv) try {
                       c.intermediate, c.num_experts, c.top_k(), c.num_experts,
                       o.checkpoint + "/config.json, layer " + std::to_string(n)});
     if (!o.presets_given) o.presets.clear();
-  } else if (o.layer >= 0) {
-    fail("--layer needs --checkpoint");
   }
   for (auto& p : shapes)
     if (o.max_experts > 0 && o.max_experts < p.experts) p.experts = std::max(o.max_experts, p.top_k);
@@ -710,7 +687,7 @@ int main(int argc, char** argv) try {
       const int thr = o.threads.back();
       info(detail::concat("[peer: bench/peer_torch.py, PyTorch HF expert loop, ", peer_dtype, ", ", thr,
                           " threads, ", peer_reps, " reps] ", p.name));
-      for (auto& r : run_peer(p, o, peer_dtype, peer_reps, thr)) add(std::move(r));
+      for (auto& r : run_peer(p, o, peer_dtype, static_cast<int>(peer_reps), thr)) add(std::move(r));
     }
   }
   bar.clear();

@@ -4,6 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ccache pkg-config
   libboost1.81-dev libeigen3-dev libtbb-dev        # the library: Boost.Mp11/Hana, Eigen 3.4, oneTBB
+  libcli11-dev                                      # the programs' command lines (tool, benchmarks)
   libgtest-dev libgmock-dev libbenchmark-dev        # tests and benchmarks
   libdlpack-dev                                     # DLPack tensors at the API edge (polymoe/dlpack.hpp)
   valgrind                                          # the zero-cost (instruction count) tests

@@ -58,27 +58,64 @@ function(run_case id case tol)
 endfunction()
 
 # --- help, list, selection errors
-foreach(cmd run quantize list make-checkpoint inspect compare)
+# each subcommand's help is generated from its options (CLI11): every option named, the choices of
+# --a2a/--quant/--kernel listed from the table, the explanatory text kept
+foreach(spec "run:--checkpoint DIR REQUIRED.*--layer.*--input.*--output.*--a2a NAME:[{]local[^}]*[}].*--quant NAME:[{][^}]*fp32[^}]*[}].*--kernel NAME:[{][^}]*reference[^}]*auto[}].*--threads.*--repeat.*--capacity.*--tuning.*--ignore-input-logits.*--quiet.*--progress.*The --tuning keys"
+             "quantize:--checkpoint.*--layer N[|]all.*--scheme NAME:[{][^}]*int8[^}]*[}].*--out.*--shard-mb.*--force.*Stored weights are dequantized"
+             "list:Usage: .*list.*Prints every valid"
+             "make-checkpoint:--preset NAME:[{]tiny,[^}]*[}].*--out.*--layers.*--seed.*--tokens.*--shard-mb.*Presets:"
+             "inspect:DIR.*--layer.*--tensors.*Prints the checkpoint's family"
+             "compare:GOT.*REFERENCE.*--tensor.*--tol.*--exact.*Prints max")
+  split_case_regex("${spec}" cmd regex)
   tool_test(cli.help.${cmd} COMMAND ${tool} ${cmd} --help)
+  set_tests_properties(tool.cli.help.${cmd} PROPERTIES PASS_REGULAR_EXPRESSION "${regex}")
 endforeach()
 tool_test(cli.list COMMAND ${tool} list)
+# --version: the commit this build was configured from, the ISA paths compiled in
 tool_test(cli.version COMMAND ${tool} --version)
 set_tests_properties(tool.cli.version PROPERTIES PASS_REGULAR_EXPRESSION
-                     "polymoe ${PROJECT_VERSION} \\(commit ([0-9a-f]+|unknown)\\).*tiled kernels: .*--kernel auto runs tiled")
+                     "polymoe ${PROJECT_VERSION} \\(commit ${POLYMOE_GIT_COMMIT}\\)\n  tiled kernels: .*--kernel auto runs tiled")
+# no command: the usage on stderr, and a failure
+tool_expect_error(cli.no_command "Usage: .*polymoe.*SUBCOMMAND.*run" ${tool})
+tool_expect_error(cli.unknown_command "unknown command 'frobnicate'" ${tool} frobnicate)
 set_tests_properties(tool.cli.list PROPERTIES PASS_REGULAR_EXPRESSION "local +fp32 +reference")
-tool_expect_error(cli.unknown_quant "unknown --quant 'nope'.*fp32" ${tool} run --checkpoint ${hf}/mixtral --layer 0
+tool_expect_error(cli.unknown_quant "^polymoe: run: --quant: unknown 'nope'; valid: .*fp32" ${tool} run --checkpoint ${hf}/mixtral --layer 0
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --quant nope)
-tool_expect_error(cli.unknown_kernel "unknown --kernel 'fast'.*reference" ${tool} run --checkpoint ${hf}/mixtral
+tool_expect_error(cli.unknown_kernel "^polymoe: run: --kernel: unknown 'fast'; valid: .*reference" ${tool} run --checkpoint ${hf}/mixtral
                   --layer 0 --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors --kernel fast)
 string(REPLACE ";" ", " kernels_of_fp32 "${POLYMOE_TABLE_KERNELS_OF_fp32}")
 tool_expect_error(cli.invalid_triple "not a valid triple.*valid --kernel for the other two: ${kernels_of_fp32}"
                   ${tool} run --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
                   --output ${work}/never.safetensors --quant fp32 --kernel tiled_amx)
-tool_expect_error(cli.missing_option "missing the option --layer" ${tool} run --checkpoint ${hf}/mixtral
+# an invalid choice names every valid one, from the table (one test per name)
+foreach(kernel ${POLYMOE_TABLE_KERNELS})
+  tool_expect_error(cli.choices.kernel_${kernel} "^polymoe: run: --kernel: unknown 'nope'; valid: .*${kernel}"
+                    ${tool} run --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
+                    --output ${work}/never.safetensors --kernel nope)
+endforeach()
+foreach(quant ${POLYMOE_TABLE_QUANTS})
+  tool_expect_error(cli.choices.quant_${quant} "^polymoe: run: --quant: unknown 'nope'; valid: .*${quant}"
+                    ${tool} run --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
+                    --output ${work}/never.safetensors --quant=nope)
+endforeach()
+# `--key=value` is `--key value`: the same layer (the summary says which) and the same bytes as
+# mixtral_reference, which spells every option `--key value`; "-" for "_" in a policy name too
+tool_test(cli.equals_form.run SETUP tool_equals COMMAND ${tool} run --checkpoint=${hf}/mixtral --layer=0
+          --input=${hf}/mixtral/io.safetensors --output=${work}/equals_form.safetensors --kernel=reference
+          --a2a=local --quant=fp32)
+set_tests_properties(tool.cli.equals_form.run PROPERTIES PASS_REGULAR_EXPRESSION "MoeLayer<local, fp32, reference>")
+tool_test(cli.equals_form.same REQUIRES "tool_equals;tool_mixtral_reference" COMMAND ${tool} compare
+          ${work}/equals_form.safetensors ${work}/mixtral_reference.safetensors --exact)
+tool_test(cli.dash_spelling COMMAND ${tool} run --checkpoint ${hf}/deepseek_v3_fp8 --layer 0
+          --input ${hf}/deepseek_v3_fp8/io.safetensors --output ${work}/dash_spelling.safetensors
+          --quant fp8-block-weight-only --kernel reference)
+set_tests_properties(tool.cli.dash_spelling PROPERTIES PASS_REGULAR_EXPRESSION
+                     "MoeLayer<local, fp8_block_weight_only, reference>")
+tool_expect_error(cli.missing_option "^polymoe: run: --layer is required \\(see polymoe run --help\\)" ${tool} run --checkpoint ${hf}/mixtral
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors)
 tool_expect_error(cli.layer_out_of_range "layer 5 is out of range" ${tool} run --checkpoint ${hf}/mixtral --layer 5
                   --input ${hf}/mixtral/io.safetensors --output ${work}/never.safetensors)
-tool_expect_error(cli.repeat_out_of_range "--repeat must be in \\[1, 2147483647\\], got 4294967297" ${tool} run
+tool_expect_error(cli.repeat_out_of_range "--repeat: Value 4294967297 not in range 1 to 2147483647" ${tool} run
                   --checkpoint ${hf}/mixtral --layer 0 --input ${hf}/mixtral/io.safetensors
                   --output ${work}/never.safetensors --repeat 4294967297)
 # The input is a run's output file (no hidden_states): were the check missing, the run would stop
@@ -89,7 +126,7 @@ tool_expect_error(cli.output_is_input
                   --output ${work}/../tool_work/mixtral.safetensors REQUIRES tool_mixtral)
 tool_expect_error(cli.inspect_negative_layer "inspect: --layer -5 is out of range" ${tool} inspect ${hf}/mixtral
                   --layer -5)
-tool_expect_error(cli.negative_shard "--shard-mb must be in \\[1, 1073741824\\], got -1" ${tool} quantize
+tool_expect_error(cli.negative_shard "--shard-mb: Value -1 not in range 1 to 1073741824" ${tool} quantize
                   --checkpoint ${hf}/mixtral --layer 0 --scheme fp8_block --out ${work}/never_q --shard-mb -1)
 # `compare` itself can fail: every fixture test above rests on it.
 tool_expect_error(compare.above_tolerance "relative error .* exceeds the tolerance 0.0001" ${tool} compare
@@ -182,7 +219,7 @@ tool_test(quantize.one_layer.layer1_unchanged REQUIRES "tool_q1_orig;tool_q1_q" 
           ${work}/q1_layer1_q.safetensors ${work}/q1_layer1_orig.safetensors --exact)
 tool_expect_error(quantize.gpt_oss_fp8_refused "gpt_oss checkpoints store experts stacked" ${tool} quantize
                   --checkpoint ${hf}/gpt_oss --layer 0 --scheme fp8-block --out ${work}/never_q)
-tool_expect_error(quantize.unknown_scheme "unknown --scheme 'fp3'" ${tool} quantize --checkpoint ${hf}/mixtral
+tool_expect_error(quantize.unknown_scheme "quantize: --scheme: unknown 'fp3'; valid: .*fp8-block" ${tool} quantize --checkpoint ${hf}/mixtral
                   --layer 0 --scheme fp3 --out ${work}/never_q)
 
 # --- make-checkpoint, inspect, run (every preset family; sharded and unsharded must agree)
@@ -222,7 +259,19 @@ if(TARGET polymoe_bench)
             ${work}/ckpt_tiny --tokens 1 --reps 1 --quant fp32 --kernel reference --no-baseline --format text)
   set_tests_properties(tool.bench.checkpoint_shape PROPERTIES PASS_REGULAR_EXPRESSION
                        "preset ckpt_tiny-layer[0-9]+: H=256 I=128 E=16 k=4, [^\n]*shape from [^\n]*ckpt_tiny/config.json")
+  # the bench's command line is the tool's (CLI11): choices listed from the table, --version
+  tool_test(bench.invalid_choice COMMAND $<TARGET_FILE:polymoe_bench> --tokens 1 --kernel=nope)
+  set_tests_properties(tool.bench.invalid_choice PROPERTIES PASS_REGULAR_EXPRESSION
+                       "polymoe_bench: --kernel: unknown 'nope'; valid: [^\n]*reference")
 endif()
+# every program answers --version with the commit of this build and the ISA paths compiled in
+foreach(program polymoe_bench bench_tiled bench_amx bench_ratio bench_mpi_dispatch polymoe_cuda_bench)
+  if(TARGET ${program})
+    tool_test(version.${program} COMMAND $<TARGET_FILE:${program}> --version)
+    set_tests_properties(tool.version.${program} PROPERTIES PASS_REGULAR_EXPRESSION
+                         "${program} ${PROJECT_VERSION} \\(commit ${POLYMOE_GIT_COMMIT}\\)\n  tiled kernels: ")
+  endif()
+endforeach()
 # `run` with no --quant / --kernel: the checkpoint's own scheme and the fastest kernel that pairs
 # with it here (tiled_amx where the CPU runs AMX tiles; it does not run fp32), said in the summary
 set_tests_properties(tool.checkpoint.tiny.run PROPERTIES PASS_REGULAR_EXPRESSION
@@ -258,7 +307,7 @@ tool_test(checkpoint.sharded.run SETUP tool_mkr_sharded REQUIRES tool_mk_sharded
           --output ${work}/mk_sharded.safetensors)
 tool_test(checkpoint.sharded.same REQUIRES "tool_mkr_sharded;tool_mkr_tiny" COMMAND ${tool} compare
           ${work}/mk_sharded.safetensors ${work}/mk_tiny.safetensors --exact)
-tool_expect_error(checkpoint.unknown_preset "unknown --preset 'huge'.*gpt-oss-20b" ${tool} make-checkpoint
+tool_expect_error(checkpoint.unknown_preset "make-checkpoint: --preset: unknown 'huge'; valid: .*gpt-oss-20b" ${tool} make-checkpoint
                   --preset huge --out ${work}/never_mk)
 
 # --- malformed files: a clear polymoe: error and a non-zero exit, never a crash
@@ -319,7 +368,7 @@ set_tests_properties(tool.malformed.huge_layers.inspect PROPERTIES TIMEOUT 30
 tool_test(malformed.huge_layers.quantize REQUIRES tool_malformed COMMAND ${tool} quantize --checkpoint
           ${bad}/huge_layers --layer all --scheme int8 --out ${work}/huge_layers_q --force)
 set_tests_properties(tool.malformed.huge_layers.quantize PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "1 layer")
-tool_expect_error(cli.make_checkpoint_layers "--layers must be in \\[1, 4096\\], got 1099511627776" ${tool}
+tool_expect_error(cli.make_checkpoint_layers "--layers: Value 1099511627776 not in range 1 to 4096" ${tool}
                   make-checkpoint --preset tiny --out ${work}/never_ckpt --layers 1099511627776)
 
 # conveniences: experts in numeric order, integer tensors compared exactly, --repeat's mean after a

@@ -1,12 +1,8 @@
 #pragma once
-// The polymoe command-line tool: argument parsing shared by the subcommands, and their entry points.
-#include <charconv>
-#include <cstdint>
+// The polymoe command-line tool: what the subcommands share, and their entry points.
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
-#include <iostream>
-#include <map>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,79 +11,29 @@
 #include <polymoe/core/types.hpp>
 #include <polymoe/io/checkpoint_files.hpp>
 
+#include "cli11_support.hpp"
+#include "progress.hpp"
+
 namespace polymoe::cli {
 
-/// One subcommand's arguments: `--key value` options, `--flag`s and positional words.
-struct args {
-  std::string command;
-  std::vector<std::string> positional;
-  std::map<std::string, std::string, std::less<>> opts;
-  std::set<std::string, std::less<>> flags;
-
-  [[nodiscard]] bool has(std::string_view k) const { return opts.find(k) != opts.end(); }
-  [[nodiscard]] bool flag(std::string_view k) const { return flags.find(k) != flags.end(); }
-  [[nodiscard]] std::string get(std::string_view k, std::string_view fallback = {}) const {
-    const auto it = opts.find(k);
-    return it == opts.end() ? std::string(fallback) : it->second;
-  }
-  /// The value of a required option; polymoe::error naming it when absent.
-  [[nodiscard]] std::string need(std::string_view k) const {
-    const auto it = opts.find(k);
-    require(it != opts.end(), command, ": missing the option --", k, " (see polymoe ", command, " --help)");
-    return it->second;
-  }
-  [[nodiscard]] std::int64_t integer(std::string_view k, std::int64_t fallback) const {
-    return has(k) ? parse_int(get(k), k) : fallback;
-  }
-  /// As integer(), and polymoe::error naming the option unless lo <= value <= hi.
-  [[nodiscard]] std::int64_t integer_in(std::string_view k, std::int64_t fallback, std::int64_t lo,
-                                        std::int64_t hi) const {
-    const std::int64_t x = integer(k, fallback);
-    require(x >= lo && x <= hi, command, ": --", k, " must be in [", lo, ", ", hi, "], got ", x);
-    return x;
-  }
-  [[nodiscard]] std::int64_t parse_int(const std::string& v, std::string_view k) const {
-    std::int64_t x = 0;
-    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-    require(ec == std::errc{} && p == v.data() + v.size(), command, ": --", k, " must be an integer, got '", v, "'");
-    return x;
-  }
+/// A subcommand: its CLI11 App (its options bound to settings it owns) and what runs it once the
+/// command line is parsed.
+struct command {
+  CLI::App* app;
+  std::function<int()> run;
 };
 
-/// Parses argv[first..argc): options listed in `valued` take a value, those in `switches` do not;
-/// anything else starting with "--" is an error naming it. `--help` / `-h` set the flag "help".
-inline args parse_args(std::string command, int argc, char** argv, int first, std::set<std::string, std::less<>> valued,
-                       std::set<std::string, std::less<>> switches = {}) {
-  args a;
-  a.command = std::move(command);
-  for (int i = first; i < argc; ++i) {
-    const std::string_view w = argv[i];
-    if (w == "--help" || w == "-h") {
-      a.flags.insert("help");
-    } else if (w.starts_with("--")) {
-      std::string key(w.substr(2));
-      std::string value;
-      bool inline_value = false;
-      if (const auto eq = key.find('='); eq != std::string::npos)
-        value = key.substr(eq + 1), key.resize(eq), inline_value = true;
-      if (switches.count(key)) {
-        require(!inline_value, a.command, ": --", key, " takes no value");
-        a.flags.insert(key);
-      } else if (valued.count(key)) {
-        if (!inline_value) {
-          require(i + 1 < argc, a.command, ": --", key, " needs a value");
-          value = argv[++i];
-        }
-        a.opts[key] = value;
-      } else {
-        throw error(detail::concat(a.command, ": unknown option --", key, " (see polymoe ", a.command, " --help)"));
-      }
-    } else {
-      a.positional.emplace_back(w);
-    }
+/// A subcommand's --quiet and --progress, and the progress mode they ask for.
+struct progress_flags {
+  bool quiet = false, from_start = false;
+  void add_to(CLI::App& app) {
+    app.add_flag("--quiet", quiet, "no progress and no summary");
+    app.add_flag("--progress", from_start, "show the progress of every long step from its start");
   }
-  return a;
-}
+  [[nodiscard]] progress::mode mode() const {
+    return quiet ? progress::mode::off : from_start ? progress::mode::always : progress::mode::after_a_second;
+  }
+};
 
 /// The files of a checkpoint that a command reads: its config.json, index and shards.
 inline std::vector<std::filesystem::path> checkpoint_paths(const io::checkpoint_files& checkpoint) {
@@ -109,11 +55,12 @@ inline void require_writable_output(std::string_view command, const std::filesys
   io::require_not_overwriting(out, read, detail::concat(command, ": the output '", out.string(), "'"));
 }
 
-int cmd_run(int argc, char** argv);
-int cmd_quantize(int argc, char** argv);
-int cmd_list(int argc, char** argv);
-int cmd_make_checkpoint(int argc, char** argv);
-int cmd_inspect(int argc, char** argv);
-int cmd_compare(int argc, char** argv);
+// Each adds its subcommand to the tool's App.
+command add_run(CLI::App& polymoe, char* argv0);
+command add_quantize(CLI::App& polymoe);
+command add_list(CLI::App& polymoe);
+command add_make_checkpoint(CLI::App& polymoe);
+command add_inspect(CLI::App& polymoe);
+command add_compare(CLI::App& polymoe);
 
 }  // namespace polymoe::cli

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 
 #include <polymoe/io/hf_checkpoint.hpp>
 
@@ -55,27 +56,71 @@ std::vector<std::int64_t> integers(const io::safetensors_file& f, const io::tens
   }
 }
 
+/// `polymoe inspect`'s settings, as the command line gives them.
+struct inspect_settings {
+  std::string dir;
+  std::int64_t layer = -1;
+  bool tensors = false;
+  const CLI::Option* layer_given = nullptr;
+};
+
+/// `polymoe compare`'s settings, as the command line gives them.
+struct compare_settings {
+  std::string got, reference, tensor = "output";
+  double tol = 1e-5;
+  bool exact = false;
+};
+
+int inspect_command(const inspect_settings& a);
+int compare_command(const compare_settings& a);
+
 }  // namespace
 
+command add_inspect(CLI::App& polymoe) {
+  CLI::App* app =
+      polymoe.add_subcommand("inspect", "print a checkpoint's family, shapes, quantization and tensors per layer");
+  auto s = std::make_shared<inspect_settings>();
+  app->add_option("DIR", s->dir, "the Hugging Face checkpoint")->type_name("")->required();
+  s->layer_given = app->add_option("--layer", s->layer, "only layer N")->type_name("N");
+  app->add_flag("--tensors", s->tensors, "every tensor, with its dtype and shape");
+  app->footer("Prints the checkpoint's family (config.json model_type), its files, and for each layer (or only\n"
+              "layer N): whether it is an MoE layer, how its experts are stored (float, fp8_block, mxfp4, nvfp4,\n"
+              "int8), its MoE shapes and routing, and its tensor inventory (count and bytes; every tensor with\n"
+              "--tensors).");
+  return {app, [s] { return inspect_command(*s); }};
+}
 
-int cmd_inspect(int argc, char** argv) {
-  const args a = parse_args("inspect", argc, argv, 2, {"layer"}, {"tensors"});
-  if (a.flag("help")) {
-    std::cout << R"(usage: polymoe inspect DIR [--layer N] [--tensors]
+command add_compare(CLI::App& polymoe) {
+  CLI::App* app = polymoe.add_subcommand("compare", "compare a tensor of two safetensors files (relative max error)");
+  auto s = std::make_shared<compare_settings>();
+  app->add_option("GOT", s->got, "the file checked (safetensors)")->type_name("")->required();
+  app->add_option("REFERENCE", s->reference, "the file it is checked against (safetensors)")
+      ->type_name("")
+      ->required();
+  app->add_option("--tensor", s->tensor, "the tensor compared (default output)")->type_name("NAME");
+  app->add_option("--tol", s->tol, "the largest relative error that passes (default 1e-5)")
+      ->type_name("X")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            double x = -1;
+            return CLI::detail::lexical_cast(v, x) && x >= 0 ? std::string()
+                                                              : "must be a non-negative number, got '" + v + "'";
+          },
+          "X >= 0"));
+  app->add_flag("--exact", s->exact, "every tensor of REFERENCE in GOT with the same dtype, shape and bytes");
+  app->footer("Prints max |got - ref| / max |ref| for the tensor (default `output`) and fails (exit 1) when it is\n"
+              "above --tol (default 1e-5). --exact: every tensor of REFERENCE must be in GOT with the same dtype,\n"
+              "shape and bytes.");
+  return {app, [s] { return compare_command(*s); }};
+}
 
-Prints the checkpoint's family (config.json model_type), its files, and for each layer (or only
-layer N): whether it is an MoE layer, how its experts are stored (float, fp8_block, mxfp4, nvfp4,
-int8), its MoE shapes and routing, and its tensor inventory (count and bytes; every tensor with
---tensors).
-)";
-    return 0;
-  }
-  require(a.positional.size() == 1, "inspect: expected one checkpoint directory, got ", a.positional.size(),
-          " arguments");
-  const auto ckpt = io::hf_checkpoint::open(a.positional[0]);
+namespace {
+
+int inspect_command(const inspect_settings& a) {
+  const auto ckpt = io::hf_checkpoint::open(a.dir);
   const auto& files = ckpt.files();
   const auto& names = ckpt.names();
-  std::printf("checkpoint  %s\nfamily      %s\nfiles       ", a.positional[0].c_str(),
+  std::printf("checkpoint  %s\nfamily      %s\nfiles       ", a.dir.c_str(),
               std::string(io::to_string(ckpt.family())).c_str());
   for (const auto& f : files.files()) std::printf("%s ", f.c_str());
   std::printf("%s\n", files.sharded() ? "(sharded, model.safetensors.index.json)" : "");
@@ -85,8 +130,8 @@ int8), its MoE shapes and routing, and its tensor inventory (count and bytes; ev
   std::printf("layers      %lld", static_cast<long long>(L));
   if (static_cast<index_t>(present.size()) != L) std::printf(" (%zu in these files)", present.size());
   std::printf("\n");
-  const index_t only = a.integer("layer", -1);
-  require(!a.has("layer") || (only >= 0 && only < L), "inspect: --layer ", only, " is out of range [0, ", L, ")");
+  const index_t only = a.layer;
+  require(a.layer_given->count() == 0 || (only >= 0 && only < L), "inspect: --layer ", only, " is out of range [0, ", L, ")");
   auto tensor_line = [&](const std::string& n) {
     const auto& t = files.info(n);
     std::printf("    %-64s %-8s %s\n", n.c_str(), std::string(io::dtype_name(t.dtype)).c_str(), t.shape_string().c_str());
@@ -118,7 +163,7 @@ int8), its MoE shapes and routing, and its tensor inventory (count and bytes; ev
                     c.shared_expert_gate ? " (sigmoid gate)" : "");
       std::printf("\n");
     }
-    if (a.flag("tensors"))
+    if (a.tensors)
       for (const auto& t : tensors) tensor_line(t);
   }
   const auto rest = files.names();
@@ -126,27 +171,16 @@ int8), its MoE shapes and routing, and its tensor inventory (count and bytes; ev
   for (const auto& t : rest)
     if (!t.starts_with("model.layers.")) {
       ++other;
-      if (a.flag("tensors") && only < 0) tensor_line(t);
+      if (a.tensors && only < 0) tensor_line(t);
     }
   std::printf("other tensors: %zu\n", other);
   return 0;
 }
 
-int cmd_compare(int argc, char** argv) {
-  const args a = parse_args("compare", argc, argv, 2, {"tensor", "tol"}, {"exact"});
-  if (a.flag("help")) {
-    std::cout << R"(usage: polymoe compare GOT.safetensors REFERENCE.safetensors [--tensor NAME] [--tol X] [--exact]
-
-Prints max |got - ref| / max |ref| for the tensor (default `output`) and fails (exit 1) when it is
-above --tol (default 1e-5). --exact: every tensor of REFERENCE must be in GOT with the same dtype,
-shape and bytes.
-)";
-    return 0;
-  }
-  require(a.positional.size() == 2, "compare: expected two safetensors files");
-  const auto got = io::safetensors_file::open(a.positional[0]);
-  const auto ref = io::safetensors_file::open(a.positional[1]);
-  if (a.flag("exact")) {
+int compare_command(const compare_settings& a) {
+  const auto got = io::safetensors_file::open(a.got);
+  const auto ref = io::safetensors_file::open(a.reference);
+  if (a.exact) {
     for (const auto& t : ref.tensors()) {
       const auto& g = got.info(t.name);
       require(g.dtype == t.dtype && g.shape == t.shape, "compare: tensor '", t.name, "' is ", io::dtype_name(g.dtype),
@@ -158,15 +192,8 @@ shape and bytes.
     std::printf("compare: %zu tensors identical\n", ref.size());
     return 0;
   }
-  const std::string name = a.get("tensor", "output");
-  double tol = 1e-5;
-  if (a.has("tol")) {
-    const std::string t = a.get("tol");
-    char* end = nullptr;
-    tol = std::strtod(t.c_str(), &end);
-    require(!t.empty() && end == t.c_str() + t.size() && tol >= 0, "compare: --tol must be a non-negative number, got '",
-            t, "'");
-  }
+  const std::string& name = a.tensor;
+  const double tol = a.tol;
   if (const auto& g = got.info(name), &r = ref.info(name); is_integer(g.dtype) || is_integer(r.dtype)) {
     // ids and counts: equal or not; a tolerance means nothing for them
     require(g.shape == r.shape, "compare: '", name, "' is ", g.shape_string(), " vs ", r.shape_string());
@@ -183,7 +210,7 @@ shape and bytes.
   require(x.rows() == y.rows() && x.cols() == y.cols(), "compare: '", name, "' is [", x.rows(), ", ", x.cols(),
           "] vs [", y.rows(), ", ", y.cols(), "]");
   // Both files: a NaN in the reference would make every comparison false and the check pass.
-  for (const auto& [m, file] : {std::pair{&x, &a.positional[0]}, std::pair{&y, &a.positional[1]}})
+  for (const auto& [m, file] : {std::pair{&x, &a.got}, std::pair{&y, &a.reference}})
     require(m->allFinite(), "compare: '", name, "' in ", *file, " has non-finite values");
   const double err = x.size() ? static_cast<double>((x - y).cwiseAbs().maxCoeff()) : 0.0;
   const double scale = y.size() ? static_cast<double>(y.cwiseAbs().maxCoeff()) : 0.0;
@@ -193,5 +220,7 @@ shape and bytes.
   require(rel <= tol, "compare: '", name, "' relative error ", rel, " exceeds the tolerance ", tol);
   return 0;
 }
+
+}  // namespace
 
 }  // namespace polymoe::cli

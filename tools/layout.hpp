@@ -32,15 +32,20 @@ struct out_scheme {
   [[nodiscard]] bool is_float() const noexcept { return layout.is_float(); }
 };
 
-/// The names quantize takes, for messages: each layout's name and alias, and the table's schemes
-/// whose weights a layout stores ("fp8_block, fp8-block, fp8_block_weight_only, mxfp4, ...").
-inline std::string layout_names() {
-  std::vector<std::string_view> names;
+/// The names quantize's --scheme takes: each layout's name and alias, and the table's schemes whose
+/// weights a layout stores ("fp8_block", "fp8-block", "fp8_block_weight_only", "mxfp4", ...).
+inline std::vector<std::string> stored_names() {
+  std::vector<std::string> names;
   io::for_each_stored_name([&](std::string_view n, io::stored_scheme) {
-    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.emplace_back(n);
   });
+  return names;
+}
+
+/// stored_names() for messages: "fp8_block, fp8-block, ...".
+inline std::string layout_names() {
   std::string out;
-  for (const auto n : names) out += std::string(out.empty() ? "" : ", ") + std::string(n);
+  for (const auto& n : stored_names()) out += std::string(out.empty() ? "" : ", ") + n;
   return out;
 }
 

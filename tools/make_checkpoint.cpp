@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "cli.hpp"
 #include "layout.hpp"
@@ -78,29 +79,68 @@ io::json make_config(const preset& p, index_t layers) {
 
 }  // namespace
 
-int cmd_make_checkpoint(int argc, char** argv) {
-  const args a = parse_args("make-checkpoint", argc, argv, 2, {"preset", "out", "layers", "seed", "tokens", "shard-mb"},
-                            {"quiet", "progress"});
-  if (a.flag("help")) {
-    std::cout << "usage: polymoe make-checkpoint --preset NAME --out DIR [--layers N] [--seed S] [--tokens T]\n"
-                 "                               [--shard-mb MB] [--quiet] [--progress]\n\n"
-                 "Writes a synthetic checkpoint in Hugging Face layout (config.json + safetensors, sharded with\n"
-                 "model.safetensors.index.json above --shard-mb, default 4096) with the shapes of a real model\n"
-                 "and seeded random weights: only the MoE tensors (router, experts, shared experts) of each\n"
-                 "layer. Also writes DIR/input.safetensors with hidden_states [T, H] (--tokens, default 16).\n"
-                 "Tensors are generated and written one at a time; a write longer than a second shows its\n"
-                 "progress on stderr (--progress: from the start; --quiet: no progress and no summary). Presets:\n";
-    for (const auto& p : io::model_presets)
-      std::printf("  %-18s %s\n", std::string(p.name).c_str(), std::string(p.about).c_str());
-    return 0;
+namespace {
+
+/// `polymoe make-checkpoint`'s settings, as the command line gives them.
+struct make_checkpoint_settings {
+  std::string preset, out;
+  std::int64_t layers = 0, tokens = 16, shard_mb = 4096;
+  std::uint64_t seed = 0;
+  progress_flags shown;
+  const CLI::Option* layers_given = nullptr;
+};
+
+int make_checkpoint_command(const make_checkpoint_settings& a);
+
+}  // namespace
+
+command add_make_checkpoint(CLI::App& polymoe) {
+  CLI::App* app = polymoe.add_subcommand(
+      "make-checkpoint", "write a synthetic checkpoint in Hugging Face layout (tiny, mixtral-8x7b, ...)");
+  auto s = std::make_shared<make_checkpoint_settings>();
+  std::vector<std::string> presets;
+  std::string listed;
+  for (const auto& p : io::model_presets) {
+    presets.emplace_back(p.name);
+    listed += "  " + std::string(p.name) + std::string(p.name.size() < 18 ? 18 - p.name.size() : 1, ' ') +
+              std::string(p.about) + "\n";
   }
-  const std::string name = a.need("preset"), out_dir = a.need("out");
+  app->add_option("--preset", s->preset, "the model whose shapes the checkpoint has (below)")
+      ->type_name("NAME")
+      ->required()
+      ->check(programs::choice(std::move(presets)));
+  app->add_option("--out", s->out, "the checkpoint's directory")->type_name("DIR")->required();
+  // Real models have at most a few hundred layers; more is a typo that would write for hours.
+  s->layers_given = app->add_option("--layers", s->layers, "MoE layers (default: the preset's)")
+                        ->type_name("N")
+                        ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
+  app->add_option("--seed", s->seed, "the random weights' seed (default 0)")->type_name("S");
+  app->add_option("--tokens", s->tokens, "tokens of DIR/input.safetensors (default 16; 0: none)")
+      ->type_name("T")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
+  app->add_option("--shard-mb", s->shard_mb, "output larger than this is sharded (default 4096)")
+      ->type_name("MB")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  s->shown.add_to(*app);
+  app->footer("Writes a synthetic checkpoint in Hugging Face layout (config.json + safetensors, sharded with\n"
+              "model.safetensors.index.json above --shard-mb, default 4096) with the shapes of a real model\n"
+              "and seeded random weights: only the MoE tensors (router, experts, shared experts) of each\n"
+              "layer. Also writes DIR/input.safetensors with hidden_states [T, H] (--tokens, default 16).\n"
+              "Tensors are generated and written one at a time; a write longer than a second shows its\n"
+              "progress on stderr (--progress: from the start; --quiet: no progress and no summary). Presets:\n" +
+              listed);
+  return {app, [s] { return make_checkpoint_command(*s); }};
+}
+
+namespace {
+
+int make_checkpoint_command(const make_checkpoint_settings& a) {
+  const std::string &name = a.preset, &out_dir = a.out;
   const preset* p = io::find_model_preset(name);
   require(p != nullptr, "make-checkpoint: unknown --preset '", name, "' (valid: ", io::model_preset_names(), ")");
-  // Real models have at most a few hundred layers; more is a typo that would write for hours.
-  const index_t layers = a.integer_in("layers", p->layers, 1, 4096), tokens = a.integer_in("tokens", 16, 0, std::int64_t{1} << 24);
-  const auto seed = static_cast<std::uint64_t>(a.integer("seed", 0));
-  const std::uint64_t shard = static_cast<std::uint64_t>(a.integer_in("shard-mb", 4096, 1, std::int64_t{1} << 30)) << 20;
+  const index_t layers = a.layers_given->count() > 0 ? a.layers : p->layers, tokens = a.tokens;
+  const std::uint64_t seed = a.seed;
+  const std::uint64_t shard = static_cast<std::uint64_t>(a.shard_mb) << 20;
 
   MoeConfig c;
   c.hidden = p->hidden, c.intermediate = p->intermediate, c.num_experts = p->experts, c.router.top_k = p->top_k;
@@ -150,7 +190,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
   }
   std::uint64_t total = 0;
   for (const auto& t : out) total += t.nbytes();
-  const bool quiet = a.flag("quiet");
+  const bool quiet = a.shown.quiet;
   if (!quiet)
     std::printf("polymoe make-checkpoint: preset %s (%s), %lld layer%s, %zu tensors, %.3f GB -> %s\n",
                 std::string(p->name).c_str(), std::string(p->about).c_str(), static_cast<long long>(layers),
@@ -161,7 +201,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
                          "time; needs that much free disk)\n", static_cast<double>(total) / 1e9);
   std::fflush(stdout);
   const auto files = [&] {
-    progress p(progress_mode(a), "make-checkpoint: writing " + out_dir, total);
+    progress p(a.shown.mode(), "make-checkpoint: writing " + out_dir, total);
     return io::write_checkpoint(out_dir, std::move(out), shard, [&](std::uint64_t done) { p.set(done); });
   }();
   io::write_text_file(std::filesystem::path(out_dir) / "config.json", make_config(*p, layers).dump());
@@ -176,5 +216,7 @@ int cmd_make_checkpoint(int argc, char** argv) {
                 tokens > 0 ? ", input.safetensors (hidden_states)" : "");
   return 0;
 }
+
+}  // namespace
 
 }  // namespace polymoe::cli

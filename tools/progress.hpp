@@ -4,7 +4,7 @@
 // a plain line every few seconds when stderr is a file or a pipe; a last line with the time when
 // anything was shown. `--quiet` turns it off, `--progress` shows it from the start of every step.
 //
-//   cli::progress p(cli::progress_mode(a), "writing q3", total_bytes, cli::progress::bytes);
+//   cli::progress p(settings.shown.mode(), "writing q3", total_bytes, cli::progress::bytes);
 //   ... p.set(done_bytes);            // from any thread; a step without counts just lives
 #include <unistd.h>
 
@@ -17,8 +17,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-
-#include "cli.hpp"
 
 namespace polymoe::cli {
 
@@ -116,10 +114,5 @@ class progress {
   bool done_flag_ = false;
   std::thread ticker_;
 };
-
-/// The progress mode a subcommand's flags ask for: --quiet (off), --progress (from the start).
-inline progress::mode progress_mode(const args& a) {
-  return a.flag("quiet") ? progress::mode::off : a.flag("progress") ? progress::mode::always : progress::mode::after_a_second;
-}
 
 }  // namespace polymoe::cli

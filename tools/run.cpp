@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <memory>
 
 #include <tbb/global_control.h>
 
@@ -13,7 +14,9 @@
 #include <polymoe/kernels/tiled/tuning.hpp>
 
 #include "cli.hpp"
+#include "progress.hpp"
 #include "run_layer.hpp"
+#include "selection.hpp"
 
 #if defined(POLYMOE_WITH_MPI)
 #include <mpi.h>
@@ -23,35 +26,6 @@
 
 namespace polymoe::cli {
 namespace {
-
-constexpr const char* run_help = R"(usage: polymoe run --checkpoint DIR --layer N --input IN.safetensors --output OUT.safetensors
-                   [--a2a NAME] [--quant NAME] [--kernel NAME] [--threads N] [--repeat N]
-                   [--tuning KEY=VALUE,...] [--ignore-input-logits] [--quiet] [--progress]
-
-Runs MoE layer N of a Hugging Face checkpoint (config.json + safetensors, sharded or not).
-  IN   hidden_states [T, H] (F32 or BF16), optionally router_logits [T, E]; without them (or with
-       --ignore-input-logits) the checkpoint's router computes the logits.
-  OUT  output [T, H] F32, topk_ids [T, k] I32, topk_weights [T, k] F32.
-  --a2a      dispatcher (default local); mpi_allgather, mpi_ragged, mpi_masked under
-             `mpirun -np R`: each rank takes a contiguous share of the tokens and holds only its
-             own experts; rank 0 writes the complete output. The ranks compare their layer,
-             input and options before the layer runs; any difference fails every rank.
-  --quant    scheme (default: the checkpoint's own: bf16 for BF16 weights, fp32 for F32 and F16,
-             and for quantized weights the scheme of their layout, e.g. fp8_block_weight_only for
-             DeepSeek FP8 blocks). Float weights are quantized on load; stored weights of another
-             scheme are dequantized first.
-  --kernel   expert kernel, or auto (the default): the fastest that pairs with the dispatcher and
-             scheme on this machine (tiled_amx where the CPU runs AMX tiles, else tiled, ...).
-  --threads  oneTBB threads (default: all).   --repeat  forward passes to time (default 1; with more,
-             their mean after one untimed warm-up call).
-  --capacity mpi_masked rows per local expert (default: T * top_k, which no batch exceeds).
-  --tuning   kernels tiled and tiled_amx: settings that differ from the measured defaults
-             (docs/decisions.md), comma-separated, applied in order; e.g. amx-min-rows=1 puts every
-             row block of tiled_amx on the AMX tiles. The keys:
-)";
-
-constexpr const char* run_help_end = R"(`polymoe list` prints every valid (a2a, quant, kernel) triple.
-)";
 
 /// The scheme a layer stored as `s` (float weights of dtype `d`) runs unless told otherwise: bf16
 /// for BF16 weights, fp32 for F32 and F16 (exact), else the one its checkpoint layout names.
@@ -152,26 +126,90 @@ struct mpi_session {
 
 }  // namespace
 
-int cmd_run(int argc, char** argv) {
-  const args a = parse_args("run", argc, argv, 2,
-                            {"checkpoint", "layer", "input", "output", "a2a", "quant", "kernel", "threads", "repeat",
-                             "capacity", "tuning"},
-                            {"ignore-input-logits", "quiet", "progress"});
-  if (a.flag("help")) {
-    std::cout << run_help << kernels::tiled::tuning_keys << run_help_end;
-    return 0;
-  }
-  require(a.positional.empty(), "run: unexpected argument '", a.positional.empty() ? "" : a.positional[0], "'");
-  const std::string ckpt_dir = a.need("checkpoint"), in_path = a.need("input"), out_path = a.need("output");
-  const index_t layer_n = a.parse_int(a.need("layer"), "layer");
-  const int repeat = static_cast<int>(a.integer_in("repeat", 1, 1, std::numeric_limits<int>::max()));
-  const kernels::tiled::tuning tuning = kernels::tiled::parse_tuning(a.get("tuning"));
+namespace {
+
+/// `polymoe run`'s settings, as the command line gives them.
+struct run_settings {
+  std::string checkpoint, input, output, a2a = "local", quant, kernel = "auto", tuning_text;
+  index_t layer = 0;
+  std::int64_t threads = 0, repeat = 1, capacity = 0;
+  bool ignore_input_logits = false;
+  progress_flags shown;
+  const CLI::Option *quant_given = nullptr, *tuning_given = nullptr, *threads_given = nullptr;
+};
+
+int run_layer_command(const run_settings& s, char* argv0);
+
+}  // namespace
+
+command add_run(CLI::App& polymoe, char* argv0) {
+  CLI::App* app = polymoe.add_subcommand("run", "run one MoE layer of a checkpoint on an input file");
+  auto s = std::make_shared<run_settings>();
+  constexpr auto int_max = std::int64_t{std::numeric_limits<int>::max()};
+  app->add_option("--checkpoint", s->checkpoint,
+                  "a Hugging Face checkpoint (config.json + safetensors, sharded or not)")
+      ->type_name("DIR")->required();
+  app->add_option("--layer", s->layer, "the MoE layer to run")->type_name("N")->required();
+  app->add_option("--input", s->input,
+                  "hidden_states [T, H] (F32 or BF16), optionally router_logits [T, E]; without\n"
+                  "them (or with --ignore-input-logits) the checkpoint's router computes the logits")
+      ->type_name("IN.safetensors")->required();
+  app->add_option("--output", s->output, "output [T, H] F32, topk_ids [T, k] I32, topk_weights [T, k] F32")
+      ->type_name("OUT.safetensors")->required();
+  app->add_option("--a2a", s->a2a,
+                  "dispatcher (default local); the mpi_* ones under `mpirun -np R`: each rank takes\n"
+                  "a contiguous share of the tokens and holds only its own experts; rank 0 writes\n"
+                  "the complete output. The ranks compare their layer, input and options before\n"
+                  "the layer runs; any difference fails every rank.")
+      ->type_name("NAME")->check(programs::choice(axis_names(&triple_names::a2a), true));
+  s->quant_given =
+      app->add_option("--quant", s->quant,
+                      "scheme (default: the checkpoint's own: bf16 for BF16 weights, fp32 for F32 and\n"
+                      "F16, and for quantized weights the scheme of their layout, e.g.\n"
+                      "fp8_block_weight_only for DeepSeek FP8 blocks). Float weights are quantized on\n"
+                      "load; stored weights of another scheme are dequantized first.")
+          ->type_name("NAME")->check(programs::choice(axis_names(&triple_names::quant), true));
+  std::vector<std::string> kernels = axis_names(&triple_names::kernel);
+  kernels.emplace_back("auto");
+  app->add_option("--kernel", s->kernel,
+                  "expert kernel, or auto (the default): the fastest that pairs with the dispatcher\n"
+                  "and scheme on this machine (tiled_amx where the CPU runs AMX tiles, else tiled, ...)")
+      ->type_name("NAME")->check(programs::choice(std::move(kernels), true));
+  s->threads_given = app->add_option("--threads", s->threads, "oneTBB threads (default: all)")
+                         ->type_name("N")->check(CLI::Range(std::int64_t{1}, int_max));
+  app->add_option("--repeat", s->repeat,
+                  "forward passes to time (default 1; with more, their mean after one untimed\n"
+                  "warm-up call)")
+      ->type_name("N")->check(CLI::Range(std::int64_t{1}, int_max));
+  app->add_option("--capacity", s->capacity,
+                  "mpi_masked rows per local expert (default: T * top_k, which no batch exceeds)")
+      ->type_name("N")->check(CLI::Range(std::int64_t{0}, int_max));
+  s->tuning_given = app->add_option("--tuning", s->tuning_text,
+                                    "kernels tiled and tiled_amx: settings that differ from the measured\n"
+                                    "defaults (docs/decisions.md), comma-separated, applied in order; e.g.\n"
+                                    "amx-min-rows=1 puts every row block of tiled_amx on the AMX tiles.\n"
+                                    "The keys are listed below.")
+                        ->type_name("KEY=VALUE,...");
+  app->add_flag("--ignore-input-logits", s->ignore_input_logits,
+                "compute the logits with the checkpoint's router even when IN holds router_logits");
+  s->shown.add_to(*app);
+  app->footer("The --tuning keys:\n" + std::string(kernels::tiled::tuning_keys) +
+              "`polymoe list` prints every valid (a2a, quant, kernel) triple.");
+  return {app, [s, argv0] { return run_layer_command(*s, argv0); }};
+}
+
+namespace {
+
+int run_layer_command(const run_settings& a, char* argv0) {
+  const std::string& ckpt_dir = a.checkpoint;
+  const std::string& in_path = a.input;
+  const std::string& out_path = a.output;
+  const index_t layer_n = a.layer;
+  const int repeat = static_cast<int>(a.repeat);
+  const kernels::tiled::tuning tuning = kernels::tiled::parse_tuning(a.tuning_text);
   std::optional<tbb::global_control> threads;
-  if (a.has("threads")) {
-    const auto n = a.integer("threads", 0);
-    require(n >= 1, "run: --threads must be >= 1, got ", n);
-    threads.emplace(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(n));
-  }
+  if (a.threads_given->count() > 0)
+    threads.emplace(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(a.threads));
 
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
@@ -179,10 +217,11 @@ int cmd_run(int argc, char** argv) {
   require_writable_output("run", out_path, ckpt.files(), {in_path});
   const io::stored_scheme stored = ckpt.scheme_of(layer_n);
   // The defaults are the fast choice: the checkpoint's own scheme, the fastest kernel here.
-  const std::string a2a_name = a.get("a2a", "local");
+  const std::string& a2a_name = a.a2a;
   const io::dtype float_dtype = stored.is_float() ? ckpt.stored_dtype_of(layer_n) : io::dtype::F32;
-  const std::string quant_name = a.has("quant") ? a.get("quant") : default_quant(stored, float_dtype);
-  std::string kernel_name = a.get("kernel", "auto");
+  const bool quant_given = a.quant_given->count() > 0, tuning_given = a.tuning_given->count() > 0;
+  const std::string quant_name = quant_given ? a.quant : default_quant(stored, float_dtype);
+  std::string kernel_name = a.kernel;
   const bool auto_kernel_chosen = normalize_name(kernel_name) == "auto";
   if (auto_kernel_chosen) {
     const std::string_view best = auto_kernel(a2a_name, quant_name);
@@ -192,7 +231,7 @@ int cmd_run(int argc, char** argv) {
   const triple_variant selected = select_triple(a2a_name, quant_name, kernel_name);
   const triple_names names = names_of(selected);
   std::string chosen;  // what the defaults chose, said in the summary
-  if (!a.has("quant"))
+  if (!quant_given)
     chosen += detail::concat("--quant ", names.quant, " (the checkpoint's ",
                              stored.is_float() ? io::dtype_name(float_dtype) : to_string(stored), " weights)");
   if (auto_kernel_chosen)
@@ -200,12 +239,12 @@ int cmd_run(int argc, char** argv) {
                              names.quant, ")");
 
   int fake_argc = 1;
-  char** fake_argv = argv;
+  char** fake_argv = &argv0;
   mpi_session mpi(names.a2a.starts_with("mpi_"), fake_argc, fake_argv);
   try {
     const auto t_open = clock::now();
     // progress on stderr from rank 0 only (the ranks' lines would interleave)
-    const progress::mode shown = mpi.rank == 0 ? progress_mode(a) : progress::mode::off;
+    const progress::mode shown = mpi.rank == 0 ? a.shown.mode() : progress::mode::off;
     io::hf_layer L = [&] {
       progress p(shown, detail::concat("run: loading layer ", layer_n, " of ", ckpt_dir));
       return ckpt.load_layer(layer_n, mpi.rank, mpi.size);
@@ -222,9 +261,9 @@ int cmd_run(int argc, char** argv) {
     ctx.cfg = L.cfg;
     ctx.repeat = repeat;
     ctx.total_tokens = T;
-    ctx.capacity = a.integer_in("capacity", 0, 0, std::numeric_limits<int>::max());
+    ctx.capacity = a.capacity;
     ctx.tuning = tuning;
-    ctx.tuning_given = a.has("tuning");
+    ctx.tuning_given = tuning_given;
     ctx.shown_progress = shown;
     ctx.hidden = hidden_all.middleRows(b, e - b);
     a2a::fingerprint same;  // what every rank must share (the layer adds its own fingerprint)
@@ -233,7 +272,7 @@ int cmd_run(int argc, char** argv) {
     same.add("checkpoint family", io::to_string(ckpt.family()));
     same.add("stored scheme", io::to_string(stored)).add("input tokens", T);
     same.add_checksum("input hidden_states", {a2a::fingerprint::values(hidden_all)});
-    if (in.contains("router_logits") && !a.flag("ignore-input-logits")) {
+    if (in.contains("router_logits") && !a.ignore_input_logits) {
       const Matrix logits = in.matrix("router_logits");
       require(logits.rows() == T && logits.cols() == E, "run: input '", in_path, "': router_logits is [",
               logits.rows(), ", ", logits.cols(), "], expected [", T, ", num_experts=", E, "]");
@@ -259,7 +298,7 @@ int cmd_run(int argc, char** argv) {
                             io::tensor_view<float>("topk_weights", {T, k}, std::span<const float>(wts.data(), wts.size()))});
       // A maximum skips NaN; the count does not. The file is kept for inspection, the run fails.
       const auto bad = out.size() - out.array().isFinite().count();
-      if (!a.flag("quiet")) {
+      if (!a.shown.quiet) {
         const auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
         std::printf("polymoe run: %s layer %lld (%s, stored %s): T=%lld H=%lld I=%lld E=%lld k=%lld%s\n",
                     std::string(io::to_string(ckpt.family())).c_str(), static_cast<long long>(layer_n),
@@ -271,7 +310,7 @@ int cmd_run(int argc, char** argv) {
                     std::string(names.quant).c_str(), std::string(names.kernel).c_str(),
                     mpi.size > 1 ? (" on " + std::to_string(mpi.size) + " ranks").c_str() : "",
                     ctx.runs.empty() ? "" : ("\n  runs       " + ctx.runs).c_str(),
-                    a.has("tuning") ? ("\n  tuning     " + kernels::tiled::to_string(tuning)).c_str() : "",
+                    tuning_given ? ("\n  tuning     " + kernels::tiled::to_string(tuning)).c_str() : "",
                     chosen.empty() ? "" : ("\n  chosen     " + chosen).c_str(),
                     ctx.note.empty() ? "" : ("\n  weights    " + ctx.note).c_str());
         std::printf("  timing     open %.3f s, load layer %.3f s, quantize+prepare %.3f s, forward %.3f ms (%.1f tokens/s; %s)\n",
@@ -301,5 +340,7 @@ int cmd_run(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace
 
 }  // namespace polymoe::cli

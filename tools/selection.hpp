@@ -3,6 +3,7 @@
 // triples of the tool's table (the core table, or with the MPI component the MPI table). The
 // variant is the only registry; an unknown name or an invalid pairing is a polymoe::error that
 // lists the valid choices for that axis given the other two.
+#include <algorithm>
 #include <array>
 #include <string>
 #include <string_view>
@@ -54,6 +55,15 @@ inline std::vector<triple_names> all_triple_names() {
     v.push_back({T::a2a::name, T::quant::name, T::kernel::name});
   });
   return v;
+}
+
+/// The names of one axis of the valid triples (&triple_names::a2a, ::quant or ::kernel), each once,
+/// in table order: the choices of the command lines' --a2a, --quant and --kernel.
+inline std::vector<std::string> axis_names(std::string_view triple_names::*axis) {
+  std::vector<std::string> names;
+  for (const auto& t : all_triple_names())
+    if (std::find(names.begin(), names.end(), t.*axis) == names.end()) names.emplace_back(t.*axis);
+  return names;
 }
 
 /// "-" and "_" are the same in names given on the command line.

@@ -21,6 +21,8 @@
 
 #include <polymoe/cuda/experts.hpp>
 
+#include "cli11_support.hpp"
+
 namespace {
 
 using namespace polymoe;
@@ -30,15 +32,6 @@ void ck(cudaError_t e, const char* what) {
     std::fprintf(stderr, "polymoe_cuda_bench: %s: %s\n", what, cudaGetErrorName(e));
     std::exit(1);
   }
-}
-
-std::vector<index_t> parse_list(const char* s) {
-  std::vector<index_t> v;
-  for (const char* p = s; *p;) {
-    v.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
-    if (*p == ',') ++p;
-  }
-  return v;
 }
 
 // median of `reps` timings of `body` (ms each), body run `inner` times per timing
@@ -69,19 +62,20 @@ int main(int argc, char** argv) {
   index_t H = 2048, I = 768, E = 128, k = 8;
   std::vector<index_t> tokens{1, 64, 4096};
   int iters = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--hidden") H = std::atoll(argv[i + 1]);
-    else if (a == "--inter") I = std::atoll(argv[i + 1]);
-    else if (a == "--experts") E = std::atoll(argv[i + 1]);
-    else if (a == "--top-k") k = std::atoll(argv[i + 1]);
-    else if (a == "--tokens") tokens = parse_list(argv[i + 1]);
-    else if (a == "--iters") iters = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "polymoe_cuda_bench: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+  CLI::App app("polymoe_cuda_bench: cuda::Experts::forward on one layer shape, eager and as CUDA graph replays",
+               "polymoe_cuda_bench");
+  programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
+  const auto positive = CLI::Range(index_t{1}, index_t{1} << 30);
+  app.add_option("--hidden", H, "H (default 2048)")->type_name("N")->check(positive);
+  app.add_option("--inter", I, "I (default 768)")->type_name("N")->check(positive);
+  app.add_option("--experts", E, "E (default 128)")->type_name("N")->check(positive);
+  app.add_option("--top-k", k, "k (default 8)")->type_name("N")->check(positive);
+  app.add_option("--tokens", tokens, "token counts (default 1,64,4096)")
+      ->delimiter(',')
+      ->type_name("LIST")
+      ->check(positive);
+  app.add_option("--iters", iters, "forwards per timing (default 20)")->type_name("N")->check(CLI::Range(1, 1 << 20));
+  if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
   if (const std::string why = cuda::unavailable_reason(); !why.empty()) {
     std::printf("polymoe_cuda_bench: skipped: %s\n", why.c_str());
     return 0;
