@@ -444,7 +444,9 @@ struct tile_shape {
 // bytes of each weight row a stage, which streamed faster than 128 bytes in twice the stages.
 using tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4>;
 using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
-using large_tiles = tile_shape<128, 128, 32, 2, 4, 4>;  // many rows an expert
+// Many rows an expert (prefill): 64 columns of K a stage, so that half as many barriers and waits
+// pace the loop as with 32; 3 stages keep two blocks (16 warps) on a multiprocessor.
+using large_tiles = tile_shape<128, 128, 64, 2, 4, 3>;
 
 template <tiles T>
 struct shape_of;
@@ -714,11 +716,12 @@ cudaError_t prepare_gemm() {
   return cudaSuccess;
 }
 
-// Many rows an expert (large tiles): row tiles on x (up to 2^31 - 1 of them), column tiles on y;
-// blocks of one column tile over consecutive row tiles run together and share that slice of each
-// expert's weights in L2. Few rows an expert: column tiles on x, row tiles on y (up to 65535), so
-// that the blocks of the row tiles the routing leaves empty (the last ones of the map) come last
-// and the working blocks spread evenly over the multiprocessors.
+// Column tiles on x, row tiles on y (up to 65535 row tiles, else the other way round). Few rows an
+// expert: the blocks of the row tiles the routing leaves empty (the last ones of the map) come last
+// and the working blocks spread evenly over the multiprocessors. Many rows an expert: the blocks of
+// one row tile run together, so its input rows come from DRAM once and serve every column tile
+// from L2 (with row tiles on x, each column tile read all the rows again: the intermediate of GEMM 2
+// is larger than L2), while the few row tiles of an expert in flight share its weights in L2.
 template <class S, bool GEMM1>
 cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream) {
   const dim3 grid = p.rows_on_y ? dim3(p.N / S::BN, tiles_max) : dim3(tiles_max, p.N / S::BN);
@@ -739,7 +742,7 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   gemm_params p{};
   p.k = a.k;
   p.tile_info = ws.tile_info;
-  p.rows_on_y = TILES != tiles::large && tiles_max <= 65535;
+  p.rows_on_y = tiles_max <= 65535;
   p.sorted_pair = ws.sorted_pair;
   p.act = a.act;
   p.alpha = a.alpha;
