@@ -285,6 +285,7 @@ struct Limits {
   int threads = 1;
   std::size_t dram_bytes = std::size_t{1} << 30;
   double dram_gbs = 0, peak_gflops = 0, vnni_gops = 0, bf16_dot_gflops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
+  double gpu_copy_gbs = 0, gpu_bf16_gflops = 0;  // the GPU's, where one is timed (polymoe_bench_cuda.cpp)
   double dram() { return dram_gbs = std::max(dram_gbs, dram_read_gbs(dram_bytes, threads)); }
   double peak() { return peak_gflops = std::max(peak_gflops, fma_peak_gflops(threads)); }
   double vnni() { return vnni_gops = std::max(vnni_gops, vnni_peak_gops(threads)); }

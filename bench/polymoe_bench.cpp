@@ -4,7 +4,9 @@
 // effective weight GB/s and the ratios to this machine's limits measured in the same run (fp32 FMA
 // peak, int8 VNNI peak, DRAM read bandwidth) and to an in-run baseline (a per-expert Eigen loop in
 // fp32, as a user would write it without polymoe); optionally the PyTorch peer (bench/peer_torch.py)
-// on the same shapes. Run with --help; --version names the commit and the ISA paths compiled in.
+// on the same shapes. Where the CUDA component is built (POLYMOE_BENCH_CUDA), kernel::cuda's triple
+// too, against the GPU's own limits, and the GPU peers (bench/peer_torch_gpu.py). Run with --help;
+// --version names the commit and the ISA paths compiled in.
 #include <unistd.h>
 
 #include <cmath>
@@ -32,6 +34,11 @@
 
 #include "cli11_support.hpp"
 #include "polymoe_bench.hpp"
+#ifdef POLYMOE_BENCH_CUDA
+#include <polymoe/cuda_table.hpp>
+
+#include "polymoe_bench_cuda.hpp"
+#endif
 
 #ifndef POLYMOE_SOURCE_DIR
 #define POLYMOE_SOURCE_DIR "."
@@ -111,6 +118,8 @@ struct row {
   [[nodiscard]] double gflops() const { return r.flops / r.median_s / 1e9; }
   [[nodiscard]] double gbps() const { return r.weight_bytes / r.median_s / 1e9; }
   [[nodiscard]] double base_ratio() const { return baseline_s > 0 ? baseline_s / r.median_s : NAN; }
+  /// The bandwidth a point's weight GB/s is compared with: DRAM read, or the GPU's copy bandwidth.
+  [[nodiscard]] double bandwidth() const { return r.gpu ? lim.gpu_copy_gbs : lim.dram_gbs; }
 };
 
 /// The compute limit a point is measured against: the peak of the instruction its path runs (AMX
@@ -122,6 +131,7 @@ struct peak_ref {
 };
 peak_ref applicable_peak(const row& w) {
   const auto& r = w.r;
+  if (r.gpu) return {"cuBLAS bf16", w.lim.gpu_bf16_gflops};
   const bool int8 = r.quant == "int8_w8a8";
   if (r.kernel == "tiled_amx" && r.quant != "fp32" && w.lim.amx_bf16_gflops > 0)
     return int8 ? peak_ref{"AMX int8", w.lim.amx_int8_gops} : peak_ref{"AMX bf16", w.lim.amx_bf16_gflops};
@@ -174,7 +184,7 @@ void print_row(const row& w) {
   print_cells({r.a2a, r.quant, r.kernel, r.preset, std::to_string(r.tokens), std::to_string(r.threads),
                fixed(r.median_s * 1e3, 3), fixed(r.min_s * 1e3, 3), fixed(r.max_s * 1e3, 3),
                fixed(static_cast<double>(r.tokens) / r.median_s, 1), fixed(w.gflops(), 2), fixed(w.gbps(), 2), peak.name,
-               peak.value > 0 ? fixed(100 * w.gflops() / peak.value, 1) : "n/a", fixed(100 * w.gbps() / w.lim.dram_gbs, 1),
+               peak.value > 0 ? fixed(100 * w.gflops() / peak.value, 1) : "n/a", fixed(100 * w.gbps() / w.bandwidth(), 1),
                w.baseline_s > 0 ? fixed(w.base_ratio(), 2) : "-"},
               table_widths);
   std::fflush(stdout);
@@ -248,6 +258,9 @@ void write_json(const std::string& file, const std::vector<row>& rows) {
          {"dram_read_gbps", num_or_null(w.lim.dram_gbs)}, {"fma_ratio", num_or_null(w.gflops() / w.lim.peak_gflops)},
          {"vnni_ratio", w.lim.vnni_gops > 0 ? num_or_null(w.gflops() / w.lim.vnni_gops) : json(nullptr)},
          {"dram_ratio", num_or_null(w.gbps() / w.lim.dram_gbs)}, {"baseline_ratio", num_or_null(w.base_ratio())},
+         {"gpu", r.gpu}, {"gpu_copy_gbps", r.gpu ? num_or_null(w.lim.gpu_copy_gbs) : json(nullptr)},
+         {"gpu_bf16_matmul_gflops", r.gpu ? num_or_null(w.lim.gpu_bf16_gflops) : json(nullptr)},
+         {"bandwidth_ratio", num_or_null(w.gbps() / w.bandwidth())},
          {"bf16_dot_peak_gflops", w.lim.bf16_dot_gflops > 0 ? json(w.lim.bf16_dot_gflops) : json(nullptr)},
          {"peak", peak.name}, {"peak_value", num_or_null(peak.value)},
          {"peak_ratio", num_or_null(w.gflops() / peak.value)}, {"note", r.note}}));
@@ -422,6 +435,51 @@ std::vector<record> run_peer(const preset& p, const options& o, const std::strin
   return out;
 }
 
+#ifdef POLYMOE_BENCH_CUDA
+/// The triples the bench offers: the core table's and kernel::cuda's.
+using bench_triples = pairing::valid_triples_of<cuda_table>;
+
+// The GPU peers: bench/peer_torch_gpu.py (the python3 on PATH, PyTorch with CUDA) on the same shape.
+std::vector<record> run_gpu_peers(const preset& p, const options& o, int threads) {
+  char tmp[] = "/tmp/polymoe_gpu_peer_XXXXXX";
+  const int fd = mkstemp(tmp);
+  if (fd < 0) fail("mkstemp failed");
+  close(fd);
+  std::string tokens;
+  for (const auto t : o.tokens) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+  std::ostringstream c;
+  c << "python3 " << POLYMOE_SOURCE_DIR << "/bench/peer_torch_gpu.py --hidden " << p.hidden << " --intermediate "
+    << p.intermediate << " --experts " << p.experts << " --topk " << p.top_k << " --tokens " << tokens << " --reps "
+    << o.reps << " --records " << tmp;
+  const std::string cmd = c.str();
+  std::vector<record> out;
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "polymoe_bench: the GPU peer failed (%s)\n", cmd.c_str());
+  std::ifstream f(tmp);  // one record per line: peer tokens median min max distinct
+  for (std::string line; std::getline(f, line);) {
+    std::istringstream l(line);
+    record r;
+    double distinct = 0;
+    long t = 0;
+    if (!(l >> r.kernel >> t >> r.median_s >> r.min_s >> r.max_s >> distinct)) continue;
+    r.a2a = "peer";
+    r.quant = "bf16";
+    r.preset = p.name;
+    r.tokens = t;
+    r.experts = p.experts;
+    r.threads = threads;
+    r.gpu = true;
+    r.flops = flops_per_forward(p, t);
+    r.weight_bytes = distinct * expert_bytes("bf16", p);
+    r.note = "peer_torch_gpu.py, CUDA events, eager";
+    out.push_back(r);
+  }
+  std::remove(tmp);
+  return out;
+}
+#else
+using bench_triples = valid_triples;
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -435,7 +493,7 @@ int main(int argc, char** argv) try {
   // the valid triples: the choices of --a2a, --quant and --kernel, and what a selection is checked against
   struct names { std::string_view a, q, k; };
   std::vector<names> valid;
-  boost::mp11::mp_for_each<valid_triples>([&](auto t) {
+  boost::mp11::mp_for_each<bench_triples>([&](auto t) {
     using T = decltype(t);
     valid.push_back({boost::mp11::mp_at_c<T, 0>::name, boost::mp11::mp_at_c<T, 1>::name,
                      boost::mp11::mp_at_c<T, 2>::name});
@@ -502,10 +560,12 @@ int main(int argc, char** argv) try {
   app.add_option("--plot", png, "GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)")
       ->type_name("FILE.png");
   app.add_option("--peer", peer,
-                 "also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the\n"
-                 "same shapes: rows with a2a=peer, kernel=torch-hf-loop")
+                 "torch: also run bench/peer_torch.py (/usr/bin/python3, Debian python3-torch) on the\n"
+                 "same shapes: rows with a2a=peer, kernel=torch-hf-loop; torch-gpu (a build with the\n"
+                 "CUDA component): bench/peer_torch_gpu.py, PyTorch's grouped_mm and the HF loop on\n"
+                 "the GPU, rows with a2a=peer, kernel=torch-grouped-mm / torch-hf-loop")
       ->type_name("NAME")
-      ->check(programs::choice({"torch"}));
+      ->check(programs::choice({"torch", "torch-gpu"}));
   app.add_option("--peer-dtype", peer_dtype, "the peer's dtype (default bf16)")
       ->type_name("DTYPE")
       ->check(programs::choice({"bf16", "fp32"}));
@@ -600,6 +660,28 @@ int main(int argc, char** argv) try {
                                       : "n/a (no AMX here)");
   }
 
+  // the GPU: kernel::cuda's triple and the GPU peers, against the device's own limits
+  bool gpu = false;
+#ifdef POLYMOE_BENCH_CUDA
+  const bool want_gpu = peer == "torch-gpu" || std::any_of(chosen.begin(), chosen.end(), [](const names& n) {
+                          return n.k == kernel::cuda::name;
+                        });
+  if (want_gpu) {
+    if (const std::string why = gpu_unavailable(); !why.empty()) {
+      std::printf("GPU: skipped (kernel::cuda and the GPU peers): %s\n", why.c_str());
+    } else {
+      const gpu_limits g = measure_gpu_limits();
+      for (auto& [t, l] : limits) l.gpu_copy_gbs = g.copy_gbs, l.gpu_bf16_gflops = g.matmul_gflops;
+      std::printf("limits, GPU %s: copy %.0f GB/s (read + write), cuBLAS bf16 %.0f GFLOP/s\n", g.device.c_str(),
+                  g.copy_gbs, g.matmul_gflops);
+      gpu = true;
+    }
+  }
+#else
+  (void)gpu;
+  if (peer == "torch-gpu") fail("--peer torch-gpu needs a build with the CUDA component (polymoe::cuda)");
+#endif
+
   progress bar;
   const auto n_points = static_cast<int>(o.tokens.size() * o.threads.size());
   bar.total = static_cast<int>(shapes.size()) * (n_points * static_cast<int>(chosen.size() + 1) +
@@ -683,7 +765,19 @@ int main(int argc, char** argv) try {
       if (std::any_of(chosen.begin(), chosen.end(), [&](const names& n) { return n.k == K::name; }))
         bench_kernel<K>(s);
     });
-    if (!peer.empty()) {
+#ifdef POLYMOE_BENCH_CUDA
+    if (gpu && std::any_of(chosen.begin(), chosen.end(), [](const names& n) { return n.k == kernel::cuda::name; }))
+      for (auto& r : bench_cuda(p, o, info)) {
+        r.threads = o.threads.front();  // the row takes that thread count's entry of the limits
+        r.gpu = true;
+        add(std::move(r));
+      }
+    if (gpu && peer == "torch-gpu") {
+      info(detail::concat("[GPU peers: bench/peer_torch_gpu.py, PyTorch grouped_mm and HF loop, bf16] ", p.name));
+      for (auto& r : run_gpu_peers(p, o, o.threads.front())) add(std::move(r));
+    }
+#endif
+    if (peer == "torch") {
       const int thr = o.threads.back();
       info(detail::concat("[peer: bench/peer_torch.py, PyTorch HF expert loop, ", peer_dtype, ", ", thr,
                           " threads, ", peer_reps, " reps] ", p.name));

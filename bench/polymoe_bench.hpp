@@ -73,6 +73,7 @@ struct record {
   double flops = 0;         // per forward: 2·T·k·rows13·H + 2·T·k·H·I
   double weight_bytes = 0;  // per forward: distinct experts touched x one expert's stored bytes
   std::string note;         // how the cache was defeated
+  bool gpu = false;         // timed on the GPU: its limits are the device's (copy bandwidth, cuBLAS bf16)
 };
 
 /// What one preset's sweep hands a kernel's translation unit.
@@ -203,18 +204,8 @@ inline Matrix random_hidden(index_t T, index_t H, std::uint64_t seed, bool bf16_
   return m;
 }
 
-/// Times `reps` calls of fn(f) (f = 0, 1, ...) after `warm` untimed ones; fills the samples,
-/// median, min, max, mean and sample standard deviation.
-template <class Fn>
-void time_reps(int reps, int warm, Fn fn, record& r) {
-  int f = 0;
-  for (; f < warm; ++f) fn(f);
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i, ++f) {
-    const auto t0 = clock_type::now();
-    fn(f);
-    t.push_back(seconds_since(t0));
-  }
+/// Fills a record's samples, median, min, max, mean and sample standard deviation from timings (s).
+inline void summarize(std::vector<double> t, record& r) {
   r.samples_s = t;
   double sum = 0, sq = 0;
   for (const double x : t) sum += x;
@@ -225,6 +216,20 @@ void time_reps(int reps, int warm, Fn fn, record& r) {
   r.min_s = t.front();
   r.max_s = t.back();
   r.median_s = t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+/// Times `reps` calls of fn(f) (f = 0, 1, ...) after `warm` untimed ones (summarize).
+template <class Fn>
+void time_reps(int reps, int warm, Fn fn, record& r) {
+  int f = 0;
+  for (; f < warm; ++f) fn(f);
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i, ++f) {
+    const auto t0 = clock_type::now();
+    fn(f);
+    t.push_back(seconds_since(t0));
+  }
+  summarize(std::move(t), r);
 }
 
 /// A tiled forward's phase times as one line: mean ms per forward of each phase, and (pipelined

@@ -499,3 +499,15 @@ endif()
 
 # --- the checkpoint loader itself (gtest; suite names start with "checkpoint")
 polymoe_add_test(test_hf_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/unit/io/test_hf_checkpoint.cpp)
+
+# --- kernel::cuda through the tool (CUDA component built): transformers fixtures at bf16's tolerance,
+# reported as skipped where no GPU runs the kernel
+if(TARGET polymoe::cuda)
+  foreach(case mixtral qwen3_moe deepseek_v3 gpt_oss)
+    add_test(NAME tool.fixture.${case}_cuda
+             COMMAND ${CMAKE_COMMAND} -DTOOL=${tool} -DCASE_DIR=${hf}/${case} -DOUT=${work}/${case}_cuda.safetensors
+                     -DTOL=1e-2 -P ${CMAKE_CURRENT_SOURCE_DIR}/tools/cuda_fixture.cmake)
+    set_tests_properties(tool.fixture.${case}_cuda PROPERTIES LABELS "tool;cuda" TIMEOUT 300
+                         SKIP_REGULAR_EXPRESSION "no usable GPU")
+  endforeach()
+endif()

@@ -1,6 +1,7 @@
 #pragma once
 // Run-time selection of a layer: (a2a, quant, kernel) names -> a std::variant over the valid
-// triples of the tool's table (the core table, or with the MPI component the MPI table). The
+// triples of the tool's table (the core table, with the MPI component the MPI table, and with the
+// CUDA component kernel::cuda's row added). The
 // variant is the only registry; an unknown name or an invalid pairing is a polymoe::error that
 // lists the valid choices for that axis given the other two.
 #include <algorithm>
@@ -17,14 +18,23 @@
 #if defined(POLYMOE_WITH_MPI)
 #include <polymoe/mpi.hpp>
 #endif
+#if defined(POLYMOE_WITH_CUDA)
+#include <polymoe/cuda_table.hpp>
+#endif
 
 namespace polymoe::cli {
 
-/// The table the tool selects from: the program links the MPI component or it does not.
+/// The table the tool selects from: the program links the MPI component or it does not, and the
+/// CUDA component or it does not (its layers take the host-memory conveniences: copies each way).
 #if defined(POLYMOE_WITH_MPI)
-using tool_table = mpi_table;
+using tool_base_table = mpi_table;
 #else
-using tool_table = core_table;
+using tool_base_table = core_table;
+#endif
+#if defined(POLYMOE_WITH_CUDA)
+struct tool_table : pairing::extend<tool_base_table, table_rows::cuda_kernel> {};
+#else
+using tool_table = tool_base_table;
 #endif
 using tool_triples = pairing::valid_triples_of<tool_table>;
 

@@ -169,6 +169,8 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   void build(W& w, ToStore to_store) {
     check_layer_inputs(cfg_, w);
     if constexpr (requires { a2a_.configure(cfg_); }) a2a_.configure(cfg_);
+    if (const std::string why = polymoe::cuda::unavailable_reason(); !why.empty())
+      throw error(polymoe::detail::concat(Kernel::name, ": no usable GPU: ", why));
     device_ = polymoe::cuda::current_device();
     router_.emplace(cfg_.router, cfg_.num_experts);
     prepared_.emplace(kernel_.template prepare<Quant>(to_store(w.experts)));

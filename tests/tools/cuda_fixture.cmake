@@ -1,0 +1,23 @@
+# A transformers fixture through `polymoe run --kernel cuda`, then `polymoe compare` against the
+# transformers output. Where no GPU runs the kernel, prints "polymoe: no usable GPU" (the test is
+# then reported as skipped, SKIP_REGULAR_EXPRESSION); any other failure fails the test.
+#   cmake -DTOOL=... -DCASE_DIR=... -DOUT=... -DTOL=... -P cuda_fixture.cmake
+execute_process(COMMAND ${TOOL} run --checkpoint ${CASE_DIR} --layer 0 --input ${CASE_DIR}/io.safetensors
+                        --output ${OUT} --quant bf16 --kernel cuda
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  if(err MATCHES "no usable GPU")
+    message("${err}")
+    return()
+  endif()
+  message(FATAL_ERROR "run failed (${rc}): ${out}${err}")
+endif()
+if(NOT out MATCHES "local / bf16 / cuda \\(")
+  message(FATAL_ERROR "run did not say it ran kernel::cuda:\n${out}")
+endif()
+execute_process(COMMAND ${TOOL} compare ${OUT} ${CASE_DIR}/io.safetensors --tensor output --tol ${TOL}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compare failed (${rc}): ${out}${err}")
+endif()
+message("${out}")
