@@ -21,6 +21,8 @@
 
 #include <polymoe/cuda/experts.hpp>
 
+#include "gpu_limits.hpp"
+
 #include "cli11_support.hpp"
 
 namespace {
@@ -88,38 +90,11 @@ int main(int argc, char** argv) {
 
   cudaStream_t s;
   ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-  {  // copy bandwidth: read + write of a 1 GiB device-to-device copy
-    const std::size_t n = std::size_t{1} << 30;
-    cuda::device_memory src(n), dst(n);
-    ck(cudaMemsetAsync(src.get(), 1, n, s), "cudaMemset");
-    const double ms = time_ms(s, 5, 3, [&](int) { ck(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync"); });
-    std::printf("device copy: %.0f GB/s (read + write)\n", 2.0 * n / (ms * 1e-3) / 1e9);
+  {
+    const auto lim = cuda::bench::measure_device_limits(s);
+    std::printf("device copy: %.0f GB/s (read + write)\n", lim.copy_gbs);
+    if (lim.matmul_gflops > 0) std::printf("cuBLAS bf16 matmul 8192^3: %.0f TFLOP/s\n", lim.matmul_gflops / 1e3);
   }
-
-#ifdef POLYMOE_BENCH_CUBLAS
-  {  // bf16 matrix rate: cuBLAS, 8192^3, fp32 accumulation, random data
-    const int n = 8192;
-    cuda::device_array<std::uint16_t> a(std::size_t(n) * n), b(a.size()), c(a.size());
-    std::vector<std::uint16_t> host(a.size());
-    std::uint32_t x = 7;
-    for (auto& v : host) v = codecs::float_to_bf16(((x = x * 1664525u + 1013904223u) >> 8) * (1.0f / 16777216.0f) - 0.5f);
-    a.upload(host);
-    b.upload(host);
-    cublasHandle_t h;
-    if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
-      cublasSetStream(h, s);
-      const float one = 1.0f, zero = 0.0f;
-      auto mm = [&](int) {
-        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), CUDA_R_16BF, n, b.data(), CUDA_R_16BF, n,
-                     &zero, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      };
-      mm(0);
-      const double ms = time_ms(s, 5, 5, mm);
-      std::printf("cuBLAS bf16 matmul 8192^3: %.0f TFLOP/s\n", 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12);
-      cublasDestroy(h);
-    }
-  }
-#endif
 
   // random bf16 weights, drawn directly as bf16 (values of about 1/sqrt(fan-in))
   const ExpertShape shape{E, H, I, true, false};

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_test.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <polymoe/core/routing.hpp>
@@ -25,15 +27,6 @@ namespace {
 
 using namespace polymoe;
 
-const std::string& gpu_missing() {
-  static const std::string reason = cuda::unavailable_reason();
-  return reason;
-}
-
-#define REQUIRE_GPU()                                                 \
-  do {                                                                \
-    if (!gpu_missing().empty()) GTEST_SKIP() << "no usable GPU: " << gpu_missing(); \
-  } while (0)
 
 Matrix randn(index_t r, index_t c, float scale, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, scale);

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_test.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <polymoe/codecs/bf16.hpp>
@@ -25,14 +27,6 @@ using namespace polymoe;
 using GpuLayer = CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda>;
 using RefLayer = MoeLayer<a2a::local, quant::bf16, kernel::reference>;
 
-const std::string& gpu_missing() {
-  static const std::string reason = cuda::unavailable_reason();
-  return reason;
-}
-#define REQUIRE_GPU()                                                                 \
-  do {                                                                                \
-    if (!gpu_missing().empty()) GTEST_SKIP() << "no usable GPU: " << gpu_missing(); \
-  } while (0)
 
 void expect_agrees(const Matrix& got, const Matrix& want, const std::string& what) {
   ASSERT_EQ(got.rows(), want.rows()) << what;
