@@ -521,6 +521,10 @@ int main(int argc, char** argv) try {
                      "presets: H/I/E/k of its config.json for --layer N (default: its first MoE\n"
                      "layer); the weights timed are random, as for the presets")
           ->type_name("DIR");
+  app.add_flag("--checkpoint-weights", o.checkpoint_weights,
+               "time --checkpoint's own weights (its routed experts, dequantized to fp32 when stored\n"
+               "quantized, then brought into each scheme as a layer would), not random ones")
+      ->needs(checkpoint);
   app.add_option("--layer", o.layer, "the layer of --checkpoint")
       ->type_name("N")
       ->needs(checkpoint)
@@ -611,9 +615,14 @@ int main(int argc, char** argv) try {
     if (moe.empty()) fail("--checkpoint " + o.checkpoint + ": no MoE layer in its files");
     const index_t n = o.layer >= 0 ? o.layer : moe.front();
     const MoeConfig c = ckpt.moe_config(n);
-    shapes.push_back({std::filesystem::path(o.checkpoint).filename().string() + "-layer" + std::to_string(n), c.hidden,
-                      c.intermediate, c.num_experts, c.top_k(), c.num_experts,
-                      o.checkpoint + "/config.json, layer " + std::to_string(n)});
+    preset cp{std::filesystem::path(o.checkpoint).filename().string() + "-layer" + std::to_string(n), c.hidden,
+              c.intermediate, c.num_experts, c.top_k(), c.num_experts,
+              o.checkpoint + "/config.json, layer " + std::to_string(n)};
+    cp.checkpoint_cfg = c;
+    cp.checkpoint_dir = o.checkpoint;
+    cp.checkpoint_layer = n;
+    cp.checkpoint_weights = o.checkpoint_weights;
+    shapes.push_back(std::move(cp));
     if (!o.presets_given) o.presets.clear();
   }
   for (auto& p : shapes)
@@ -633,12 +642,15 @@ int main(int argc, char** argv) try {
   for (auto t : o.threads) std::printf(" %d", t);
   std::printf(", %d reps; LLC %.1f MB, Eigen threads %d\n", o.reps, static_cast<double>(llc) / 1e6, Eigen::nbThreads());
   for (const auto& p : shapes)
-    std::printf("preset %s: H=%ld I=%ld E=%ld%s k=%ld, silu-gated, no biases, random weights (shape from %s)\n",
+    std::printf("preset %s: H=%ld I=%ld E=%ld%s k=%ld, %s, %s (shape from %s)\n",
                 p.name.c_str(), static_cast<long>(p.hidden), static_cast<long>(p.intermediate),
                 static_cast<long>(p.experts),
                 p.experts != p.full_experts ? (" (capped by --experts from " + std::to_string(p.full_experts) + ")").c_str()
                                             : "",
-                static_cast<long>(p.top_k), p.from.c_str());
+                static_cast<long>(p.top_k), std::string(to_string(config_of(p).activation)).c_str(),
+                p.checkpoint_weights ? "the checkpoint's weights" : config_of(p).expert_bias ? "biases, random weights"
+                                                                                              : "no biases, random weights",
+                p.from.c_str());
 
   // limits, per thread count
   std::map<int, Limits> limits;
@@ -720,7 +732,9 @@ int main(int argc, char** argv) try {
 
   for (const auto& p : shapes) {
     const auto t_make = clock_type::now();
-    const ExpertWeights fp32 = random_weights(p);
+    const ExpertWeights fp32 = p.checkpoint_weights
+                                   ? io::hf_checkpoint::open(p.checkpoint_dir).load_fp32_experts(p.checkpoint_layer, 0, p.experts)
+                                   : random_weights(p);
     // the baseline, rotated over copies of the fp32 weights as the layers are
     if (o.baseline) {
       const double layer_bytes = expert_bytes("fp32", p) * static_cast<double>(p.experts);
@@ -767,7 +781,7 @@ int main(int argc, char** argv) try {
     });
 #ifdef POLYMOE_BENCH_CUDA
     if (gpu && std::any_of(chosen.begin(), chosen.end(), [](const names& n) { return n.k == kernel::cuda::name; }))
-      for (auto& r : bench_cuda(p, o, info)) {
+      for (auto& r : bench_cuda(p, fp32, o, info)) {
         r.threads = o.threads.front();  // the row takes that thread count's entry of the limits
         r.gpu = true;
         add(std::move(r));

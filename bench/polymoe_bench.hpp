@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct preset {
   index_t hidden, intermediate, experts, top_k;
   index_t full_experts = 0;  ///< E before --experts capped it
   std::string from;          ///< where the shape came from (said in the output)
+  /// A checkpoint's layer: its config (activation, biases; the bench routes and times the routed
+  /// experts alone), and with --checkpoint-weights its weights are the ones timed.
+  std::optional<MoeConfig> checkpoint_cfg{};
+  std::string checkpoint_dir{};
+  index_t checkpoint_layer = -1;
+  bool checkpoint_weights = false;
 };
 
 /// A model's shapes (io/model_presets.hpp, the list the tool's make-checkpoint uses too).
@@ -42,6 +49,7 @@ struct options {
   bool presets_given = false;
   std::string checkpoint;  // --checkpoint DIR: a shape from its config.json
   index_t layer = -1;      // --layer N of it (-1: its first MoE layer)
+  bool checkpoint_weights = false;  // --checkpoint-weights: time its own weights, not random ones
   std::vector<index_t> tokens{1, 16, 64, 512};
   std::vector<int> threads{1};
   index_t max_experts = 0;  // --experts N caps E (0: the preset's own)
@@ -52,8 +60,22 @@ struct options {
   kernels::tiled::tuning tuning;  // --tuning: the tiled kernels' (the other kernels have none)
 };
 
-/// A layer's configuration for a preset: silu-gated experts, no biases, top-k routing.
+/// A layer's configuration for a preset: silu-gated experts, no biases, top-k routing; for a
+/// checkpoint's layer its activation and biases, its routed experts alone (no shared expert) and
+/// softmax top-k routing (the bench passes the routing).
 inline MoeConfig config_of(const preset& p) {
+  if (p.checkpoint_cfg) {
+    MoeConfig cfg = *p.checkpoint_cfg;
+    cfg.num_experts = p.experts;
+    cfg.router = RouterConfig{};
+    cfg.router.top_k = p.top_k;
+    cfg.shared_intermediate = 0;
+    cfg.shared_expert_gate = false;
+    cfg.router_weight_on_input = false;
+    cfg.ep_rank = 0;
+    cfg.ep_size = 1;
+    return cfg;
+  }
   MoeConfig cfg;
   cfg.hidden = p.hidden;
   cfg.intermediate = p.intermediate;
@@ -169,12 +191,11 @@ inline routing_set make_routings(index_t T, index_t E, index_t k, std::uint64_t 
   return r;
 }
 
-/// Random fp32 weights of a preset (uniform, scaled by 1.7 / sqrt(fan-in)), the same for every run.
+/// Random fp32 weights of a preset (uniform, scaled by 1.7 / sqrt(fan-in)), the same for every run,
+/// of the shape its config says (gated or not, biases or not).
 inline ExpertWeights random_weights(const preset& p) {
-  ExpertWeights w;
-  w.shape = ExpertShape{p.experts, p.hidden, p.intermediate, true, false};
-  w.w13.resize(p.experts * 2 * p.intermediate, p.hidden);
-  w.w2.resize(p.experts * p.hidden, p.intermediate);
+  const MoeConfig cfg = config_of(p);
+  ExpertWeights w(ExpertShape{p.experts, p.hidden, p.intermediate, is_gated(cfg.activation), cfg.expert_bias});
   const auto fill = [](Matrix& m, float scale, std::uint64_t seed) {
     const auto n = static_cast<std::size_t>(m.size());
     const std::size_t chunk = std::size_t{1} << 20;
@@ -188,6 +209,7 @@ inline ExpertWeights random_weights(const preset& p) {
   };
   fill(w.w13, 1.7f / std::sqrt(static_cast<float>(p.hidden)), 42);
   fill(w.w2, 1.7f / std::sqrt(static_cast<float>(p.intermediate)), 43);
+  if (w.shape.bias) fill(w.b13, 0.1f, 44), fill(w.b2, 0.1f, 45);
   return w;
 }
 

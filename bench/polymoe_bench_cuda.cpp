@@ -32,12 +32,13 @@ gpu_limits measure_gpu_limits() {
   return {cuda::device_name(cuda::current_device()), l.copy_gbs, l.matmul_gflops};
 }
 
-std::vector<record> bench_cuda(const preset& p, const options& o, const std::function<void(std::string)>& info) {
+std::vector<record> bench_cuda(const preset& p, const ExpertWeights& fp32, const options& o,
+                               const std::function<void(std::string)>& info) {
   using Layer = CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda>;
   const auto t_prep = clock_type::now();
   const MoeConfig cfg = config_of(p);
   MoeWeights w;
-  w.experts = random_weights(p);
+  w.experts = fp32;
   Layer layer(cfg, w);
   info(detail::concat("[local, bf16, cuda] ", p.name, ": uploaded in ", seconds_since(t_prep), " s; runs ",
                       layer.describe()));

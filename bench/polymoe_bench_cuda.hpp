@@ -19,8 +19,9 @@ struct gpu_limits {
 /// Why kernel::cuda cannot run here (no device, no code for it), or empty.
 std::string gpu_unavailable();
 gpu_limits measure_gpu_limits();
-/// local / bf16 / cuda on the preset at each T of the options: CUDA graph replays, the routings
+/// local / bf16 / cuda on the preset's weights `fp32` at each T: CUDA graph replays, the routings
 /// cycled as the CPU layers' (decode walks every expert), one record per T.
-std::vector<record> bench_cuda(const preset& p, const options& o, const std::function<void(std::string)>& info);
+std::vector<record> bench_cuda(const preset& p, const ExpertWeights& fp32, const options& o,
+                               const std::function<void(std::string)>& info);
 
 }  // namespace polymoe::bench

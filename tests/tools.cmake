@@ -259,6 +259,14 @@ if(TARGET polymoe_bench)
             ${work}/ckpt_tiny --tokens 1 --reps 1 --quant fp32 --kernel reference --no-baseline --format text)
   set_tests_properties(tool.bench.checkpoint_shape PROPERTIES PASS_REGULAR_EXPRESSION
                        "preset ckpt_tiny-layer[0-9]+: H=256 I=128 E=16 k=4, [^\n]*shape from [^\n]*ckpt_tiny/config.json")
+  # --checkpoint-weights: a GPT-OSS layer's own weights and config (swiglu_oai with biases) are timed
+  tool_test(bench.checkpoint_weights COMMAND $<TARGET_FILE:polymoe_bench> --checkpoint ${hf}/gpt_oss
+            --checkpoint-weights --tokens 1,3 --reps 1 --quant fp32,bf16 --kernel reference --no-baseline --format text)
+  set_tests_properties(tool.bench.checkpoint_weights PROPERTIES PASS_REGULAR_EXPRESSION
+                       "preset gpt_oss-layer0: [^\n]*swiglu_oai, the checkpoint's weights[^\n]*\n")
+  tool_test(bench.checkpoint_weights_alone COMMAND $<TARGET_FILE:polymoe_bench> --checkpoint-weights --tokens 1)
+  set_tests_properties(tool.bench.checkpoint_weights_alone PROPERTIES PASS_REGULAR_EXPRESSION
+                       "polymoe_bench: [^\n]*--checkpoint-weights requires --checkpoint")
   # the bench's command line is the tool's (CLI11): choices listed from the table, --version
   tool_test(bench.invalid_choice COMMAND $<TARGET_FILE:polymoe_bench> --tokens 1 --kernel=nope)
   set_tests_properties(tool.bench.invalid_choice PROPERTIES PASS_REGULAR_EXPRESSION
