@@ -1,6 +1,6 @@
 // polymoe_bench's GPU part (built where the CUDA component is): kernel::cuda's layer of the CUDA
 // table, local / bf16 / cuda, timed as CUDA graph replays with CUDA events, and the device's own
-// limits measured in the same run (cuda/bench/gpu_limits.hpp).
+// limits measured in the same run (gpu_limits.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <memory>

@@ -52,5 +52,5 @@ if command -v compute-sanitizer > /dev/null; then
     > "$build.memcheck-layer.log" 2>&1 || status=1
   echo "memcheck (layer): $(grep -E "ERROR SUMMARY" "$build.memcheck-layer.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.memcheck-layer.log" | tail -2 | tr '\n' ' ')"
 fi
-"$build/cuda/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} ${POLYMOE_BENCH_ARGS:-} || status=1
+"$build/bench/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} ${POLYMOE_BENCH_ARGS:-} || status=1
 exit $status
