@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin                        # the MPI dispatchers and their tests
   clang libclang-rt-14-dev                          # the libFuzzer run of the safetensors reader
   gnuplot-nox                                       # polymoe_bench --plot
+  pybind11-dev python3-dev python3-numpy            # the Python module (POLYMOE_PYTHON) and its tests
 )
 missing=()
 for p in "${packages[@]}"; do

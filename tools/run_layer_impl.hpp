@@ -39,22 +39,7 @@ void run_triple(run_context& ctx) {
   std::optional<tool_layer<A2A, Q, Kernel>> layer;
   std::optional<progress> preparing(std::in_place, ctx.shown_progress,
                                     detail::concat("run: preparing the experts (", Q::name, ", ", Kernel::name, ")"));
-  std::visit(
-      [&](auto& w) {
-        using W = std::decay_t<decltype(w)>;
-        if constexpr (std::is_same_v<W, MoeWeights>) {
-          layer.emplace(ctx.cfg, w, make_dispatcher<A2A>(ctx), kernel);
-          if (Q::name != "fp32") ctx.note = "float weights quantized to " + std::string(Q::name) + " on load";
-        } else if constexpr (std::is_same_v<W, BasicMoeWeights<typename Q::weights>>) {
-          layer.emplace(ctx.cfg, std::move(w), make_dispatcher<A2A>(ctx), kernel);
-          ctx.note = "pre-quantized weights used as stored (no requantization)";
-        } else {
-          layer.emplace(ctx.cfg, io::dequantized(w), make_dispatcher<A2A>(ctx), kernel);
-          ctx.note = "stored " + std::string(quant::checkpoint_layout<std::decay_t<decltype(w.experts)>>::name) +
-                     " weights dequantized, then quantized to " + std::string(Q::name);
-        }
-      },
-      ctx.weights);
+  ctx.note = io::emplace_layer(layer, ctx.cfg, ctx.weights, make_dispatcher<A2A>(ctx), kernel);
   preparing.reset();  // its last line before what follows
   const auto t1 = clock::now();
   // With --repeat > 1 the mean is of warm calls: one untimed call first (first touch of the

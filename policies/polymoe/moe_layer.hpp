@@ -235,6 +235,26 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     return run(hidden, topk_ids, topk_weights);
   }
 
+  /// As forward_routed, writing into `out` [T, H] (nothing allocated after the first call at a
+  /// batch this large, as forward_into).
+  void forward_routed_into(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights,
+                           MatrixRef out) {
+    detail::agree_on(a2a_, [&] {
+      check_routing(hidden, topk_ids, topk_weights);
+      require(out.rows() == hidden.rows() && out.cols() == cfg_.hidden, "forward_routed_into: out is [", out.rows(),
+              ", ", out.cols(), "], expected [", hidden.rows(), ", ", cfg_.hidden, "]");
+      require(!overlaps(out, hidden) && !overlaps(out, topk_weights),
+              "forward_routed_into: out shares memory with hidden or topk_weights; the layer reads them after it "
+              "starts writing out (pass a separate output)");
+    });
+    if constexpr (detail::is_collective<A2A>)
+      if (hidden.rows() == 0) {
+        run_into(hidden, top_rows(route_ids_, 0, cfg_.top_k()), top_rows(route_w_, 0, cfg_.top_k()), out);
+        return;
+      }
+    run_into(hidden, topk_ids, topk_weights, out);
+  }
+
   [[nodiscard]] const MoeConfig& config() const noexcept { return cfg_; }
   /// The triple and what its kernel runs on this machine, for logs and tools: "local / bf16 / tiled
   /// (AVX-512 with VNNI, BF16 and VBMI, chosen at run time)". The kernel's part is its optional

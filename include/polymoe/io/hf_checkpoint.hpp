@@ -165,6 +165,33 @@ template <class W>
   return f;
 }
 
+/// Builds `layer` (an empty std::optional of a layer type) from a loaded layer's weights, with the
+/// layer's constructor arguments after the weights (dispatcher, kernel): fp32 weights are quantized
+/// by the layer's scheme, weights stored in the scheme's own form are taken as stored, any other
+/// stored form is dequantized and requantized. Returns how the weights came into the scheme's form
+/// (empty for fp32 weights into fp32), for the programs' logs.
+template <class Layer, class... Args>
+std::string emplace_layer(std::optional<Layer>& layer, const MoeConfig& cfg, stored_layer_weights& weights,
+                          Args&&... args) {
+  using Q = typename Layer::quant_type;
+  return std::visit(
+      [&](auto& w) -> std::string {
+        using W = std::decay_t<decltype(w)>;
+        if constexpr (std::is_same_v<W, MoeWeights>) {
+          layer.emplace(cfg, w, std::forward<Args>(args)...);
+          return Q::name != "fp32" ? "float weights quantized to " + std::string(Q::name) + " on load" : "";
+        } else if constexpr (std::is_same_v<W, BasicMoeWeights<typename Q::weights>>) {
+          layer.emplace(cfg, std::move(w), std::forward<Args>(args)...);
+          return "pre-quantized weights used as stored (no requantization)";
+        } else {
+          layer.emplace(cfg, dequantized(w), std::forward<Args>(args)...);
+          return "stored " + std::string(quant::checkpoint_layout<std::decay_t<decltype(w.experts)>>::name) +
+                 " weights dequantized, then quantized to " + std::string(Q::name);
+        }
+      },
+      weights);
+}
+
 /// A Hugging Face MoE checkpoint directory.
 class hf_checkpoint {
  public:
