@@ -38,6 +38,16 @@ struct type_error : std::runtime_error {
 
 enum class elem { f32, bf16 };
 
+// A dtype's kind and size, read through Python: pybind11 before 2.12 reads them from numpy's C
+// descriptor, whose layout numpy 2 changed (wrong values, not an error, under numpy 2).
+char kind_of(const py::array& a) { return a.dtype().attr("kind").cast<std::string>().at(0); }
+py::ssize_t itemsize_of(const py::array& a) { return a.dtype().attr("itemsize").cast<py::ssize_t>(); }
+/// A new C-contiguous array made by numpy itself (pybind11 before 2.12 computes a new array's
+/// strides from the descriptor's element size, which it misreads under numpy 2).
+py::array new_array(index_t rows, index_t cols, const char* dtype) {
+  return py::module_::import("numpy").attr("empty")(py::make_tuple(rows, cols), dtype).cast<py::array>();
+}
+
 /// A 2-D numpy array with contiguous rows, seen where it lies.
 struct array_view {
   void* data;
@@ -64,12 +74,12 @@ using id_map = Eigen::Map<IdMatrix, 0, Eigen::OuterStride<>>;
 /// The element type an array stands for: float32, or uint16 bit patterns declared bfloat16.
 elem elem_of(const py::array& a, std::string_view what, elem declared) {
   if (declared == elem::bf16) {
-    if (!py::isinstance<py::array_t<std::uint16_t>>(a) || a.dtype().kind() != 'u')
+    if (kind_of(a) != 'u' || itemsize_of(a) != 2)
       throw type_error(detail::concat(what, " has dtype ", std::string(py::str(a.dtype())),
                                       "; with dtype=\"bfloat16\" polymoe takes uint16 arrays of bf16 bit patterns"));
     return elem::bf16;
   }
-  if (a.dtype().kind() != 'f' || a.itemsize() != 4)
+  if (kind_of(a) != 'f' || itemsize_of(a) != 4)
     throw type_error(detail::concat(what, " has dtype ", std::string(py::str(a.dtype())),
                                     "; polymoe takes float32 (or bf16 bit patterns in uint16 with dtype=\"bfloat16\")"));
   return elem::f32;
@@ -125,10 +135,10 @@ struct id_input {
   IdMatrix copied;
   std::optional<id_map> map;
   explicit id_input(const py::array& a) {
-    if (a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
+    if (kind_of(a) != 'i' && kind_of(a) != 'u')
       throw type_error(detail::concat("topk_ids has dtype ", std::string(py::str(a.dtype())),
                                       "; polymoe takes an integer array (int32 without a copy)"));
-    if (a.itemsize() == 4 && a.dtype().kind() == 'i') {
+    if (itemsize_of(a) == 4 && kind_of(a) == 'i') {
       const array_view v = view_of(a, "topk_ids", 4, false);
       map.emplace(static_cast<std::int32_t*>(v.data), v.rows, v.cols, Eigen::OuterStride<>(v.row_stride));
       return;
@@ -405,7 +415,7 @@ class Layer {
     const index_t rows = call->hidden->map->rows(), cols = l.config().hidden;
     py::array o;
     if (out.is_none())
-      o = e == elem::f32 ? py::array(py::array_t<float>({rows, cols})) : py::array(py::array_t<std::uint16_t>({rows, cols}));
+      o = new_array(rows, cols, e == elem::f32 ? "float32" : "uint16");
     else
       o = as_array(out, "out");
     call->out.emplace(o, e);
