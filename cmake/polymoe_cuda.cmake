@@ -3,16 +3,12 @@
 #   ON    require it (configure fails with the reason)
 #   OFF   skip it
 # Nothing in the core depends on it; without it the project builds exactly as before.
-set(POLYMOE_CUDA AUTO CACHE STRING "Build the CUDA component polymoe::cuda: AUTO, ON or OFF")
-set_property(CACHE POLYMOE_CUDA PROPERTY STRINGS AUTO ON OFF)
-string(TOUPPER "${POLYMOE_CUDA}" polymoe_cuda_mode)
-if(NOT polymoe_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "polymoe: POLYMOE_CUDA must be AUTO, ON or OFF, got '${POLYMOE_CUDA}'")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/polymoe_component.cmake)
+polymoe_component_mode(CUDA "Build the CUDA component polymoe::cuda")
 
 set(POLYMOE_HAS_CUDA OFF)
 set(polymoe_cuda_reason "")
-if(polymoe_cuda_mode STREQUAL "OFF")
+if(polymoe_component_mode STREQUAL "OFF")
   set(polymoe_cuda_reason "POLYMOE_CUDA=OFF")
 else()
   include(CheckLanguage)
@@ -34,11 +30,5 @@ else()
   endif()
 endif()
 
-if(POLYMOE_HAS_CUDA)
-  message(STATUS "polymoe: CUDA component: CUDA ${CUDAToolkit_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
-  add_subdirectory(${PROJECT_SOURCE_DIR}/cuda ${PROJECT_BINARY_DIR}/cuda)
-elseif(polymoe_cuda_mode STREQUAL "ON")
-  message(FATAL_ERROR "polymoe: POLYMOE_CUDA=ON but the CUDA component cannot be built: ${polymoe_cuda_reason}")
-else()
-  message(STATUS "polymoe: CUDA component skipped: ${polymoe_cuda_reason}")
-endif()
+polymoe_component_finish(CUDA CUDA POLYMOE_HAS_CUDA "${polymoe_cuda_reason}"
+                         "CUDA ${CUDAToolkit_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}" cuda)

@@ -5,16 +5,12 @@
 #   OFF   skip it
 # Nothing in the core depends on it. Python3_EXECUTABLE picks the interpreter (Debian's
 # /usr/bin/python3 is the one whose numpy the tests use).
-set(POLYMOE_PYTHON AUTO CACHE STRING "Build the Python module: AUTO, ON or OFF")
-set_property(CACHE POLYMOE_PYTHON PROPERTY STRINGS AUTO ON OFF)
-string(TOUPPER "${POLYMOE_PYTHON}" polymoe_python_mode)
-if(NOT polymoe_python_mode MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "polymoe: POLYMOE_PYTHON must be AUTO, ON or OFF, got '${POLYMOE_PYTHON}'")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/polymoe_component.cmake)
+polymoe_component_mode(PYTHON "Build the Python module")
 
 set(POLYMOE_HAS_PYTHON OFF)
 set(polymoe_python_reason "")
-if(polymoe_python_mode STREQUAL "OFF")
+if(polymoe_component_mode STREQUAL "OFF")
   set(polymoe_python_reason "POLYMOE_PYTHON=OFF")
 else()
   find_package(Python3 3.9 COMPONENTS Interpreter Development.Module QUIET)
@@ -30,11 +26,5 @@ else()
   endif()
 endif()
 
-if(POLYMOE_HAS_PYTHON)
-  message(STATUS "polymoe: Python component: Python ${Python3_VERSION} (${Python3_EXECUTABLE}), pybind11 ${pybind11_VERSION}")
-  add_subdirectory(${PROJECT_SOURCE_DIR}/python ${PROJECT_BINARY_DIR}/python)
-elseif(polymoe_python_mode STREQUAL "ON")
-  message(FATAL_ERROR "polymoe: POLYMOE_PYTHON=ON but the Python component cannot be built: ${polymoe_python_reason}")
-else()
-  message(STATUS "polymoe: Python component skipped: ${polymoe_python_reason}")
-endif()
+polymoe_component_finish(PYTHON Python POLYMOE_HAS_PYTHON "${polymoe_python_reason}"
+                         "Python ${Python3_VERSION} (${Python3_EXECUTABLE}), pybind11 ${pybind11_VERSION}" python)
