@@ -391,8 +391,12 @@ void plot(const std::string& png, const std::vector<row>& rows, const std::strin
   std::printf("plot: %s (gnuplot script %s; preset %s, %d threads)\n", png.c_str(), gp.c_str(), preset0.c_str(), thr);
 }
 
-// The peer: bench/peer_torch.py on the same shape; its records.
-std::vector<record> run_peer(const preset& p, const options& o, const std::string& dtype, int reps, int threads) {
+/// Runs a peer script on the preset's shape and the options' token counts (`command`, then the
+/// shape, --tokens and --records FILE, then `tail`) and returns the lines it recorded, one per
+/// point. When it fails it says so; its lines are kept only with `keep_partial` (a script that
+/// records each point as it goes).
+std::vector<std::string> run_peer_script(const std::string& command, const preset& p, const options& o,
+                                         const std::string& tail, bool keep_partial) {
   char tmp[] = "/tmp/polymoe_peer_XXXXXX";
   const int fd = mkstemp(tmp);
   if (fd < 0) fail("mkstemp failed");
@@ -400,38 +404,51 @@ std::vector<record> run_peer(const preset& p, const options& o, const std::strin
   std::string tokens;
   for (const auto t : o.tokens) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
   std::ostringstream c;  // (a stream: GCC 12 reports a false -Wrestrict on a chain of string +)
-  c << "/usr/bin/python3 " << POLYMOE_SOURCE_DIR << "/bench/peer_torch.py --hidden " << p.hidden
-    << " --intermediate " << p.intermediate << " --experts " << p.experts << " --topk " << p.top_k << " --tokens "
-    << tokens << " --threads " << threads << " --dtype " << dtype << " --reps " << reps << " --records " << tmp
-    << " > /dev/null";
+  c << command << " --hidden " << p.hidden << " --intermediate " << p.intermediate << " --experts " << p.experts
+    << " --topk " << p.top_k << " --tokens " << tokens << " --records " << tmp << tail;
   const std::string cmd = c.str();
-  std::vector<record> out;
-  if (std::system(cmd.c_str()) != 0) {
-    std::fprintf(stderr, "polymoe_bench: the peer failed (%s)\n", cmd.c_str());
-    std::remove(tmp);
-    return out;
-  }
-  // one record per line: tokens median min max distinct
-  std::ifstream f(tmp);
-  for (std::string line; std::getline(f, line);) {
-    std::istringstream l(line);
-    record r;
-    double distinct = 0;
-    long t = 0;
-    if (!(l >> t >> r.median_s >> r.min_s >> r.max_s >> distinct)) continue;
-    r.a2a = "peer";
-    r.quant = dtype;
-    r.kernel = "torch-hf-loop";
-    r.preset = p.name;
-    r.tokens = t;
-    r.experts = p.experts;
-    r.threads = threads;
-    r.flops = flops_per_forward(p, t);
-    r.weight_bytes = distinct * expert_bytes(dtype, p);
-    r.note = "peer_torch.py walks all experts of one copy for decode";
-    out.push_back(r);
+  std::vector<std::string> lines;
+  const bool ok = std::system(cmd.c_str()) == 0;
+  if (!ok) std::fprintf(stderr, "polymoe_bench: the peer failed (%s)\n", cmd.c_str());
+  if (ok || keep_partial) {
+    std::ifstream f(tmp);
+    for (std::string line; std::getline(f, line);) lines.push_back(line);
   }
   std::remove(tmp);
+  return lines;
+}
+
+/// A peer's point: T tokens, `distinct` experts a forward on average, weights in `quant`.
+record peer_record(const preset& p, long t, double distinct, const std::string& quant, int threads) {
+  record r;
+  r.a2a = "peer";
+  r.quant = quant;
+  r.preset = p.name;
+  r.tokens = t;
+  r.experts = p.experts;
+  r.threads = threads;
+  r.flops = flops_per_forward(p, t);
+  r.weight_bytes = distinct * expert_bytes(quant, p);
+  return r;
+}
+
+// The peer: bench/peer_torch.py on the same shape; its records.
+std::vector<record> run_peer(const preset& p, const options& o, const std::string& dtype, int reps, int threads) {
+  std::vector<record> out;
+  const std::string tail = detail::concat(" --threads ", threads, " --dtype ", dtype, " --reps ", reps, " > /dev/null");
+  // one record per line: tokens median min max distinct
+  for (const std::string& line :
+       run_peer_script(std::string("/usr/bin/python3 ") + POLYMOE_SOURCE_DIR + "/bench/peer_torch.py", p, o, tail, false)) {
+    std::istringstream l(line);
+    double median = 0, lo = 0, hi = 0, distinct = 0;
+    long t = 0;
+    if (!(l >> t >> median >> lo >> hi >> distinct)) continue;
+    record r = peer_record(p, t, distinct, dtype, threads);
+    r.kernel = "torch-hf-loop";
+    r.median_s = median, r.min_s = lo, r.max_s = hi;
+    r.note = "peer_torch.py walks all experts of one copy for decode";
+    out.push_back(std::move(r));
+  }
   return out;
 }
 
@@ -441,39 +458,22 @@ using bench_triples = pairing::valid_triples_of<cuda_table>;
 
 // The GPU peers: bench/peer_torch_gpu.py (the python3 on PATH, PyTorch with CUDA) on the same shape.
 std::vector<record> run_gpu_peers(const preset& p, const options& o, int threads) {
-  char tmp[] = "/tmp/polymoe_gpu_peer_XXXXXX";
-  const int fd = mkstemp(tmp);
-  if (fd < 0) fail("mkstemp failed");
-  close(fd);
-  std::string tokens;
-  for (const auto t : o.tokens) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
-  std::ostringstream c;
-  c << "python3 " << POLYMOE_SOURCE_DIR << "/bench/peer_torch_gpu.py --hidden " << p.hidden << " --intermediate "
-    << p.intermediate << " --experts " << p.experts << " --topk " << p.top_k << " --tokens " << tokens << " --reps "
-    << o.reps << " --records " << tmp;
-  const std::string cmd = c.str();
   std::vector<record> out;
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "polymoe_bench: the GPU peer failed (%s)\n", cmd.c_str());
-  std::ifstream f(tmp);  // one record per line: peer tokens median min max distinct
-  for (std::string line; std::getline(f, line);) {
+  // one record per line: peer tokens median min max distinct (a line per point as it is timed)
+  for (const std::string& line : run_peer_script(std::string("python3 ") + POLYMOE_SOURCE_DIR + "/bench/peer_torch_gpu.py",
+                                                 p, o, detail::concat(" --reps ", o.reps), true)) {
     std::istringstream l(line);
-    record r;
-    double distinct = 0;
+    std::string kernel;
+    double median = 0, lo = 0, hi = 0, distinct = 0;
     long t = 0;
-    if (!(l >> r.kernel >> t >> r.median_s >> r.min_s >> r.max_s >> distinct)) continue;
-    r.a2a = "peer";
-    r.quant = "bf16";
-    r.preset = p.name;
-    r.tokens = t;
-    r.experts = p.experts;
-    r.threads = threads;
+    if (!(l >> kernel >> t >> median >> lo >> hi >> distinct)) continue;
+    record r = peer_record(p, t, distinct, "bf16", threads);
+    r.kernel = kernel;
     r.gpu = true;
-    r.flops = flops_per_forward(p, t);
-    r.weight_bytes = distinct * expert_bytes("bf16", p);
+    r.median_s = median, r.min_s = lo, r.max_s = hi;
     r.note = "peer_torch_gpu.py, CUDA events, eager";
-    out.push_back(r);
+    out.push_back(std::move(r));
   }
-  std::remove(tmp);
   return out;
 }
 #else
