@@ -10,6 +10,7 @@
 #include <polymoe/quant/fp32.hpp>
 #include <polymoe/quant/fp8.hpp>
 #include <polymoe/quant/fp8_block.hpp>
+#include <polymoe/quant/int4_w4a8.hpp>
 #include <polymoe/quant/int8_w8a8.hpp>
 #include <polymoe/quant/mxfp4.hpp>
 #include <polymoe/quant/nvfp4.hpp>

@@ -34,6 +34,8 @@ inline constexpr double fixture_tolerance<quant::fp8_block_weight_only> = 0.10;
 template <>
 inline constexpr double fixture_tolerance<quant::int8_w8a8> = 0.03;
 template <>
+inline constexpr double fixture_tolerance<quant::int4_w4a8> = 0.27;
+template <>
 inline constexpr double fixture_tolerance<quant::mxfp4> = 0.30;
 template <>
 inline constexpr double fixture_tolerance<quant::nvfp4> = 0.27;
@@ -67,6 +69,8 @@ template <>
 inline constexpr double kernel_tolerance<quant::fp8_block_weight_only> = 1e-4;
 template <>
 inline constexpr double kernel_tolerance<quant::int8_w8a8> = 1e-4;
+template <>
+inline constexpr double kernel_tolerance<quant::int4_w4a8> = 1e-4;
 template <>
 inline constexpr double kernel_tolerance<quant::mxfp4> = 1e-4;
 template <>
@@ -147,6 +151,8 @@ template <>
 inline constexpr bool quantizes_activations<quant::fp8_block> = true;
 template <>
 inline constexpr bool quantizes_activations<quant::int8_w8a8> = true;
+template <>
+inline constexpr bool quantizes_activations<quant::int4_w4a8> = true;
 template <>
 inline constexpr bool quantizes_activations<quant::nvfp4_w4a4> = true;
 template <>

@@ -52,6 +52,7 @@ TEST(QuantAccuracy, RelativeRmsErrorAgainstFp32) {
   check<quant::fp8_block>(0.09);
   check<quant::fp8_block_weight_only>(0.07);
   check<quant::int8_w8a8>(0.035);
+  check<quant::int4_w4a8>(0.26);
   check<quant::mxfp4>(0.3);
   check<quant::nvfp4>(0.25);
   check<quant::nvfp4_w4a4>(0.35);
