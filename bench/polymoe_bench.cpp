@@ -132,7 +132,7 @@ struct peak_ref {
 peak_ref applicable_peak(const row& w) {
   const auto& r = w.r;
   if (r.gpu) return {"cuBLAS bf16", w.lim.gpu_bf16_gflops};
-  const bool int8 = r.quant == "int8_w8a8";
+  const bool int8 = r.quant == "int8_w8a8" || r.quant == "int4_w4a8";  // int4 runs the int8 products
   if (r.kernel == "tiled_amx" && r.quant != "fp32" && w.lim.amx_bf16_gflops > 0)
     return int8 ? peak_ref{"AMX int8", w.lim.amx_int8_gops} : peak_ref{"AMX bf16", w.lim.amx_bf16_gflops};
   if (int8 && (r.kernel == "tiled" || r.kernel == "tiled_amx") && w.lim.vnni_gops > 0)

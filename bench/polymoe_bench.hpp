@@ -121,6 +121,7 @@ inline double bits_per_weight(std::string_view quant, index_t hidden) {
   if (quant == "fp8") return 8;
   if (quant == "fp8_block" || quant == "fp8_block_weight_only") return 8 + 32.0 / (128 * 128);
   if (quant == "int8_w8a8") return 8 + 32.0 / static_cast<double>(hidden);  // per output channel scale
+  if (quant == "int4_w4a8") return 4 + 32.0 / 32;                             // fp32 scale per 32
   if (quant.starts_with("mxfp4")) return 4 + 8.0 / 32;  // E8M0 scale per 32
   if (quant.starts_with("nvfp4")) return 4 + 8.0 / 16;  // E4M3 scale per 16
   return 32;

@@ -194,6 +194,9 @@ quantize_case(deepseek_v3 fp8-block fp8_block_weight_only 8e-2)
 quantize_case(deepseek_v3 nvfp4 nvfp4 0.25)
 quantize_case(qwen3_moe int8 int8_w8a8 5e-2)
 quantize_case(gpt_oss mxfp4 mxfp4 0.25)
+quantize_case(mixtral int4 int4_w4a8 0.25)
+quantize_case(qwen3_moe int4_w4a8 int4_w4a8 0.25)
+set_tests_properties(tool.quantize.mixtral_int4_w4a8.inspect PROPERTIES PASS_REGULAR_EXPRESSION "layer 0:.*experts int4")
 # a scheme named by its own name whose weights a layout stores: --scheme mxfp4_w4a16 writes the
 # MXFP4 layout, byte for byte what --scheme mxfp4 writes, and says so by the layout's one name
 tool_test(quantize.w4a16_spelling.write SETUP tool_qw4 COMMAND ${tool} quantize --checkpoint ${hf}/mixtral

@@ -85,7 +85,7 @@ command add_inspect(CLI::App& polymoe) {
   app->add_flag("--tensors", s->tensors, "every tensor, with its dtype and shape");
   app->footer("Prints the checkpoint's family (config.json model_type), its files, and for each layer (or only\n"
               "layer N): whether it is an MoE layer, how its experts are stored (float, fp8_block, mxfp4, nvfp4,\n"
-              "int8), its MoE shapes and routing, and its tensor inventory (count and bytes; every tensor with\n"
+              "int8, int4), its MoE shapes and routing, and its tensor inventory (count and bytes; every tensor with\n"
               "--tensors).");
   return {app, [s] { return inspect_command(*s); }};
 }

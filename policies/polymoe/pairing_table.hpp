@@ -65,7 +65,7 @@ using core = table<
     scheme_row<quant::fp8_block, tiled_and_amx>,              // DeepSeek-V3: E4M3 128x128 weight blocks, activations per token in groups of 128
     scheme_row<quant::fp8_block_weight_only, tiled_and_amx>,  // the same weights, fp32 activations
     scheme_row<quant::int8_w8a8, tiled_and_amx>,              // int8 per-channel weights, int8 per-token activations
-    scheme_row<quant::int4_w4a8>,                             // int4 weights in groups of 32, int8_w8a8's activations
+    scheme_row<quant::int4_w4a8, tiled_and_amx>,              // int4 weights in groups of 32, int8_w8a8's activations
     scheme_row<quant::mxfp4, tiled_and_amx>,                  // MXFP4 weights (GPT-OSS layout), fp32 activations
     scheme_row<quant::mxfp4_w4a16, tiled_and_amx>,            // the same weights, bf16 activations
     scheme_row<quant::nvfp4, tiled_and_amx>,                  // NVFP4 weights (ModelOpt), fp32 activations

@@ -518,6 +518,7 @@ TEST(Tiled, PhaseTimesCoverTheForward) {
   };
   check.template operator()<quant::bf16>();
   check.template operator()<quant::int8_w8a8>();
+  check.template operator()<quant::int4_w4a8>();
 }
 
 TEST(Tiled, VectorBf16RoundingIsTheCodec) {

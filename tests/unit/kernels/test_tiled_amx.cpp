@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <span>
@@ -132,8 +133,8 @@ TEST(TiledAmx, PhaseTimesOfTheForward) {
     EXPECT_LE(ts[kt::PhaseTimes::gemm1_epilogue], ts[kt::PhaseTimes::gemm1_tasks]) << Q::name;
     EXPECT_GT(ts[kt::PhaseTimes::gemm2_epilogue], 0.0) << Q::name;
     EXPECT_LE(ts[kt::PhaseTimes::gemm2_epilogue], ts[kt::PhaseTimes::gemm2_tasks]) << Q::name;
-    // only int8 quantizes the activations, inside GEMM 1's tasks or between the GEMMs
-    if constexpr (std::is_same_v<Q, quant::int8_w8a8>) {
+    // only the integer schemes quantize the activations, inside GEMM 1's tasks or between the GEMMs
+    if constexpr (std::is_same_v<Q, quant::int8_w8a8> || std::is_same_v<Q, quant::int4_w4a8>) {
       EXPECT_GT(ts[kt::PhaseTimes::act_quantize], 0.0);
       EXPECT_LE(ts[kt::PhaseTimes::act_quantize], ts[kt::PhaseTimes::gemm1_tasks] + ts[kt::PhaseTimes::block_work]);
     } else {
@@ -448,7 +449,65 @@ TEST(TiledAmx, Int8TileLayoutRunsOnTheVnniPath) {
   }
 }
 
+/// int4 panels packed in int8's tile layout (kernel::tiled_amx) and VNNI layout (kernel::tiled)
+/// against rows m: each column's sum over groups of 32 k of s_g · sum_{k in g} (a[k] - 128) · w[k],
+/// worked out here in double. K = 640: 20 groups, three slabs of unpacking; K = 200: the VNNI
+/// panel pads to 7 groups, the tile panel to 8. `amx`: the tile-layout panel on the tiles (rows a
+/// tile stride apart), else on the VNNI path.
+void expect_int4_products(bool amx, std::initializer_list<index_t> rows) {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> u8(0, 255), s4(-8, 7);
+  std::uniform_real_distribution<float> scale(0.01f, 2.0f);
+  for (const index_t K : {index_t{640}, index_t{200}}) {
+    const ExpertShape shape{1, K, kt::panel_cols, false, false};  // GEMM 1: one panel of 64 rows of K
+    const index_t groups = (K + 31) / 32;
+    std::vector<int> w(static_cast<std::size_t>(kt::panel_cols * K));
+    std::vector<float> s(static_cast<std::size_t>(kt::panel_cols * groups));
+    for (auto& v : w) v = s4(rng);
+    for (auto& v : s) v = scale(rng);
+    const auto code = [&](index_t, index_t r, index_t k) { return static_cast<std::int8_t>(w[static_cast<std::size_t>(r * K + k)]); };
+    const auto sc = [&](index_t, index_t r, index_t g) { return s[static_cast<std::size_t>(r * groups + g)]; };
+    const auto none = [](index_t) -> const float* { return nullptr; };
+    for (const bool tiles : {true, false}) {
+      if (amx && !tiles) continue;
+      const kt::Int4PackedExperts p = kt::pack_int4(shape, code, sc, code, sc, none, none, tiles, false);
+      const index_t K4 = p.kpad(K);
+      for (const index_t m : rows) {
+        std::vector<std::uint8_t> a(static_cast<std::size_t>((m + 16) * K4), 128);  // padding: code 0
+        for (index_t i = 0; i < m; ++i)
+          for (index_t k = 0; k < K; ++k) a[static_cast<std::size_t>(i * K4 + k)] = static_cast<std::uint8_t>(u8(rng));
+        const auto row = [&](index_t i) { return a.data() + i * K4; };
+        alignas(64) float got[kt::amx_block_rows * kt::panel_cols];
+        kt::detail::block_times_i4panel(m, row, K4, p.panel13(0, 0), got, amx ? K4 : 0, 16);
+        for (index_t i = 0; i < m; ++i)
+          for (index_t c = 0; c < kt::panel_cols; ++c) {
+            const index_t r = p.row13(0, c);
+            double want = 0.0, size = 0.0;
+            for (index_t g = 0; g < groups; ++g) {
+              std::int64_t dot = 0;
+              for (index_t k = 32 * g; k < std::min(K, 32 * g + 32); ++k)
+                dot += (a[static_cast<std::size_t>(i * K4 + k)] - 128) * w[static_cast<std::size_t>(r * K + k)];
+              want += static_cast<double>(dot) * sc(0, r, g);
+              size += std::abs(static_cast<double>(dot) * sc(0, r, g));
+            }
+            ASSERT_NEAR(got[i * kt::panel_cols + c], want, 1e-6 * size + 1e-6)
+                << "K=" << K << (tiles ? " tiles" : " vnni") << " m=" << m << " row " << i << " column " << c;
+          }
+      }
+    }
+  }
+}
+
+TEST(TiledAmx, Int4PanelsOfEitherLayoutGiveTheGroupScaledProducts) {
+  expect_int4_products(false, {1, 5, 40});
+}
+
 #if POLYMOE_TILED_AMX_CODE
+
+TEST(TiledAmx, Int4TilesGiveTheGroupScaledProducts) {
+  if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;
+  expect_int4_products(true, {16, 48, 256});
+}
 
 TEST(TiledAmx, Int8TilesGiveTheIntegers) {
   if (const char* why = kt::amx_unavailable_reason()) GTEST_SKIP() << "no AMX here: " << why;

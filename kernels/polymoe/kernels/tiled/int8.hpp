@@ -69,6 +69,7 @@ struct I8Panel {
 
 /// All experts' int8 weights of one layer.
 struct Int8PackedExperts : PanelGrid {
+  using acc_type = std::int32_t;         ///< what a block's products are summed in (forward_int8)
   AlignedBuffer<std::int8_t> w13, w2;    ///< [E][panels][kpad(K) x 64 codes]
   AlignedBuffer<std::int32_t> c13, c2;   ///< [E][panels][64]
   AlignedBuffer<float> s13, s2;          ///< [E][panels][64]
@@ -92,6 +93,21 @@ struct Int8PackedExperts : PanelGrid {
            (panels13 + panels2) * panel_cols * 8;
   }
 };
+
+/// Calls f13(e, i, c, r) for every column c of every GEMM 1 panel i (= e · panels13 + cb) of every
+/// expert e that holds a weight row r, and f2 likewise for GEMM 2; experts in parallel (a panel
+/// belongs to one expert, so the calls of one panel never race).
+template <class F13, class F2>
+void for_each_panel_column(const PanelGrid& p, index_t experts, F13 f13, F2 f2) {
+  kernels::parallel_for(index_t{0}, experts, [&](index_t e) {
+    for (index_t cb = 0; cb < p.panels13; ++cb)
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row13(cb, c); r >= 0) f13(e, e * p.panels13 + cb, c, r);
+    for (index_t cb = 0; cb < p.panels2; ++cb)
+      for (index_t c = 0; c < panel_cols; ++c)
+        if (const index_t r = p.row2(cb, c); r >= 0) f2(e, e * p.panels2 + cb, c, r);
+  });
+}
 
 /// Packs from the policy's storage: q13(e, r, k) / q2(e, r, k) the int8 weight of canonical row r,
 /// s13(e, r) / s2(e, r) its scale; `amx`: in the tile layout, for tdpbusd (sets use_amx);
@@ -122,22 +138,16 @@ Int8PackedExperts pack_int8(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2
     comp[c] = 128 * sum;
     scale[c] = sc;
   };
-  kernels::parallel_for(index_t{0}, E, [&](index_t e) {
-    for (index_t cb = 0; cb < p.panels13; ++cb) {
-      const index_t i = e * p.panels13 + cb;
-      for (index_t c = 0; c < panel_cols; ++c)
-        if (const index_t r = p.row13(cb, c); r >= 0)
-          fill(p.w13.data() + i * H4 * panel_cols, p.c13.data() + i * panel_cols, p.s13.data() + i * panel_cols,
-               s.hidden, c, [&](index_t k) { return q13(e, r, k); }, s13(e, r));
-    }
-    for (index_t cb = 0; cb < p.panels2; ++cb) {
-      const index_t i = e * p.panels2 + cb;
-      for (index_t c = 0; c < panel_cols; ++c)
-        if (const index_t r = p.row2(cb, c); r >= 0)
-          fill(p.w2.data() + i * I4 * panel_cols, p.c2.data() + i * panel_cols, p.s2.data() + i * panel_cols,
-               s.intermediate, c, [&](index_t k) { return q2(e, r, k); }, s2(e, r));
-    }
-  });
+  for_each_panel_column(
+      p, E,
+      [&](index_t e, index_t i, index_t c, index_t r) {
+        fill(p.w13.data() + i * H4 * panel_cols, p.c13.data() + i * panel_cols, p.s13.data() + i * panel_cols,
+             s.hidden, c, [&](index_t k) { return q13(e, r, k); }, s13(e, r));
+      },
+      [&](index_t e, index_t i, index_t c, index_t r) {
+        fill(p.w2.data() + i * I4 * panel_cols, p.c2.data() + i * panel_cols, p.s2.data() + i * panel_cols,
+             s.intermediate, c, [&](index_t k) { return q2(e, r, k); }, s2(e, r));
+      });
   return p;
 }
 
@@ -259,6 +269,24 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 
 namespace detail {
 
+/// d[p] = (x(p) + bias[p]) · wt for p < n (n <= 64; `stream` as add_row's), x the row's scaled
+/// products: with AVX-512 x(p, mask) gives lanes [p, p + 16), else x(p) one value. The epilogue of
+/// both integer panels (int8's here, int4's in int4.hpp).
+template <class X>
+inline void epilogue_row(const float* bias, float wt, float* d, index_t n, bool stream, X x) noexcept {
+#if POLYMOE_TILED_AVX512
+  const __m512 w = _mm512_set1_ps(wt);
+  stream = streams_row(stream, d, n);
+  for (index_t p = 0; p < n; p += 16) {
+    const __mmask16 k = simd::tail_mask(n - p);
+    store_lanes(d + p, k, _mm512_mul_ps(_mm512_add_ps(x(p, k), _mm512_maskz_loadu_ps(k, bias + p)), w), stream);
+  }
+#else
+  (void)stream;
+  for (index_t p = 0; p < n; ++p) d[p] = (x(p) + bias[p]) * wt;
+#endif
+}
+
 /// One row of the int8 epilogue: d[p] = ((acc[p] − comp[p]) · sr · s_col[p] + bias[p]) · wt for
 /// p < n (n <= 64; `stream` as add_row's). The integers' scaling fused with what finish13 (bias;
 /// wt 1) and finish2_rows (bias and routing weight, into y) do to an fp32 tile: one pass over the
@@ -266,18 +294,14 @@ namespace detail {
 inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel, const float* bias, float wt, float* d,
                          index_t n, bool stream = false) noexcept {
 #if POLYMOE_TILED_AVX512
-  const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
-  stream = streams_row(stream, d, n);
-  for (index_t p = 0; p < n; p += 16) {
-    const __mmask16 k = simd::tail_mask(n - p);
+  const __m512 s = _mm512_set1_ps(sr);
+  epilogue_row(bias, wt, d, n, stream, [&](index_t p, __mmask16 k) {
     const __m512i v = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, acc + p), _mm512_maskz_loadu_epi32(k, panel.comp + p));
-    const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
-    store_lanes(d + p, k, _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w), stream);
-  }
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
+  });
 #else
-  (void)stream;
-  for (index_t p = 0; p < n; ++p)
-    d[p] = (static_cast<float>(acc[p] - panel.comp[p]) * sr * panel.scale[p] + bias[p]) * wt;
+  epilogue_row(bias, wt, d, n, stream,
+               [&](index_t p) { return static_cast<float>(acc[p] - panel.comp[p]) * sr * panel.scale[p]; });
 #endif
 }
 
@@ -327,172 +351,6 @@ inline void block_times_i8panel(index_t m, RowOf row, index_t K4, const I8Panel&
 }
 
 }  // namespace detail
-
-/// The forward pass of forward_standard (see forward.hpp) with int8 GEMMs; `tune` and `phases` as
-/// forward_standard's.
-template <class Unused = void>
-void forward_int8(const DispatchOutput<format::standard>& d, const Prepared<Int8PackedExperts>& p,
-                  const ExpertMlp& mlp, MatrixRef out, const tuning& tune, PhaseTimes* phases) {
-  const Int8PackedExperts& pk = p.packed;
-  Workspace& ws = p.workspace;
-  const ExpertShape& s = pk.shape;
-  const index_t T = d.hidden.rows(), k = d.ids.cols(), H = s.hidden, I = s.intermediate;
-  const index_t H4 = pk.kpad(H), I4 = pk.kpad(I);
-  const index_t min_rows = tune.tiles_from(amx_min_rows_int8);
-  const auto at = [](auto& v, index_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
-  const bool tiles = pk.use_amx;
-  const bool pipeline = detail::pipeline_on(pk.pipelined, tune);
-  // Row strides of the quantized GEMM inputs (bytes): with tiles, an odd number of cache lines.
-  const index_t ldh = tiles ? amx_row_stride_bytes(H4) : H4, ldi = tiles ? amx_row_stride_bytes(I4) : I4;
-  constexpr index_t spare = 16;  // rows a 16-row tile may read past the last block
-  bool by_block = false;  // GEMM 1 a task per row block (detail::gemm1_by_block), once the blocks are cut
-
-  // Quantized inputs: one per token, or one per pair when the routing weight scales the input.
-  const auto inputs = [&](const ExpertRows& sr) {
-    const index_t N = sr.rows();
-    by_block = detail::gemm1_by_block(pipeline, N, sr.blocks.size(), tune.gemm1_by_block);
-    ws.aq_rows.resize(static_cast<std::size_t>(N));
-    ws.a_scales.resize(static_cast<std::size_t>(N));
-    if (mlp.weight_on_input) {
-      ws.x.resize(static_cast<std::size_t>(N * H));
-      ws.xq.resize(static_cast<std::size_t>((N + spare) * ldh));
-      kernels::parallel_for(tbb::blocked_range<index_t>(0, N, 16), [&](const tbb::blocked_range<index_t>& r) {
-        for (index_t n = r.begin(); n != r.end(); ++n) {
-          const index_t slot = at(sr.slot_of, n);
-          const float wt = ws.row_weight[static_cast<std::size_t>(n)];
-          const float* src = d.hidden.row(slot / k).data();
-          float* tmp = ws.x.data() + n * H;
-          for (index_t c = 0; c < H; ++c) tmp[c] = src[c] * wt;
-          at(ws.a_scales, n) = quantize_row_u8(tmp, H, H4, ws.xq.data() + n * ldh);
-          at(ws.aq_rows, n) = ws.xq.data() + n * ldh;
-        }
-      });
-    } else {
-      // One pass over the tokens: each is quantized once, into its first sorted row (tiles: the
-      // rows of a block must lie at one stride, so the token's other rows get copies of it, from
-      // L1) or into a row per token that all of its sorted rows point to (also with tiles when
-      // GEMM 1 runs by block: its tasks gather their rows).
-      const bool sorted_copy = tiles && !by_block;
-      if (sorted_copy)
-        ws.xg.resize(static_cast<std::size_t>((N + spare) * ldh));
-      else
-        ws.xq.resize(static_cast<std::size_t>(T * H4));
-      kernels::parallel_for(tbb::blocked_range<index_t>(0, T, 16), [&](const tbb::blocked_range<index_t>& r) {
-        for (index_t t = r.begin(); t != r.end(); ++t) {
-          const std::uint8_t* first = nullptr;
-          float scale = 0.0f;
-          for (index_t j = 0; j < k; ++j) {
-            const index_t n = at(sr.row_of, t * k + j);
-            if (n < 0) continue;  // not computed here
-            std::uint8_t* dst = sorted_copy ? ws.xg.data() + n * ldh : ws.xq.data() + t * H4;
-            if (first == nullptr) {
-              scale = quantize_row_u8(d.hidden.row(t).data(), H, H4, dst);
-              first = dst;
-            } else if (dst != first) {
-              std::copy_n(first, H4, dst);
-            }
-            at(ws.a_scales, n) = scale;
-            at(ws.aq_rows, n) = dst;
-          }
-        }
-      });
-    }
-  };
-
-  const auto gemms = [&](const ExpertRows& sr, bool stream, auto&& run) {
-    const index_t N = sr.rows();
-    // GEMM 1 + activation (fp32), then the activations quantized per row, then GEMM 2, bias and
-    // routing weight: three phases, or (kernel::tiled_amx) one pipeline in which a row block's
-    // activations are quantized as soon as its GEMM 1 tasks are done (detail::pipelined_tasks) —
-    // or, GEMM 1 by block (detail::gemm1_by_block), by the task that ran them all.
-    const index_t in_slot = amx_block_rows * ldh, act_slot = amx_block_rows * I;  // per worker
-    if (by_block) {
-      const std::size_t workers = detail::pipeline_workers();
-      ws.block_in.resize(workers * static_cast<std::size_t>(in_slot));
-      ws.block_act.resize(workers * static_cast<std::size_t>(act_slot));
-    } else {
-      ws.act.resize(static_cast<std::size_t>(N * I));
-    }
-    ws.hq.resize(static_cast<std::size_t>((N + spare) * ldi));
-    ws.hs.resize(static_cast<std::size_t>(N));
-    // Panel cb of GEMM 1 for block b (a task of GEMM 1 by panel), into the block's rows of ws.act
-    // (`after`: the codes of the panel multiplied next, or nullptr; the epilogue's time charged to
-    // `task_ns`, a timed pipeline worker's).
-    const auto gemm1_panel = [&](const RowBlock& b, index_t cb, const std::int8_t* after, std::int64_t* task_ns) {
-      const auto row = [&](index_t i) { return at(ws.aq_rows, b.begin + i); };
-      alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
-      alignas(64) float c[amx_block_rows * panel_cols];
-      const I8Panel panel = pk.panel13(b.expert, cb);
-      detail::block_times_i8panel(b.rows, row, H4, panel, acc, tiles ? ldh : 0, min_rows, after);
-      const TaskClock epilogue(task_ns, PhaseTimes::gemm1_epilogue);
-      const float* bias = pk.bias13(b.expert, cb);
-      for (index_t i = 0; i < b.rows; ++i)
-        detail::scale_i8_row(acc + i * panel_cols, at(ws.a_scales, b.begin + i), panel, bias, 1.0f, c + i * panel_cols,
-                             panel_cols);
-      detail::finish13<false, float, /*AddBias=*/false>(mlp, pk, b, cb, c, ws.act.data(), I);
-    };
-    const auto quantize_rows = [&](const RowBlock& b, const float* act, std::int64_t* task_ns) {
-      const TaskClock clock(task_ns, PhaseTimes::act_quantize);
-      for (index_t i = 0; i < b.rows; ++i)
-        at(ws.hs, b.begin + i) = quantize_row_u8(act + i * I, I, I4, ws.hq.data() + (b.begin + i) * ldi);
-    };
-    const auto gemm1 = [&](const Task& task, const Task* next, const detail::worker& w) {
-      const RowBlock& b = sr.block(task);
-      if (!by_block) {
-        gemm1_panel(b, task.panel, next ? pk.panel13(sr.block(*next).expert, next->panel).codes : nullptr, w.task_ns);
-        return;
-      }
-      // (w.slot: by_block implies the pipeline, whose tasks get their worker's slot)
-      std::uint8_t* a = ws.block_in.data() + w.slot * static_cast<std::size_t>(in_slot);
-      float* act = ws.block_act.data() + w.slot * static_cast<std::size_t>(act_slot);
-      for (index_t i = 0; i < b.rows; ++i)
-        std::memcpy(a + i * ldh, at(ws.aq_rows, b.begin + i), static_cast<std::size_t>(H4));
-      const auto row = [a, ldh](index_t i) -> const std::uint8_t* { return a + i * ldh; };
-      // Panel after panel, each panel's epilogue (scaling, bias, activation into the block's act
-      // rows) inside the next panel's tiles (detail::gemm1_panels_interleaved).
-      alignas(64) std::int32_t acc[2][amx_block_rows * panel_cols];
-      detail::gemm1_panels_interleaved(
-          pk.panels13, b.rows, acc[0], acc[1], w.task_ns,
-          [&](index_t cb, std::int32_t* c, auto& side) {
-            const std::int8_t* after = cb + 1 < pk.panels13 ? pk.panel13(b.expert, cb + 1).codes
-                                       : next               ? pk.panel13(sr.block(*next).expert, 0).codes
-                                                            : nullptr;
-            detail::block_times_i8panel(b.rows, row, H4, pk.panel13(b.expert, cb), c, tiles ? ldh : 0, min_rows, after,
-                                        side);
-          },
-          [&](index_t cb, const std::int32_t* c, index_t i) {
-            alignas(64) float v[panel_cols];
-            detail::scale_i8_row(c + i * panel_cols, at(ws.a_scales, b.begin + i), pk.panel13(b.expert, cb),
-                                 pk.bias13(b.expert, cb), 1.0f, v, panel_cols);
-            detail::finish13_row<false, /*AddBias=*/false>(mlp, pk, cb, nullptr, v, act + i * I);
-          });
-      quantize_rows(b, act, w.task_ns);
-    };
-    const auto quantize_block = [&](index_t block, const detail::worker& w) {
-      if (by_block) return;  // done by gemm1
-      const RowBlock& b = sr.blocks[static_cast<std::size_t>(block)];
-      quantize_rows(b, ws.act.data() + b.begin * I, w.task_ns);
-    };
-    const auto gemm2 = [&](const Task& task, const Task* next, const detail::worker& w) {
-      alignas(64) std::int32_t acc[amx_block_rows * panel_cols];
-      const RowBlock& b = sr.block(task);
-      const index_t cb = task.panel;
-      const I8Panel panel = pk.panel2(b.expert, cb);
-      detail::block_times_i8panel(b.rows, [&](index_t i) { return ws.hq.data() + (b.begin + i) * ldi; }, I4, panel, acc,
-                                  tiles ? ldi : 0, min_rows,
-                                  next ? pk.panel2(sr.block(*next).expert, next->panel).codes : nullptr);
-      // the scaling fused with finish2's bias and routing weight: straight into y
-      detail::finish2_rows(mlp, pk, b, cb, ws.row_weight.data(), ws.y.data(), stream, w.task_ns,
-                           [&](index_t i, const float* bias, float wt, float* dst, index_t n) {
-                             detail::scale_i8_row(acc + i * panel_cols, at(ws.hs, b.begin + i), panel, bias, wt, dst, n,
-                                                  stream);
-                           });
-    };
-    run(pk.pipelined, by_block ? 1 : pk.panels13, pk.panels2, gemm1, quantize_block, gemm2);
-  };
-  forward_skeleton(d, s, pk.expert_bytes(), out, ws, tiles ? BlockCut{amx_block_rows, 16} : BlockCut{block_rows}, tune,
-                   phases, inputs, gemms);
-}
 
 POLYMOE_TILED_LEVEL_END
 }  // namespace polymoe::kernels::tiled

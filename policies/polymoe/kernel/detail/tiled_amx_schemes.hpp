@@ -43,15 +43,21 @@ struct scheme<quant::bf16> {
   }
 };
 
-template <>
-struct scheme<quant::int8_w8a8> {
-  using packed = kt::Int8PackedExperts;
-  static packed pack(const quant::int8_w8a8::weights& w, bool huge_pages) {
-    packed p = td::scheme<quant::int8_w8a8>::pack(w, huge_pages, kt::amx_enabled());
+/// The integer schemes: kernel::tiled's packing in the tile layout where AMX runs, pipelined.
+template <class Q>
+struct integer_scheme {
+  using packed = typename td::scheme<Q>::packed;
+  static packed pack(const typename Q::weights& w, bool huge_pages) {
+    packed p = td::scheme<Q>::pack(w, huge_pages, kt::amx_enabled());
     p.pipelined = true;
     return p;
   }
 };
+
+template <>
+struct scheme<quant::int8_w8a8> : integer_scheme<quant::int8_w8a8> {};
+template <>
+struct scheme<quant::int4_w4a8> : integer_scheme<quant::int4_w4a8> {};  // int8's tiles, a group of 32 k at a time
 
 /// Whether the tiles can decode a scheme's weights exactly into bf16: MXFP4 needs normal values
 /// (mxfp4_exact_in_bf16), NVFP4 unsigned block scales (nvfp4_scales_unsigned); every E4M3 value is
@@ -110,7 +116,7 @@ struct level : td::level_base<scheme> {
   static void run(const kernels::tiled::tuning& t, kernels::tiled::PhaseTimes* phases,
                   const DispatchOutput<format::standard>& d, const prepared<Q>& p, const ExpertMlp& mlp,
                   CombineInput<format::standard> c) {
-    if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
+    if constexpr (std::is_same_v<Q, quant::int8_w8a8> || std::is_same_v<Q, quant::int4_w4a8>)
       kt::forward_int8(d, p, mlp, c.out, t, phases);
     else if constexpr (std::is_same_v<Q, quant::bf16>)
       kt::forward_amx_bf16(d, p, mlp, c.out, t, phases);

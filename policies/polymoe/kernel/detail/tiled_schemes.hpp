@@ -18,13 +18,14 @@
 #include <polymoe/kernels/tiled/act_quant.hpp>
 #include <polymoe/kernels/tiled/amx_forward.hpp>
 #include <polymoe/kernels/tiled/forward.hpp>
-#include <polymoe/kernels/tiled/int8.hpp>
+#include <polymoe/kernels/tiled/int8_forward.hpp>
 #include <polymoe/kernels/tiled/phases.hpp>
 #include <polymoe/kernels/tiled/tuning.hpp>
 #include <polymoe/quant/bf16.hpp>
 #include <polymoe/quant/fp32.hpp>
 #include <polymoe/quant/fp8.hpp>
 #include <polymoe/quant/fp8_block.hpp>
+#include <polymoe/quant/int4_w4a8.hpp>
 #include <polymoe/quant/int8_w8a8.hpp>
 #include <polymoe/quant/mxfp4.hpp>
 #include <polymoe/quant/nvfp4.hpp>
@@ -216,6 +217,26 @@ struct scheme<quant::int8_w8a8> {
   }
 };
 
+/// int4 W4A8: int8's panels (either layout) with the codes kept as nibbles and a scale per column
+/// per group of 32 k, unpacked to int8 for int8's integer GEMMs (kernels/tiled/int4.hpp).
+template <>
+struct scheme<quant::int4_w4a8> {
+  using packed = kt::Int4PackedExperts;
+  /// `amx`: int8's tile layout, for tdpbusd (kernel::tiled_amx on a machine with AMX).
+  static packed pack(const quant::int4_w4a8::weights& w, bool huge_pages, bool amx = false) {
+    const ExpertShape s = w.shape();
+    const index_t R = s.rows13(), H = s.hidden;
+    const index_t bH = quant::int4_w4a8::row_bytes(H), bI = quant::int4_w4a8::row_bytes(s.intermediate);
+    const index_t gH = quant::int4_w4a8::groups_per_row(H), gI = quant::int4_w4a8::groups_per_row(s.intermediate);
+    const auto [b13, b2] = bias_rows(w);
+    return kt::pack_int4(
+        s, [&](index_t e, index_t r, index_t k) { return quantize::int4_code(w.w13.data() + (e * R + r) * bH, k); },
+        [&](index_t e, index_t r, index_t g) { return w.w13_scale[static_cast<std::size_t>((e * R + r) * gH + g)]; },
+        [&](index_t e, index_t r, index_t k) { return quantize::int4_code(w.w2.data() + (e * H + r) * bI, k); },
+        [&](index_t e, index_t r, index_t g) { return w.w2_scale[static_cast<std::size_t>((e * H + r) * gI + g)]; },
+        b13, b2, amx, huge_pages);
+  }
+};
 
 /// A tiled kernel at this instruction-set level, its weights packed as Scheme<Q> says (kernel::tiled's
 /// schemes, or kernel::tiled_amx's): the level, the prepared weights, and prepare.
@@ -239,7 +260,7 @@ struct level : level_base<scheme> {
   static void run(const kernels::tiled::tuning& t, kernels::tiled::PhaseTimes* phases,
                   const DispatchOutput<format::standard>& d, const prepared<Q>& p, const ExpertMlp& mlp,
                   CombineInput<format::standard> c) {
-    if constexpr (std::is_same_v<Q, quant::int8_w8a8>)
+    if constexpr (std::is_same_v<Q, quant::int8_w8a8> || std::is_same_v<Q, quant::int4_w4a8>)
       kt::forward_int8(d, p, mlp, c.out, t, phases);
     else if constexpr (std::is_same_v<Q, quant::bf16> && scheme<quant::bf16>::pairs)
       kt::forward_amx_bf16(d, p, mlp, c.out, t, phases);

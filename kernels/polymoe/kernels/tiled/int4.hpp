@@ -1,0 +1,246 @@
+// The tiled kernel for int4 W4A8 (quant::int4_w4a8): int8's integer GEMMs (int8.hpp) on weights
+// kept as nibbles in the panels and unpacked to int8 just before the products, a group of 32 k at
+// a time. The activations are int8's (quantize_row_u8: q + 128, per row) and so is the forward
+// (forward_int8, int8_forward.hpp).
+//
+// A panel is int8's panel of the same layout (int8_slot: VNNI, or tiles for kernel::tiled_amx with
+// AMX) with two lines to a line: line j of the packed panel holds line 2j of the int8 image in its
+// low nibbles and line 2j + 1 in its high nibbles (the stored two's-complement codes), so a panel
+// is half of int8's bytes, and a line unpacks with a shift, a mask and a 16-entry table look-up.
+// K is padded to whole groups (VNNI) or whole tile rows of 64 (tiles) with code 0.
+//
+// Each group g of 32 k has its own scale per column, so an int32 sum cannot run across groups:
+//   acc_g[c] = sum_{k in g} (q[k] + 128) · w[k][c] − comp_g[c],   comp_g[c] = 128 · sum_{k in g} w[k][c]
+//   y[c] = s_row · sum_g acc_g[c] · s_g[c]
+// acc_g is exact in int32 and in fp32 (|acc_g| <= 32 · 128 · 8 < 2^24); the groups are scaled and
+// summed in fp32, group after group, into the block's fp32 accumulators.
+//   VNNI: a slab of groups is unpacked into an L1 buffer in int8's VNNI layout; each row group of
+//     the block then runs int8's tile_i8 over each group of the slab.
+//   Tiles: a tdpbusd tile row is 64 k, two groups; each group runs on its own, as int8's
+//     amx::int8_block over one k-block whose other group is zero weights: twice the tile work of
+//     int8 for the same weights (a tile configuration of 32-k rows would avoid it). This path has
+//     not been run: the machine it was written on has no AMX.
+#include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
+#if defined(POLYMOE_TILED_GUARD_INT4) == defined(POLYMOE_TILED_TOGGLE)
+#ifdef POLYMOE_TILED_GUARD_INT4
+#undef POLYMOE_TILED_GUARD_INT4
+#else
+#define POLYMOE_TILED_GUARD_INT4
+#endif
+#include <algorithm>
+#include <cstdint>
+
+#include <polymoe/quantize/int4.hpp>
+#include <polymoe/kernels/tiled/int8.hpp>
+
+namespace polymoe::kernels::tiled {
+POLYMOE_TILED_LEVEL_BEGIN
+
+/// k per weight scale group.
+inline constexpr index_t int4_group_k = quantize::int4_group;
+/// Bytes of one group of a panel unpacked to int8 (32 k x 64 columns).
+inline constexpr index_t int4_group_bytes = int4_group_k * panel_cols;
+static_assert(int4_group_k == 32, "the VNNI panels pad K to whole groups with padded_k32");
+
+/// One int4 panel: packed codes (int8's image, two lines to a line), and per group of 32 k the
+/// compensation 128 · sum_{k in g} w and the weight scales, [groups][64] each.
+struct I4Panel {
+  const std::uint8_t* codes;
+  const std::int32_t* comp;
+  const float* scale;
+  bool tiles = false;
+};
+
+/// All experts' int4 weights of one layer.
+struct Int4PackedExperts : PanelGrid {
+  using acc_type = float;                ///< a block's products are summed in fp32, scaled by group
+  AlignedBuffer<std::uint8_t> w13, w2;   ///< [E][panels][kpad(K) x 64 / 2 bytes]
+  AlignedBuffer<std::int32_t> c13, c2;   ///< [E][panels][kpad(K) / 32][64]
+  AlignedBuffer<float> s13, s2;          ///< [E][panels][kpad(K) / 32][64]
+  bool use_amx = false;                  ///< tiled_amx: int8's tile layout, tdpbusd for blocks large enough
+  bool pipelined = false;                ///< tiled_amx: the GEMMs as one pipeline (detail::pipelined_tasks)
+
+  /// K as the panels pad it (and the quantized activation rows with them).
+  [[nodiscard]] index_t kpad(index_t K) const noexcept { return use_amx ? padded_k64(K) : padded_k32(K); }
+  [[nodiscard]] I4Panel panel13(index_t e, index_t cb) const noexcept { return panel(w13, c13, s13, e * panels13 + cb, shape.hidden); }
+  [[nodiscard]] I4Panel panel2(index_t e, index_t cb) const noexcept {
+    return panel(w2, c2, s2, e * panels2 + cb, shape.intermediate);
+  }
+  [[nodiscard]] index_t expert_bytes() const noexcept {
+    const index_t k13 = kpad(shape.hidden), k2 = kpad(shape.intermediate);
+    return (panels13 * k13 + panels2 * k2) * panel_cols / 2 +
+           (panels13 * k13 + panels2 * k2) / int4_group_k * panel_cols * 8;
+  }
+
+ private:
+  [[nodiscard]] I4Panel panel(const AlignedBuffer<std::uint8_t>& w, const AlignedBuffer<std::int32_t>& c,
+                              const AlignedBuffer<float>& s, index_t i, index_t K) const noexcept {
+    const index_t Kp = kpad(K), groups = Kp / int4_group_k;
+    return {w.data() + i * Kp * panel_cols / 2, c.data() + i * groups * panel_cols, s.data() + i * groups * panel_cols,
+            use_amx};
+  }
+};
+
+/// Packs from the policy's storage: q13(e, r, k) / q2(e, r, k) the int4 code (-8..7) of canonical
+/// row r, s13(e, r, g) / s2(e, r, g) the scale of its group g; `amx`: in int8's tile layout (sets
+/// use_amx); `huge_pages`: as AlignedBuffer's.
+template <class Q13, class S13, class Q2, class S2, class B13, class B2>
+Int4PackedExperts pack_int4(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2, B13 b13, B2 b2, bool amx,
+                            bool huge_pages) {
+  Int4PackedExperts p;
+  p.init(s, b13, b2, huge_pages);
+  p.use_amx = amx;
+  const index_t E = s.experts, H4 = p.kpad(s.hidden), I4 = p.kpad(s.intermediate);
+  const index_t gH = H4 / int4_group_k, gI = I4 / int4_group_k;
+  const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
+  p.w13 = AlignedBuffer<std::uint8_t>(n(E * p.panels13 * H4 * panel_cols / 2), huge_pages);
+  p.w2 = AlignedBuffer<std::uint8_t>(n(E * p.panels2 * I4 * panel_cols / 2), huge_pages);
+  p.c13 = AlignedBuffer<std::int32_t>(n(E * p.panels13 * gH * panel_cols), huge_pages);
+  p.c2 = AlignedBuffer<std::int32_t>(n(E * p.panels2 * gI * panel_cols), huge_pages);
+  p.s13 = AlignedBuffer<float>(n(E * p.panels13 * gH * panel_cols), huge_pages);
+  p.s2 = AlignedBuffer<float>(n(E * p.panels2 * gI * panel_cols), huge_pages);
+  // Column c of a panel: codes (zero-initialised) at int8's slot, halved; padding groups keep scale 0.
+  const auto fill = [amx](std::uint8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q, auto sc) {
+    for (index_t k = 0; k < K; ++k) {
+      const std::int8_t v = q(k);
+      const index_t at = int8_slot(k, c, amx), line = at / 64;
+      codes[line / 2 * 64 + at % 64] |= static_cast<std::uint8_t>((v & 0xF) << (line % 2 * 4));
+      comp[k / int4_group_k * panel_cols + c] += 128 * v;
+    }
+    for (index_t g = 0; g * int4_group_k < K; ++g) scale[g * panel_cols + c] = sc(g);
+  };
+  for_each_panel_column(
+      p, E,
+      [&](index_t e, index_t i, index_t c, index_t r) {
+        fill(p.w13.data() + i * H4 * panel_cols / 2, p.c13.data() + i * gH * panel_cols,
+             p.s13.data() + i * gH * panel_cols, s.hidden, c, [&](index_t k) { return q13(e, r, k); },
+             [&](index_t g) { return s13(e, r, g); });
+      },
+      [&](index_t e, index_t i, index_t c, index_t r) {
+        fill(p.w2.data() + i * I4 * panel_cols / 2, p.c2.data() + i * gI * panel_cols,
+             p.s2.data() + i * gI * panel_cols, s.intermediate, c, [&](index_t k) { return q2(e, r, k); },
+             [&](index_t g) { return s2(e, r, g); });
+      });
+  return p;
+}
+
+namespace detail {
+
+/// Line `line` (64 codes) of a packed panel's int8 image, unpacked into dst (64-byte aligned).
+inline void unpack_int4_line(const std::uint8_t* codes, index_t line, std::int8_t* dst) noexcept {
+  const std::uint8_t* src = codes + line / 2 * 64;
+  const int shift = static_cast<int>(line % 2) * 4;
+#if POLYMOE_TILED_AVX512
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1));
+  __m512i v = _mm512_load_si512(src);
+  if (shift) v = _mm512_srli_epi16(v, 4);
+  v = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+  _mm512_store_si512(dst, _mm512_shuffle_epi8(table, v));
+#else
+  for (index_t i = 0; i < 64; ++i) dst[i] = quantize::int4_from_nibble(static_cast<std::uint8_t>(src[i] >> shift));
+#endif
+}
+
+/// acc[p] (+)= (part[p] − comp_g[p]) · s_g[p] for the rows × 64 sums of group g (`first`: =).
+inline void add_int4_group(const std::int32_t* part, index_t rows, const I4Panel& panel, index_t g, float* acc,
+                           bool first) noexcept {
+  const std::int32_t* comp = panel.comp + g * panel_cols;
+  const float* scale = panel.scale + g * panel_cols;
+  for (index_t r = 0; r < rows; ++r) {
+    const std::int32_t* pr = part + r * panel_cols;
+    float* ar = acc + r * panel_cols;
+#if POLYMOE_TILED_AVX512
+    for (index_t p = 0; p < panel_cols; p += 16) {
+      const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(pr + p), _mm512_load_si512(comp + p)));
+      const __m512 s = _mm512_load_ps(scale + p);
+      _mm512_store_ps(ar + p, first ? _mm512_mul_ps(x, s) : _mm512_fmadd_ps(x, s, _mm512_load_ps(ar + p)));
+    }
+#else
+    for (index_t p = 0; p < panel_cols; ++p) {
+      const float x = static_cast<float>(pr[p] - comp[p]) * scale[p];
+      ar[p] = first ? x : ar[p] + x;
+    }
+#endif
+  }
+}
+
+/// The int4 epilogue of one row: d[p] = (acc[p] · sr + bias[p]) · wt (acc: the row's group-scaled
+/// sums, add_int4_group's), as scale_i8_row for int8.
+inline void scale_i4_row(const float* acc, float sr, const I4Panel&, const float* bias, float wt, float* d, index_t n,
+                         bool stream = false) noexcept {
+#if POLYMOE_TILED_AVX512
+  const __m512 s = _mm512_set1_ps(sr);
+  epilogue_row(bias, wt, d, n, stream,
+               [&](index_t p, __mmask16 k) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(k, acc + p), s); });
+#else
+  epilogue_row(bias, wt, d, n, stream, [&](index_t p) { return acc[p] * sr; });
+#endif
+}
+
+/// acc[i][p] = sum over groups of the group-scaled sums above, for rows [0, m) of a row block (as
+/// block_times_i8panel's rows: q + 128, padded to K4, the panel's padded K) and one int4 panel.
+/// `tile_stride`, `min_rows`, `side` as block_times_i8panel's (the tiles run when the panel is in
+/// the tile layout and there are min_rows rows or more); `next` is not used (the unpacking reads
+/// the panel a group at a time).
+template <class RowOf, class Side = no_side>
+inline void block_times_i4panel(index_t m, RowOf row, index_t K4, const I4Panel& panel, float* acc,
+                                index_t tile_stride = 0, index_t min_rows = amx_min_rows_int8,
+                                const std::uint8_t* next = nullptr, Side&& side = Side{}) {
+  (void)next;
+  const index_t G = K4 / int4_group_k;
+#if POLYMOE_TILED_AMX_CODE
+  if (tile_stride > 0 && panel.tiles && m >= min_rows) {
+    // k-block kb of the tile layout: line v · 16 + quad of column tile v; group h is quads
+    // [8h, 8h + 8). half[h] holds group h's quads and zeros in the other group's.
+    alignas(64) std::int8_t half[2][amx::kb_bytes] = {};
+    alignas(64) std::int32_t part[amx_block_rows * panel_cols];
+    for (index_t g = 0; g < G; ++g) {
+      const index_t kb = g / 2, h = g % 2;
+      for (index_t v = 0; v < 4; ++v)
+        for (index_t q = 8 * h; q < 8 * h + 8; ++q)
+          unpack_int4_line(panel.codes, kb * 64 + v * 16 + q, half[h] + (v * 16 + q) * 64);
+      amx::int8_block(row(0) + kb * 64, tile_stride, m, 64, half[h], nullptr, part, side);
+      add_int4_group(part, m, panel, g, acc, g == 0);
+    }
+    return;
+  }
+#else
+  (void)tile_stride;
+  (void)min_rows;
+  (void)side;
+#endif
+  // A slab of 8 groups unpacked (16 KiB, in L1 with the rows), then every row group over it.
+  constexpr index_t slab = 8;
+  alignas(64) std::int8_t buf[slab * int4_group_bytes];
+  alignas(64) std::int32_t part[max_tile_rows * panel_cols];
+  const std::uint8_t* rows[max_tile_rows];
+  for (index_t g0 = 0; g0 < G; g0 += slab) {
+    const index_t g1 = std::min(G, g0 + slab);
+#if POLYMOE_TILED_AVX512
+    if (m <= decode_rows)  // the next slab's packed bytes (decode streams them), as tile_i8 does int8's
+      prefetch_lines(panel.codes, g1 * int4_group_bytes / 2, std::min(G, g1 + slab) * int4_group_bytes / 2);
+#endif
+    // quad q, column tile v of group g: int8's VNNI line q · 4 + v, from the panel's own layout
+    for (index_t g = g0; g < g1; ++g)
+      for (index_t q = 0; q < int4_group_k / int8_quad; ++q)
+        for (index_t v = 0; v < 4; ++v)
+          unpack_int4_line(panel.codes, int8_slot(g * int4_group_k + q * int8_quad, v * 16, panel.tiles) / 64,
+                           buf + (g - g0) * int4_group_bytes + (q * 4 + v) * 64);
+    for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
+      const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
+      for (index_t g = g0; g < g1; ++g) {
+        for (int i = 0; i < n; ++i) rows[i] = row(r0 + i) + g * int4_group_k;
+        with_rows<max_tile_rows>(n, [&]<int M>() {
+          tile_i8<M, false>(rows, 0, int4_group_k / int8_quad, buf + (g - g0) * int4_group_bytes, part, false, false);
+        });
+        add_int4_group(part, n, panel, g, acc + r0 * panel_cols, g == 0);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+POLYMOE_TILED_LEVEL_END
+}  // namespace polymoe::kernels::tiled
+#endif  // POLYMOE_TILED_GUARD_INT4
