@@ -22,8 +22,8 @@ template <>
 inline constexpr double fixture_tolerance<quant::bf16> = 2e-2;
 // Quantized schemes, fed the fixtures' fp32 weights: the bound is the scheme's own quantization
 // error, the largest measured on the four fp32 fixtures (docs/quantization.md: fp8 0.068,
-// fp8_block 0.121, fp8_block_weight_only 0.069, int8_w8a8 0.021, mxfp4 0.210, nvfp4 0.179,
-// nvfp4_w4a4 0.300) with 1.5x headroom. Loose, but a layout or scale bug gives errors of order 1;
+// fp8_block 0.121, fp8_block_weight_only 0.069, int8_w8a8 0.021, int4_w4a8 0.206, mxfp4 0.210,
+// nvfp4 0.179, nvfp4_w4a4 0.300) with 1.5x headroom. Loose, but a layout or scale bug gives errors of order 1;
 // the exact checks of these schemes are the pre-quantized fixtures in tests/unit/quant.
 template <>
 inline constexpr double fixture_tolerance<quant::fp8> = 0.10;
@@ -34,7 +34,7 @@ inline constexpr double fixture_tolerance<quant::fp8_block_weight_only> = 0.10;
 template <>
 inline constexpr double fixture_tolerance<quant::int8_w8a8> = 0.03;
 template <>
-inline constexpr double fixture_tolerance<quant::int4_w4a8> = 0.27;
+inline constexpr double fixture_tolerance<quant::int4_w4a8> = 0.31;
 template <>
 inline constexpr double fixture_tolerance<quant::mxfp4> = 0.30;
 template <>

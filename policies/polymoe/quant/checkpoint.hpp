@@ -130,6 +130,30 @@ inline void require_scales(std::span<const float> s, std::string_view what, std:
   require_elements(element::f32_scale, s, what, name);
 }
 
+/// For weights that hold codes and fp32 scales per projection as w13, w13_scale, w2, w2_scale
+/// (int8_w8a8, int4_w4a8): the stored tensors (shapes already checked) copied in, a negative or
+/// non-finite scale refused.
+template <class W, class C>
+void copy_codes_and_scales(W& w, std::string_view what, const tensor_view<C>& w13, const tensor_view<float>& w13_scale,
+                           const tensor_view<C>& w2, const tensor_view<float>& w2_scale) {
+  require_scales(w13_scale.data, what, "w13_scale");
+  require_scales(w2_scale.data, what, "w2_scale");
+  w.w13 = copy_of(w13), w.w13_scale = copy_of(w13_scale);
+  w.w2 = copy_of(w2), w.w2_scale = copy_of(w2_scale);
+}
+
+/// Such weights quantized from fp32: f validated, its biases carried over, each projection's
+/// matrix given to encode(matrix, codes, scales).
+template <class W, class Encode>
+W quantize_codes_and_scales(const ExpertWeights& f, std::string_view what, Encode encode) {
+  f.validate(what);
+  W w{};
+  static_cast<ExpertStore&>(w) = ExpertStore::from(f);
+  encode(f.w13, w.w13, w.w13_scale);
+  encode(f.w2, w.w2, w.w2_scale);
+  return w;
+}
+
 }  // namespace detail
 
 /// Which order the gate/up rows of a stored w13 are in.

@@ -46,21 +46,13 @@ struct int8_w8a8 {
       detail::require_shape(w2, what, "w2", {s.experts, s.hidden, s.intermediate});
       detail::require_shape(w13_scale, what, "w13_scale", {s.experts, s.rows13()});
       detail::require_shape(w2_scale, what, "w2_scale", {s.experts, s.hidden});
-      detail::require_scales(w13_scale.data, what, "w13_scale");
-      detail::require_scales(w2_scale.data, what, "w2_scale");
-      w.w13 = detail::copy_of(w13), w.w2 = detail::copy_of(w2);
-      w.w13_scale = detail::copy_of(w13_scale), w.w2_scale = detail::copy_of(w2_scale);
+      detail::copy_codes_and_scales(w, what, w13, w13_scale, w2, w2_scale);
       return w;
     }
   };
 
   static weights quantize(const ExpertWeights& f) {
-    constexpr std::string_view what = "quant::int8_w8a8::quantize";
-    f.validate(what);
-    weights w{ExpertStore::from(f), {}, {}, {}, {}};
-    encode(f.w13, w.w13, w.w13_scale);
-    encode(f.w2, w.w2, w.w2_scale);
-    return w;
+    return detail::quantize_codes_and_scales<weights>(f, "quant::int8_w8a8::quantize", encode);
   }
   static void dequantize(const weights& w, index_t e, MatrixRef w13, MatrixRef w2) {
     const ExpertShape& s = w.shape_;

@@ -169,6 +169,7 @@ TEST_F(BadInput, HandBuiltQuantizedStoreOfTheWrongSize) {
   };
   check.template operator()<quant::int8_w8a8>([](auto& e) { e.w2_scale.pop_back(); },
                                               "MoeWeights.experts: w2_scale holds 31 values, the shape");
+  check.template operator()<quant::int4_w4a8>([](auto& e) { e.w13.pop_back(); }, "w13 holds 511 values");
   check.template operator()<quant::bf16>([](auto& e) { e.w13.clear(); }, "w13 holds 0 values");
   check.template operator()<quant::mxfp4>([](auto& e) { e.w2_scales.resize(1); }, "w2_scales holds 1 values");
   check.template operator()<quant::nvfp4>([](auto& e) { e.w13_scale_2.push_back(1.0f); }, "w13_scale_2 holds 5 values");

@@ -465,7 +465,9 @@ void expect_int4_products(bool amx, std::initializer_list<index_t> rows) {
     std::vector<float> s(static_cast<std::size_t>(kt::panel_cols * groups));
     for (auto& v : w) v = s4(rng);
     for (auto& v : s) v = scale(rng);
-    const auto code = [&](index_t, index_t r, index_t k) { return static_cast<std::int8_t>(w[static_cast<std::size_t>(r * K + k)]); };
+    const auto code = [&](index_t, index_t r, index_t k) {
+      return static_cast<std::int8_t>(w[static_cast<std::size_t>(r * K + k)]);
+    };
     const auto sc = [&](index_t, index_t r, index_t g) { return s[static_cast<std::size_t>(r * groups + g)]; };
     const auto none = [](index_t) -> const float* { return nullptr; };
     for (const bool tiles : {true, false}) {

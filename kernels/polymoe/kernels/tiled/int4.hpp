@@ -62,7 +62,9 @@ struct Int4PackedExperts : PanelGrid {
 
   /// K as the panels pad it (and the quantized activation rows with them).
   [[nodiscard]] index_t kpad(index_t K) const noexcept { return use_amx ? padded_k64(K) : padded_k32(K); }
-  [[nodiscard]] I4Panel panel13(index_t e, index_t cb) const noexcept { return panel(w13, c13, s13, e * panels13 + cb, shape.hidden); }
+  [[nodiscard]] I4Panel panel13(index_t e, index_t cb) const noexcept {
+    return panel(w13, c13, s13, e * panels13 + cb, shape.hidden);
+  }
   [[nodiscard]] I4Panel panel2(index_t e, index_t cb) const noexcept {
     return panel(w2, c2, s2, e * panels2 + cb, shape.intermediate);
   }
@@ -100,7 +102,8 @@ Int4PackedExperts pack_int4(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2
   p.s13 = AlignedBuffer<float>(n(E * p.panels13 * gH * panel_cols), huge_pages);
   p.s2 = AlignedBuffer<float>(n(E * p.panels2 * gI * panel_cols), huge_pages);
   // Column c of a panel: codes (zero-initialised) at int8's slot, halved; padding groups keep scale 0.
-  const auto fill = [amx](std::uint8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q, auto sc) {
+  const auto fill = [amx](std::uint8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q,
+                          auto sc) {
     for (index_t k = 0; k < K; ++k) {
       const std::int8_t v = q(k);
       const index_t at = int8_slot(k, c, amx), line = at / 64;
@@ -164,16 +167,21 @@ inline void add_int4_group(const std::int32_t* part, index_t rows, const I4Panel
   }
 }
 
-/// The int4 epilogue of one row: d[p] = (acc[p] · sr + bias[p]) · wt (acc: the row's group-scaled
-/// sums, add_int4_group's), as scale_i8_row for int8.
+/// The int4 epilogue of one row: d[p] = (acc[p] · sr + bias[p]) · wt for p < n (acc: the row's
+/// group-scaled sums, add_int4_group's; `stream` as add_row's), as scale_i8_row for int8.
 inline void scale_i4_row(const float* acc, float sr, const I4Panel&, const float* bias, float wt, float* d, index_t n,
                          bool stream = false) noexcept {
 #if POLYMOE_TILED_AVX512
-  const __m512 s = _mm512_set1_ps(sr);
-  epilogue_row(bias, wt, d, n, stream,
-               [&](index_t p, __mmask16 k) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(k, acc + p), s); });
+  const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
+  stream = streams_row(stream, d, n);
+  for (index_t p = 0; p < n; p += 16) {
+    const __mmask16 k = simd::tail_mask(n - p);
+    const __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, acc + p), s, _mm512_maskz_loadu_ps(k, bias + p));
+    store_lanes(d + p, k, _mm512_mul_ps(x, w), stream);
+  }
 #else
-  epilogue_row(bias, wt, d, n, stream, [&](index_t p) { return acc[p] * sr; });
+  (void)stream;
+  for (index_t p = 0; p < n; ++p) d[p] = (acc[p] * sr + bias[p]) * wt;
 #endif
 }
 

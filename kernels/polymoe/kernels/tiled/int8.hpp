@@ -22,6 +22,7 @@
 // keeps such a row in fp32 and gets NaN or ±Inf there).
 //
 // Without AVX512-VNNI (or with POLYMOE_TILED_PORTABLE) a portable loop computes the same integers.
+// The forward pass over these panels (and int4's, int4.hpp) is forward_int8, in int8_forward.hpp.
 #include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
 #if defined(POLYMOE_TILED_GUARD_INT8) == defined(POLYMOE_TILED_TOGGLE)
 #ifdef POLYMOE_TILED_GUARD_INT8
@@ -269,24 +270,6 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
 
 namespace detail {
 
-/// d[p] = (x(p) + bias[p]) · wt for p < n (n <= 64; `stream` as add_row's), x the row's scaled
-/// products: with AVX-512 x(p, mask) gives lanes [p, p + 16), else x(p) one value. The epilogue of
-/// both integer panels (int8's here, int4's in int4.hpp).
-template <class X>
-inline void epilogue_row(const float* bias, float wt, float* d, index_t n, bool stream, X x) noexcept {
-#if POLYMOE_TILED_AVX512
-  const __m512 w = _mm512_set1_ps(wt);
-  stream = streams_row(stream, d, n);
-  for (index_t p = 0; p < n; p += 16) {
-    const __mmask16 k = simd::tail_mask(n - p);
-    store_lanes(d + p, k, _mm512_mul_ps(_mm512_add_ps(x(p, k), _mm512_maskz_loadu_ps(k, bias + p)), w), stream);
-  }
-#else
-  (void)stream;
-  for (index_t p = 0; p < n; ++p) d[p] = (x(p) + bias[p]) * wt;
-#endif
-}
-
 /// One row of the int8 epilogue: d[p] = ((acc[p] − comp[p]) · sr · s_col[p] + bias[p]) · wt for
 /// p < n (n <= 64; `stream` as add_row's). The integers' scaling fused with what finish13 (bias;
 /// wt 1) and finish2_rows (bias and routing weight, into y) do to an fp32 tile: one pass over the
@@ -294,14 +277,18 @@ inline void epilogue_row(const float* bias, float wt, float* d, index_t n, bool 
 inline void scale_i8_row(const std::int32_t* acc, float sr, const I8Panel& panel, const float* bias, float wt, float* d,
                          index_t n, bool stream = false) noexcept {
 #if POLYMOE_TILED_AVX512
-  const __m512 s = _mm512_set1_ps(sr);
-  epilogue_row(bias, wt, d, n, stream, [&](index_t p, __mmask16 k) {
+  const __m512 s = _mm512_set1_ps(sr), w = _mm512_set1_ps(wt);
+  stream = streams_row(stream, d, n);
+  for (index_t p = 0; p < n; p += 16) {
+    const __mmask16 k = simd::tail_mask(n - p);
     const __m512i v = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, acc + p), _mm512_maskz_loadu_epi32(k, panel.comp + p));
-    return _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
-  });
+    const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s), _mm512_maskz_loadu_ps(k, panel.scale + p));
+    store_lanes(d + p, k, _mm512_mul_ps(_mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + p)), w), stream);
+  }
 #else
-  epilogue_row(bias, wt, d, n, stream,
-               [&](index_t p) { return static_cast<float>(acc[p] - panel.comp[p]) * sr * panel.scale[p]; });
+  (void)stream;
+  for (index_t p = 0; p < n; ++p)
+    d[p] = (static_cast<float>(acc[p] - panel.comp[p]) * sr * panel.scale[p] + bias[p]) * wt;
 #endif
 }
 
