@@ -30,8 +30,8 @@
 // polymoe_bench --phases prints them): where each format's time goes, measured in the same rounds.
 //
 //   bench_ratio [--preset qwen3-30b-a3b|deepseek-v3|gpt-oss-20b|tiny] [--experts N]
-//               [--second int8_w8a8|fp8_block|fp8_block_weight_only|mxfp4|mxfp4_w4a16|nvfp4|nvfp4_w4a4|
-//                         nvfp4_w4a16]
+//               [--second int8_w8a8|int4_w4a8|fp8_block|fp8_block_weight_only|mxfp4|mxfp4_w4a16|nvfp4|
+//                         nvfp4_w4a4|nvfp4_w4a16]
 //               [--tokens 512,2048] [--threads 16] [--rounds 9] [--forwards 3]
 //               [--ab y-stream|sum-span|gemm1-by-block|bf16-block-rows|row-group|one-term] [--phases 1]
 //               [--bf16-inputs 1] [--tuning KEY=VALUE,...]

@@ -13,7 +13,7 @@
 # machine):
 #   scripts/fixtures-check.sh --bin BUNDLE/run --fixtures FIXTURES/hf
 # Options: --kernel K (default tiled_amx), --quant LIST (default bf16,int8_w8a8; also fp32,
-# fp8_block, fp8_block_weight_only, mxfp4, nvfp4), --threads N (default: all cores). Exit status 1 when any test, run or comparison fails.
+# fp8_block, fp8_block_weight_only, mxfp4, nvfp4, int4_w4a8), --threads N (default: all cores). Exit status 1 when any test, run or comparison fails.
 set -uo pipefail
 bin="" fixtures="" kernel=tiled_amx quants=bf16,int8_w8a8 threads=$(nproc)
 while (($#)); do
@@ -58,8 +58,8 @@ for tiles in as-built everywhere; do
   for quant in ${quants//,/ }; do
     case "$quant" in  # the tolerances of tests/tools.cmake's fixture and quantize cases
       fp32) tol=1e-5 ;; bf16) tol=1e-2 ;; int8_w8a8 | fp8_block) tol=5e-2 ;; fp8_block_weight_only) tol=8e-2 ;;
-      mxfp4 | nvfp4) tol=0.25 ;;
-      *) fail "no tolerance here for --quant $quant (fp32, bf16, int8_w8a8, fp8_block, fp8_block_weight_only, mxfp4, nvfp4)"; continue ;;
+      mxfp4 | nvfp4 | int4_w4a8) tol=0.25 ;;
+      *) fail "no tolerance here for --quant $quant (fp32, bf16, int8_w8a8, fp8_block, fp8_block_weight_only, mxfp4, nvfp4, int4_w4a8)"; continue ;;
     esac
     for dir in "$fixtures"/*/; do
       case=$(basename "$dir")
