@@ -20,6 +20,11 @@ else()
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
+    # One CUDA runtime in a process: the shared one, which CUDA::cudart names too (nvcc's default,
+    # the static one, would put a second runtime beside it, and beside PyTorch's in Python).
+    if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    endif()
     enable_language(CUDA)
     find_package(CUDAToolkit 12.4 QUIET)
     if(NOT CUDAToolkit_FOUND)

@@ -17,9 +17,24 @@ else()
   if(NOT Python3_Interpreter_FOUND OR NOT Python3_Development.Module_FOUND)
     set(polymoe_python_reason "Python 3 development files not found (Debian python3-dev; Python3_EXECUTABLE picks the interpreter)")
   else()
-    find_package(pybind11 2.6 CONFIG QUIET)
+    # The interpreter's own pybind11 (pip's, beside a PyTorch) first: it matches that Python's
+    # version; else the system's (Debian pybind11-dev).
+    execute_process(COMMAND ${Python3_EXECUTABLE} -m pybind11 --cmakedir RESULT_VARIABLE polymoe_pip_pybind11_rc
+                    OUTPUT_VARIABLE polymoe_pip_pybind11_dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(polymoe_pip_pybind11_rc EQUAL 0 AND NOT pybind11_DIR)
+      find_package(pybind11 2.6 CONFIG QUIET PATHS ${polymoe_pip_pybind11_dir} NO_DEFAULT_PATH)
+    endif()
+    if(NOT pybind11_FOUND)
+      find_package(pybind11 2.6 CONFIG QUIET)
+    endif()
+    find_package(dlpack CONFIG QUIET)  # tensors of PyTorch, CuPy, JAX cross through DLPack
     if(NOT pybind11_FOUND)
       set(polymoe_python_reason "pybind11 not found (Debian pybind11-dev)")
+    elseif(Python3_VERSION VERSION_GREATER_EQUAL 3.12 AND pybind11_VERSION VERSION_LESS 2.11)
+      # pybind11 before 2.11 predates Python 3.12's object layout: its modules crash there
+      set(polymoe_python_reason "pybind11 ${pybind11_VERSION} does not support Python ${Python3_VERSION} (2.11 or newer does: `pip install pybind11` into that interpreter, or -Dpybind11_DIR)")
+    elseif(NOT dlpack_FOUND)
+      set(polymoe_python_reason "DLPack's header not found (Debian libdlpack-dev)")
     else()
       set(POLYMOE_HAS_PYTHON ON)
     endif()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA component's whole check on a machine with an NVIDIA GPU and CUDA >= 12.4, in one call:
-# configure with POLYMOE_CUDA=ON, build the CUDA targets alone (polymoe_cuda, test_cuda_experts,
+# configure with POLYMOE_CUDA=ON, build the CUDA targets and the tool (polymoe_cuda, test_cuda_experts,
 # test_cuda_layer, polymoe_cuda_bench), run the CUDA tests (ctest -L cuda), compute-sanitizer memcheck on a
 # short test, then time the Qwen3-30B-A3B layer (H=2048, I=768, E=128, k=8) at T=1, 64, 4096.
 #   scripts/gpu-check.sh [BUILD_DIR]
@@ -8,6 +8,9 @@
 # ../shared/scripts/device-deps.sh .dev/deps) unpacked into /opt/deps on a machine without them.
 # CUDA architectures: $POLYMOE_CUDA_ARCHITECTURES (default 90a, Hopper). The bench: batch sizes
 # $POLYMOE_BENCH_TOKENS (default 1,64,4096), more options in $POLYMOE_BENCH_ARGS (e.g. --iters 10).
+# Where the Python component is configured (pybind11, DLPack), the module and the tool are built too
+# and the Python tests run (ctest -L python: with PyTorch, CUDA tensors, the custom op and
+# transformers' MoE blocks as oracles); POLYMOE_GPU_CHECK_PYTHON=0 skips them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -34,7 +37,7 @@ cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
   -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${POLYMOE_CUDA_ARCHITECTURES:-90a}" \
   -DPOLYMOE_WARNINGS_AS_ERRORS=OFF > "$build.configure.log" 2>&1 || { tail -40 "$build.configure.log"; exit 1; }
 grep "polymoe: CUDA" "$build.configure.log" || true
-cmake --build "$build" --target polymoe_cuda test_cuda_experts test_cuda_layer polymoe_cuda_bench -j"$(nproc)" > "$build.build.log" 2>&1 ||
+cmake --build "$build" --target polymoe_cuda test_cuda_experts test_cuda_layer polymoe_cuda_bench polymoe_cli -j"$(nproc)" > "$build.build.log" 2>&1 ||
   { grep -E "error|Error" -A3 "$build.build.log" | head -80; exit 1; }
 echo "gpu-check: configured and built in $(( $(date +%s) - start )) s"
 status=0
@@ -51,6 +54,21 @@ if command -v compute-sanitizer > /dev/null; then
     --gtest_filter='CudaLayer.DeviceViewsStridedBf16AndSharedExperts:CudaLayer.BadInputIsRefusedBeforeAnyLaunch' \
     > "$build.memcheck-layer.log" 2>&1 || status=1
   echo "memcheck (layer): $(grep -E "ERROR SUMMARY" "$build.memcheck-layer.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.memcheck-layer.log" | tail -2 | tr '\n' ' ')"
+  timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_experts" \
+    --gtest_filter='CudaExperts.MatchesReferenceRoutingPatterns:CudaRouting.*' > "$build.racecheck.log" 2>&1 || status=1
+  echo "racecheck: $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$build.racecheck.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.racecheck.log" | tail -2 | tr '\n' ' ')"
+fi
+if [ "${POLYMOE_GPU_CHECK_PYTHON:-1}" = 1 ] && grep -q "polymoe: Python component: Python" "$build.configure.log"; then
+  if cmake --build "$build" --target polymoe_python polymoe_cli -j"$(nproc)" > "$build.build-python.log" 2>&1; then
+    ctest --test-dir "$build" -L python -V > "$build.ctest-python.log" 2>&1 || status=1
+    grep -E "\.\.\. (ok|FAIL|ERROR|skipped)|max\|diff\||^[0-9]+: (Ran|OK|FAILED)|Error:|Traceback|^[0-9]+: +File|Segmentation|tests passed|tests failed" \
+      "$build.ctest-python.log" | sed 's/^[0-9]*: *//' | head -80 || true
+  else
+    grep -E "error" -A3 "$build.build-python.log" | head -40
+    status=1
+  fi
+else
+  grep "polymoe: Python" "$build.configure.log" || true
 fi
 "$build/bench/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} ${POLYMOE_BENCH_ARGS:-} || status=1
 exit $status

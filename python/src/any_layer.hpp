@@ -10,15 +10,23 @@
 
 #include <boost/mp11/algorithm.hpp>
 
+#include <polymoe/core/device_view.hpp>
 #include <polymoe/io/hf_checkpoint.hpp>
 #include <polymoe/polymoe.hpp>
 #include <polymoe/selection.hpp>
+#if defined(POLYMOE_WITH_CUDA)
+#include <polymoe/cuda_table.hpp>
+#endif
 
 namespace polymoe::python {
 
 /// The table the module selects from: the core table (the local dispatcher, every scheme, the CPU
-/// kernels); host memory only.
+/// kernels), with the CUDA component kernel::cuda's row added.
+#if defined(POLYMOE_WITH_CUDA)
+struct py_table : pairing::extend<core_table, table_rows::cuda_kernel> {};
+#else
 using py_table = core_table;
+#endif
 using py_triples = pairing::valid_triples_of<py_table>;
 using triple_variant = selection::triple_variant<py_triples>;
 
@@ -26,17 +34,28 @@ using triple_variant = selection::triple_variant<py_triples>;
 inline constexpr selection::axis_labels py_labels{"a2a=", "quant=", "kernel=",
                                                   " (polymoe.valid_triples() lists every valid triple)"};
 
-/// A layer of any valid triple; one forward at a time (the module enforces it).
+/// A layer of any valid triple; one forward at a time (the module enforces it). Host tensors go to
+/// the *_into methods (a layer computing in CUDA memory copies them each way); CUDA tensors to the
+/// *_device methods, which only such a layer takes.
 class any_layer {
  public:
   virtual ~any_layer() = default;
   virtual void forward_into(const MatrixCRef& hidden, const MatrixCRef& router_logits, MatrixRef out) = 0;
   virtual void forward_routed_into(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids,
                                    const MatrixCRef& topk_weights, MatrixRef out) = 0;
+  virtual void forward_device(const device_view& hidden, const device_view& router_logits, const device_view& out,
+                              cuda_stream stream) = 0;
+  virtual void forward_routed_device(const device_view& hidden, const device_view& topk_ids,
+                                     const device_view& topk_weights, const device_view& out, cuda_stream stream) = 0;
+  /// Whether the kernel computes in CUDA memory.
+  [[nodiscard]] virtual bool on_device() const = 0;
   [[nodiscard]] virtual std::string describe() const = 0;
   [[nodiscard]] virtual const MoeConfig& config() const = 0;
   /// How the weights came into the scheme's form (io::emplace_layer), empty when as given.
   std::string note;
+  /// The router's weight [E, H] and bias [E] (empty when the weights had none), for forward(hidden).
+  Matrix router_weight;
+  Vector router_bias;
 };
 
 /// The number of translation units the layers are split over (the build's POLYMOE_PY_PARTS).

@@ -7,6 +7,8 @@ checkpoint the tool writes, bitwise; a layer built from dicts of arrays matches 
 output of the Mixtral fixture; zero copies, strides, bf16, bad inputs, submit/wait and the GIL.
 """
 import argparse
+import ctypes
+import gc
 import json
 import os
 import struct
@@ -67,6 +69,57 @@ def bf16_widen(bits):
 
 def same_bits(a, b):
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class BF16Tensor:
+    """A host tensor that says it is bfloat16 through DLPack (as torch's do), written here with
+    ctypes from the DLPack header's layout; counts the deleter's calls."""
+
+    def __init__(self, bits, row_stride=None):
+        self.bits = bits  # uint16 [rows, >= cols]
+        self.deleted = 0
+        self.cols = bits.shape[1] if row_stride is None else row_stride[1]
+        self.stride = bits.shape[1] if row_stride is None else row_stride[0]
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, stream=None):
+        self._shape = (ctypes.c_int64 * 2)(self.bits.shape[0], self.cols)
+        self._strides = (ctypes.c_int64 * 2)(self.stride, 1)
+
+        def deleter(_):
+            self.deleted += 1
+
+        self._deleter = DELETER(deleter)
+        self._m = DLManagedTensor(DLTensor(self.bits.ctypes.data, DLDevice(1, 0), 2, DLDataType(4, 16, 1),
+                                           self._shape, self._strides, 0), None, self._deleter)
+        return _capsule_new(ctypes.addressof(self._m), b"dltensor", None)
 
 
 class Checkpoint:
@@ -141,8 +194,12 @@ class Readme(unittest.TestCase):
 class AgainstTheTool(unittest.TestCase):
     def test_every_triple_equals_the_tool_bitwise(self):
         ck = Checkpoint.get()
+        kernels = polymoe.describe()["kernels"]
         for a2a, quant, kernel in polymoe.valid_triples():
             with self.subTest(triple=(a2a, quant, kernel)):
+                if not kernels[kernel]["available"]:  # kernel="cuda" without a GPU
+                    print(f"\n  skipped {a2a}/{quant}/{kernel}: {kernels[kernel]['path']}", file=sys.stderr)
+                    continue
                 r = tool_forward(ck, quant, kernel)
                 ref = r["output"]
                 layer = polymoe.Layer.from_checkpoint(ck.dir, 0, quant=quant, kernel=kernel, a2a=a2a)
@@ -177,6 +234,23 @@ class FromDicts(unittest.TestCase):
         # the same layer from the checkpoint, through the loader
         same = polymoe.Layer.from_checkpoint(d, 0, quant="fp32", kernel="reference")
         self.assertTrue(same_bits(same.forward(io["hidden_states"], io["router_logits"]), out))
+        # the config from the checkpoint's config.json (the file, or its directory)
+        weights = {"w13": w13, "w2": w2, "router_weight": w[p + "gate.weight"]}
+        for c in (os.path.join(d, "config.json"), d):
+            from_json = polymoe.Layer(c, weights, quant="fp32", kernel="reference")
+            self.assertEqual(from_json.config, layer.config)
+            self.assertTrue(same_bits(from_json.forward(io["hidden_states"], io["router_logits"]), out))
+        # without logits: the router weight makes them (the fixture's logits were made by transformers)
+        logits = io["hidden_states"] @ w[p + "gate.weight"].T
+        np.testing.assert_allclose(logits, io["router_logits"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(layer.forward(io["hidden_states"]), io["output"], rtol=1e-4, atol=1e-5)
+        no_router = polymoe.Layer(config, {"w13": w13, "w2": w2}, quant="fp32", kernel="reference")
+        with self.assertRaisesRegex(ValueError, r"^polymoe: router_logits is None, but the layer has no router weight"):
+            no_router.forward(io["hidden_states"])
+        with self.assertRaisesRegex(ValueError, r"^polymoe: config '.*nowhere.json' does not exist"):
+            polymoe.Layer(os.path.join(d, "nowhere.json"), weights)
+        with self.assertRaisesRegex(TypeError, r"^polymoe: config is a list"):
+            polymoe.Layer([1], weights)
 
 
 class Tensors(unittest.TestCase):
@@ -226,6 +300,26 @@ class Tensors(unittest.TestCase):
         got = self.layer.forward(h16, z16, out=out, dtype="bfloat16")
         self.assertIs(got, out)
         self.assertTrue(np.array_equal(out, expect))
+
+    def test_bf16_through_dlpack(self):
+        h16, z16 = bf16_round(self.ck.hidden), bf16_round(self.ck.logits)
+        expect = self.layer.forward(h16, z16, dtype="bfloat16")  # the uint16 route, checked above
+        th = BF16Tensor(h16)
+        out_bits = np.zeros(self.ref.shape, dtype=np.uint16)
+        tout = BF16Tensor(out_bits)
+        got = self.layer.forward(th, bf16_widen(z16), out=tout)
+        self.assertIs(got, tout)
+        self.assertTrue(np.array_equal(out_bits, expect))  # written in place
+        self.assertEqual((th.deleted, tout.deleted), (1, 1))  # each capsule consumed and released once
+        # a row stride through DLPack: every other row of a wider buffer
+        T, H = h16.shape
+        wide = np.zeros((T, H + 4), dtype=np.uint16)
+        wide[:, :H] = h16
+        strided = BF16Tensor(wide, row_stride=(H + 4, H))
+        with self.assertRaisesRegex(ValueError, r"^polymoe: hidden is a bfloat16 tensor that is not a torch.Tensor"):
+            self.layer.forward(strided, bf16_widen(z16))  # no bf16 type to make the output of
+        got = self.layer.forward(strided, z16, out=np.zeros(self.ref.shape, np.uint16), dtype="bfloat16")
+        self.assertTrue(np.array_equal(got, expect))
 
     def test_bad_inputs(self):
         h, z = self.ck.hidden, self.ck.logits
@@ -284,6 +378,25 @@ class Async(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"is outside \[0, num_experts"):
             bad.wait()
         self.assertTrue(same_bits(layer.forward(self.ck.hidden, self.ck.logits), ref))  # usable again
+
+    def test_many_submits_and_a_dropped_handle(self):
+        layer = polymoe.Layer.from_checkpoint(self.ck.dir, 0, quant="bf16", kernel="tbb_grouped", threads=2)
+        self.assertEqual(layer.threads, 2)
+        ref = layer.forward(self.ck.hidden, self.ck.logits)
+        for i in range(50):
+            h = layer.submit(self.ck.hidden, self.ck.logits)
+            if i % 2:
+                time.sleep(0.001)
+            self.assertTrue(same_bits(h.wait(), ref))
+        h = layer.submit(self.ck.hidden, self.ck.logits)
+        del h  # dropped unwaited: it waits for its forward, and the layer is free again
+        gc.collect()
+        self.assertTrue(same_bits(layer.forward(self.ck.hidden, self.ck.logits), ref))
+        one = polymoe.Layer.from_checkpoint(self.ck.dir, 0, quant="bf16", kernel="tbb_grouped", threads=1)
+        self.assertEqual(one.threads, 1)
+        self.assertTrue(same_bits(one.submit(self.ck.hidden, self.ck.logits).wait(), ref))  # runs on a worker
+        with self.assertRaisesRegex(ValueError, r"^polymoe: threads=-1"):
+            polymoe.Layer.from_checkpoint(self.ck.dir, 0, quant="fp32", kernel="reference", threads=-1)
 
     def test_gil_released_during_forward(self):
         layer = polymoe.Layer.from_checkpoint(self.ck.dir, 0, quant="fp32", kernel="reference")

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 #include <optional>
 #include <string>
@@ -192,6 +193,45 @@ std::string emplace_layer(std::optional<Layer>& layer, const MoeConfig& cfg, sto
       weights);
 }
 
+/// Reads config.json's fields, with errors naming the field (and the model type where one is
+/// required).
+struct hf_config_view {
+  const json& config;
+  hf_family family;
+
+  [[nodiscard]] index_t get_int(std::string_view k) const {
+    const json* j = config.find(k);
+    require(j != nullptr, "config.json: missing the field '", k, "' (needed for model_type ", to_string(family), ")");
+    require(j->is_int() && j->as_int() >= 0, "config.json: field '", k, "' is ", j->type_name(),
+            ", expected a non-negative integer");
+    return j->as_int();
+  }
+  [[nodiscard]] index_t get_int_or(std::string_view k, index_t d) const {
+    const json* j = config.find(k);
+    return (j == nullptr || j->is_null()) ? d : get_int(k);
+  }
+  [[nodiscard]] double get_double_or(std::string_view k, double d) const {
+    const json* j = config.find(k);
+    if (j == nullptr || j->is_null()) return d;
+    require(j->is_number(), "config.json: field '", k, "' is ", j->type_name(), ", expected a number");
+    return j->as_double();
+  }
+  [[nodiscard]] bool get_bool(std::string_view k, bool d) const {
+    const json* j = config.find(k);
+    if (j == nullptr || j->is_null()) return d;
+    require(j->is_bool(), "config.json: field '", k, "' is ", j->type_name(), ", expected true or false");
+    return j->as_bool();
+  }
+  [[nodiscard]] Activation activation() const {
+    const json* j = config.find("hidden_act");
+    if (j == nullptr) return Activation::silu_gated;
+    require(j->is_string(), "config.json: field 'hidden_act' is ", j->type_name(), ", expected a string");
+    const std::string& a = j->as_string();
+    if (a == "silu" || a == "swish") return Activation::silu_gated;
+    if (a == "gelu") return Activation::gelu_gated;
+    throw error("config.json: hidden_act \"" + a + "\" is not supported (silu, gelu)");
+  }};
+
 /// A Hugging Face MoE checkpoint directory.
 class hf_checkpoint {
  public:
@@ -199,12 +239,22 @@ class hf_checkpoint {
     const auto cfg_path = dir / "config.json";
     std::error_code ec;
     require(std::filesystem::exists(cfg_path, ec), "checkpoint '", dir.string(), "' has no config.json");
-    json config = read_json_file(cfg_path);
-    require(config.is_object(), cfg_path.string(), ": expected a JSON object");
-    const json* mt = config.find("model_type");
-    require(mt != nullptr && mt->is_string(), cfg_path.string(), ": missing the string field 'model_type'");
-    const hf_family fam = parse_family(mt->as_string());
+    auto [config, fam] = read_config(cfg_path);
     return hf_checkpoint(std::move(config), fam, checkpoint_files::open(dir));
+  }
+
+  /// The MoeConfig a config.json alone describes (a file, or a directory holding config.json):
+  /// no tensor is read, so the sizes are not checked against weights and a DeepSeek-V3 correction
+  /// bias (a tensor) is not set.
+  [[nodiscard]] static MoeConfig moe_config_of_json(const std::filesystem::path& path) {
+    std::error_code ec;
+    const auto file = std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
+    require(std::filesystem::is_regular_file(file, ec), "config '", file.string(), "' does not exist");
+    auto [config, fam] = read_config(file);
+    std::string_view e_key, i_key;
+    MoeConfig c = config_fields(hf_config_view{config, fam}, e_key, i_key);
+    c.validate();
+    return c;
   }
 
   [[nodiscard]] hf_family family() const noexcept { return names_.family; }
@@ -249,52 +299,8 @@ class hf_checkpoint {
   /// Layer n's MoeConfig (global: ep_size 1), from config.json and the router's tensors.
   [[nodiscard]] MoeConfig moe_config(index_t n) const {
     check_layer(n);
-    MoeConfig c;
-    c.hidden = get_int("hidden_size");
-    c.router.top_k = get_int("num_experts_per_tok");
     std::string_view e_key, i_key;  // the config keys the sizes came from, for check_sizes' errors
-    switch (family()) {
-      case hf_family::mixtral:
-        c.num_experts = get_int(e_key = "num_local_experts");
-        c.intermediate = get_int(i_key = "intermediate_size");
-        c.router.renormalize = true;
-        c.activation = activation();
-        break;
-      case hf_family::qwen2_moe:
-      case hf_family::qwen3_moe:
-        c.num_experts = get_int(e_key = config_.contains("num_experts") ? "num_experts" : "num_local_experts");
-        c.intermediate = get_int(i_key = "moe_intermediate_size");
-        c.router.renormalize = get_bool("norm_topk_prob", false);
-        c.activation = activation();
-        if (family() == hf_family::qwen2_moe && get_int_or("shared_expert_intermediate_size", 0) > 0) {
-          c.shared_intermediate = get_int("shared_expert_intermediate_size");
-          c.shared_expert_gate = true;
-        }
-        break;
-      case hf_family::deepseek_v3: {
-        c.num_experts = get_int(e_key = "n_routed_experts");
-        c.intermediate = get_int(i_key = "moe_intermediate_size");
-        c.activation = activation();
-        if (const json* sf = config_.find("scoring_func"))
-          require(sf->is_string() && sf->as_string() == "sigmoid", "config.json: scoring_func must be \"sigmoid\" for ",
-                  "deepseek_v3 (grouped sigmoid routing)");
-        c.router.method = RoutingMethod::sigmoid_grouped_topk;
-        c.router.renormalize = get_bool("norm_topk_prob", true);
-        c.router.n_group = get_int_or("n_group", 1);
-        c.router.topk_group = get_int_or("topk_group", 1);
-        c.router.routed_scaling_factor = static_cast<float>(get_double_or("routed_scaling_factor", 1.0));
-        c.shared_intermediate = shared_rows(get_int_or("n_shared_experts", 0), c.intermediate);
-        break;
-      }
-      case hf_family::gpt_oss:
-        c.num_experts = get_int(e_key = config_.contains("num_local_experts") ? "num_local_experts" : "num_experts");
-        c.intermediate = get_int(i_key = "intermediate_size");
-        c.router.method = RoutingMethod::topk_softmax;
-        c.activation = Activation::swiglu_oai;
-        c.expert_bias = true;
-        c.swiglu_limit = static_cast<float>(get_double_or("swiglu_limit", 7.0));
-        break;
-    }
+    MoeConfig c = config_fields(config_view(), e_key, i_key);
     check_sizes(n, c, e_key, i_key);
     if (family() == hf_family::deepseek_v3 && files_.contains(names_.correction_bias(n))) {
       const auto& t = expect_shape(names_.correction_bias(n), {c.num_experts});
@@ -383,38 +389,13 @@ class hf_checkpoint {
       : config_(std::move(config)), names_{fam}, files_(std::move(files)) {}
 
   // ---- config fields ----
-  [[nodiscard]] index_t get_int(std::string_view k) const {
-    const json* j = config_.find(k);
-    require(j != nullptr, "config.json: missing the field '", k, "' (needed for model_type ", to_string(family()), ")");
-    require(j->is_int() && j->as_int() >= 0, "config.json: field '", k, "' is ", j->type_name(),
-            ", expected a non-negative integer");
-    return j->as_int();
-  }
-  [[nodiscard]] index_t get_int_or(std::string_view k, index_t d) const {
-    const json* j = config_.find(k);
-    return (j == nullptr || j->is_null()) ? d : get_int(k);
-  }
-  [[nodiscard]] double get_double_or(std::string_view k, double d) const {
-    const json* j = config_.find(k);
-    if (j == nullptr || j->is_null()) return d;
-    require(j->is_number(), "config.json: field '", k, "' is ", j->type_name(), ", expected a number");
-    return j->as_double();
-  }
-  [[nodiscard]] bool get_bool(std::string_view k, bool d) const {
-    const json* j = config_.find(k);
-    if (j == nullptr || j->is_null()) return d;
-    require(j->is_bool(), "config.json: field '", k, "' is ", j->type_name(), ", expected true or false");
-    return j->as_bool();
-  }
-  [[nodiscard]] Activation activation() const {
-    const json* j = config_.find("hidden_act");
-    if (j == nullptr) return Activation::silu_gated;
-    require(j->is_string(), "config.json: field 'hidden_act' is ", j->type_name(), ", expected a string");
-    const std::string& a = j->as_string();
-    if (a == "silu" || a == "swish") return Activation::silu_gated;
-    if (a == "gelu") return Activation::gelu_gated;
-    throw error("config.json: hidden_act \"" + a + "\" is not supported (silu, gelu)");
-  }
+  [[nodiscard]] hf_config_view config_view() const noexcept { return {config_, family()}; }
+  [[nodiscard]] index_t get_int(std::string_view k) const { return config_view().get_int(k); }
+  [[nodiscard]] index_t get_int_or(std::string_view k, index_t d) const { return config_view().get_int_or(k, d); }
+  [[nodiscard]] double get_double_or(std::string_view k, double d) const { return config_view().get_double_or(k, d); }
+  [[nodiscard]] bool get_bool(std::string_view k, bool d) const { return config_view().get_bool(k, d); }
+  [[nodiscard]] Activation activation() const { return config_view().activation(); }
+
 
   void check_layer(index_t n) const {
     const index_t L = num_layers();
@@ -425,6 +406,66 @@ class hf_checkpoint {
       throw error(polymoe::detail::concat("checkpoint: layer ", n, " is not an MoE layer (missing tensor '",
                                           names_.router(n), "')"));
     }
+  }
+
+  /// The MoeConfig fields config.json gives (e_key and i_key: the keys the sizes came from).
+  [[nodiscard]] static MoeConfig config_fields(const hf_config_view& v, std::string_view& e_key,
+                                               std::string_view& i_key) {
+    MoeConfig c;
+    c.hidden = v.get_int("hidden_size");
+    c.router.top_k = v.get_int("num_experts_per_tok");
+    switch (v.family) {
+      case hf_family::mixtral:
+        c.num_experts = v.get_int(e_key = "num_local_experts");
+        c.intermediate = v.get_int(i_key = "intermediate_size");
+        c.router.renormalize = true;
+        c.activation = v.activation();
+        break;
+      case hf_family::qwen2_moe:
+      case hf_family::qwen3_moe:
+        c.num_experts = v.get_int(e_key = v.config.contains("num_experts") ? "num_experts" : "num_local_experts");
+        c.intermediate = v.get_int(i_key = "moe_intermediate_size");
+        c.router.renormalize = v.get_bool("norm_topk_prob", false);
+        c.activation = v.activation();
+        if (v.family == hf_family::qwen2_moe && v.get_int_or("shared_expert_intermediate_size", 0) > 0) {
+          c.shared_intermediate = v.get_int("shared_expert_intermediate_size");
+          c.shared_expert_gate = true;
+        }
+        break;
+      case hf_family::deepseek_v3: {
+        c.num_experts = v.get_int(e_key = "n_routed_experts");
+        c.intermediate = v.get_int(i_key = "moe_intermediate_size");
+        c.activation = v.activation();
+        if (const json* sf = v.config.find("scoring_func"))
+          require(sf->is_string() && sf->as_string() == "sigmoid", "config.json: scoring_func must be \"sigmoid\" for ",
+                  "deepseek_v3 (grouped sigmoid routing)");
+        c.router.method = RoutingMethod::sigmoid_grouped_topk;
+        c.router.renormalize = v.get_bool("norm_topk_prob", true);
+        c.router.n_group = v.get_int_or("n_group", 1);
+        c.router.topk_group = v.get_int_or("topk_group", 1);
+        c.router.routed_scaling_factor = static_cast<float>(v.get_double_or("routed_scaling_factor", 1.0));
+        c.shared_intermediate = shared_rows(v.get_int_or("n_shared_experts", 0), c.intermediate);
+        break;
+      }
+      case hf_family::gpt_oss:
+        c.num_experts = v.get_int(e_key = v.config.contains("num_local_experts") ? "num_local_experts" : "num_experts");
+        c.intermediate = v.get_int(i_key = "intermediate_size");
+        c.router.method = RoutingMethod::topk_softmax;
+        c.activation = Activation::swiglu_oai;
+        c.expert_bias = true;
+        c.swiglu_limit = static_cast<float>(v.get_double_or("swiglu_limit", 7.0));
+        break;
+    }
+    return c;
+  }
+  /// config.json's object and model family.
+  [[nodiscard]] static std::pair<json, hf_family> read_config(const std::filesystem::path& cfg_path) {
+    json config = read_json_file(cfg_path);
+    require(config.is_object(), cfg_path.string(), ": expected a JSON object");
+    const json* mt = config.find("model_type");
+    require(mt != nullptr && mt->is_string(), cfg_path.string(), ": missing the string field 'model_type'");
+    const hf_family fam = parse_family(mt->as_string());
+    return {std::move(config), fam};
   }
 
   /// config.json's sizes against the layer's tensors: the router [E, H], the first and last expert's
