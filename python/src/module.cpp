@@ -146,23 +146,16 @@ tensor_view view_of_dlpack(const DLTensor& t, std::string_view what) {
   const bool known = t.dtype.lanes == 1 && ((t.dtype.code == kDLFloat && t.dtype.bits == 32) ||
                                             (t.dtype.code == kDLBfloat && t.dtype.bits == 16) ||
                                             (t.dtype.code == kDLInt && t.dtype.bits == 32));
-  if (!known) {  // the shape checks below still apply; the element type is named where it matters
-    DLTensor f = t;
-    f.dtype = {kDLFloat, 32, 1};
-    const detail::dlpack_matrix m = detail::dlpack_as_matrix(f, what);
-    v.type = elem::other;
-    v.data = m.data;
-    v.rows = m.rows;
-    v.cols = m.cols;
-    v.row_stride = m.row_stride;
-  } else {
-    const detail::dlpack_matrix m = detail::dlpack_as_matrix(t, what);
-    v.type = m.type == element_type::f32 ? elem::f32 : m.type == element_type::bf16 ? elem::bf16 : elem::i32;
-    v.data = m.data;
-    v.rows = m.rows;
-    v.cols = m.cols;
-    v.row_stride = m.row_stride;
-  }
+  // another dtype: the shape checks still apply; the element type is named where it matters
+  DLTensor f = t;
+  if (!known) f.dtype = {kDLFloat, 32, 1};
+  const detail::dlpack_matrix m = detail::dlpack_as_matrix(f, what);
+  v.type = !known ? elem::other : m.type == element_type::f32 ? elem::f32 : m.type == element_type::bf16 ? elem::bf16
+                                                                                                            : elem::i32;
+  v.data = m.data;
+  v.rows = m.rows;
+  v.cols = m.cols;
+  v.row_stride = m.row_stride;
   v.cuda = d == kDLCUDA || d == kDLCUDAManaged;
   v.device = t.device.device_id;
   return v;
@@ -417,7 +410,7 @@ struct forward_call {
   std::optional<f32_input> hidden, second;
   std::optional<id_input> ids;
   std::optional<f32_output> out;
-  Matrix logits;  // router_logits computed from the layer's router weight
+  Matrix logits;  // router_logits from the layer's router weight, when none are given
   bool device = false;
   cuda_stream stream = nullptr;
 
@@ -431,12 +424,15 @@ struct forward_call {
         l.forward_device(h, second_arg->view.as_device("router_logits"), o, stream);
       return;
     }
-    if (ids)
+    if (ids) {
       l.forward_routed_into(*hidden->map, *ids->map, *second->map, *out->map);
-    else if (second)
+    } else if (second) {
       l.forward_into(*hidden->map, *second->map, *out->map);
-    else
+    } else {  // the router's product, here: on the layer's arena, the GIL released
+      logits.noalias() = *hidden->map * l.router_weight.transpose();
+      if (l.router_bias.size()) logits.rowwise() += l.router_bias.transpose();
       l.forward_into(*hidden->map, logits, *out->map);
+    }
     out->finish();
   }
 };
@@ -625,8 +621,6 @@ class Layer {
       const auto& h = *call.hidden->map;
       require(h.cols() == l.router_weight.cols(), "hidden has ", h.cols(), " columns, expected hidden=",
               l.router_weight.cols());
-      call.logits.noalias() = h * l.router_weight.transpose();
-      if (l.router_bias.size()) call.logits.rowwise() += l.router_bias.transpose();
     }
   }
 
