@@ -1,10 +1,11 @@
 // Times cuda::Experts::forward (device routing included) on one layer shape at several batch
-// sizes, eager and as CUDA graph replays, with CUDA events; the weights the routing touches are
+// sizes, for each weight format (bf16, and MXFP4 and NVFP4 kept 4-bit on the device), eager and as
+// CUDA graph replays, with CUDA events; the weights the routing touches are
 // rotated over several routings so that decode reads them from HBM, not from L2. Prints µs per
 // forward, the bandwidth over the distinct experts' weights, and TFLOP/s; and the device's
 // copy bandwidth measured in the same run.
 //   polymoe_cuda_bench [--hidden 2048] [--inter 768] [--experts 128] [--top-k 8] [--tokens 1,64,4096]
-//                      [--iters N]
+//                      [--iters N] [--weights bf16,mxfp4,nvfp4]
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -52,6 +53,7 @@ int main(int argc, char** argv) try {
   index_t H = 2048, I = 768, E = 128, k = 8;
   std::vector<index_t> tokens{1, 64, 4096};
   int iters = 20;
+  std::vector<std::string> formats{"bf16", "mxfp4", "nvfp4"};
   CLI::App app("polymoe_cuda_bench: cuda::Experts::forward on one layer shape, eager and as CUDA graph replays",
                "polymoe_cuda_bench");
   programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
@@ -65,6 +67,10 @@ int main(int argc, char** argv) try {
       ->type_name("LIST")
       ->check(positive);
   app.add_option("--iters", iters, "forwards per timing (default 20)")->type_name("N")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--weights", formats, "weight formats (default bf16,mxfp4,nvfp4)")
+      ->delimiter(',')
+      ->type_name("LIST")
+      ->check(CLI::IsMember({"bf16", "mxfp4", "nvfp4"}));
   if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
   if (const std::string why = cuda::unavailable_reason(); !why.empty()) {
     std::printf("polymoe_cuda_bench: skipped: %s\n", why.c_str());
@@ -84,81 +90,110 @@ int main(int argc, char** argv) try {
     if (lim.matmul_gflops > 0) std::printf("cuBLAS bf16 matmul 8192^3: %.0f TFLOP/s\n", lim.matmul_gflops / 1e3);
   }
 
-  // random bf16 weights, drawn directly as bf16 (values of about 1/sqrt(fan-in))
   const ExpertShape shape{E, H, I, true, false};
-  quant::bf16::weights w;
-  w.shape_ = shape;
-  w.w13.resize(static_cast<std::size_t>(E * 2 * I * H));
-  w.w2.resize(static_cast<std::size_t>(E * H * I));
   std::mt19937 rng(1);
-  {
-    std::vector<std::uint16_t> table(4096);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (auto& v : table) v = codecs::float_to_bf16(nd(rng) / std::sqrt(static_cast<float>(H)));
-    std::uint32_t x = 12345;
-    for (auto& v : w.w13) v = table[(x = x * 1664525u + 1013904223u) >> 20];
-    for (auto& v : w.w2) v = table[(x = x * 1664525u + 1013904223u) >> 20];
-  }
-  ExpertMlp mlp;
-  cuda::Experts experts(w, mlp);
-  w = {};
+  std::uint32_t lcg = 12345;
+  auto next = [&] { return (lcg = lcg * 1664525u + 1013904223u) >> 8; };
+  // Random weights drawn directly in the stored form (values of about 1/sqrt(fan-in)): bf16 from a
+  // table of normal values; 4-bit codes uniform, with block scales that make them of that size.
+  auto make_experts = [&](const std::string& f) {
+    if (f == "bf16") {
+      quant::bf16::weights w;
+      w.shape_ = shape;
+      w.w13.resize(static_cast<std::size_t>(E * 2 * I * H));
+      w.w2.resize(static_cast<std::size_t>(E * H * I));
+      std::vector<std::uint16_t> table(4096);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (auto& v : table) v = codecs::float_to_bf16(nd(rng) / std::sqrt(static_cast<float>(H)));
+      for (auto& v : w.w13) v = table[next() % 4096];
+      for (auto& v : w.w2) v = table[next() % 4096];
+      return cuda::Experts(w, ExpertMlp{});
+    }
+    const bool mx = f == "mxfp4";
+    const index_t block = mx ? 32 : 16;
+    auto codes = [&](index_t rows, index_t K, std::vector<std::uint8_t>& q, std::vector<std::uint8_t>& sc) {
+      q.resize(static_cast<std::size_t>(E * rows * K / 2));
+      sc.resize(static_cast<std::size_t>(E * rows * ((K + block - 1) / block)));
+      for (auto& v : q) v = static_cast<std::uint8_t>(next());
+      // E8M0 2^-7..2^-5 (MXFP4); E4M3 codes of 1..8 (NVFP4, with scale_2 = 2^-8 below)
+      for (auto& v : sc) v = static_cast<std::uint8_t>(mx ? 120 + next() % 3 : 0x38 + next() % 24);
+    };
+    if (mx) {
+      quant::mxfp4::weights w;
+      w.shape_ = shape;
+      codes(2 * I, H, w.w13_blocks, w.w13_scales);
+      codes(H, I, w.w2_blocks, w.w2_scales);
+      return cuda::Experts(w, ExpertMlp{});
+    }
+    quant::nvfp4::weights w;
+    w.shape_ = shape;
+    codes(2 * I, H, w.w13, w.w13_scale);
+    codes(H, I, w.w2, w.w2_scale);
+    w.w13_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
+    w.w2_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
+    return cuda::Experts(w, ExpertMlp{});
+  };
   RouterConfig rc;
   rc.top_k = k;
   const cuda::Router router(rc, E);
-  const double expert_bytes = 2.0 * (2.0 * I * H + static_cast<double>(H) * I);
+  for (const std::string& f : formats) {
+    cuda::Experts experts = make_experts(f);
+    const double bits = f == "bf16" ? 16.0 : f == "mxfp4" ? 4.0 + 8.0 / 32 : 4.0 + 8.0 / 16;
+    const double expert_bytes = bits / 8 * (2.0 * I * H + static_cast<double>(H) * I);
 
-  std::printf("layer: H=%lld I=%lld E=%lld k=%lld, bf16 weights %.1f MB an expert\n", (long long)H, (long long)I,
-              (long long)E, (long long)k, expert_bytes / 1e6);
-  std::printf("%8s %9s %9s %9s %9s %9s %9s %8s %12s %8s\n", "T", "route us", "tiny us", "small us", "large us",
-              "auto us", "graph us", "experts", "weight GB/s", "TFLOP/s");
-  for (index_t T : tokens) {
-    const int sets = T <= 64 ? 8 : 2;  // routings rotated, so that decode reads its experts from HBM
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    Matrix x(T, H), logits(T * sets, E);
-    for (index_t i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
-    for (index_t i = 0; i < logits.size(); ++i) logits.data()[i] = nd(rng);
-    double distinct = 0;
-    for (int q = 0; q < sets; ++q) {
-      const Routing r = router.route(logits.middleRows(q * T, T));
-      std::set<int> used(r.ids.data(), r.ids.data() + r.ids.size());
-      distinct += static_cast<double>(used.size()) / sets;
+    std::printf("layer: H=%lld I=%lld E=%lld k=%lld, %s weights %.1f MB an expert\n", (long long)H, (long long)I,
+                (long long)E, (long long)k, f.c_str(), expert_bytes / 1e6);
+    std::printf("%8s %9s %9s %9s %9s %9s %9s %8s %12s %8s\n", "T", "route us", "tiny us", "small us", "large us",
+                "auto us", "graph us", "experts", "weight GB/s", "TFLOP/s");
+    for (index_t T : tokens) {
+      const int sets = T <= 64 ? 8 : 2;  // routings rotated, so that decode reads its experts from HBM
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      Matrix x(T, H), logits(T * sets, E);
+      for (index_t i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
+      for (index_t i = 0; i < logits.size(); ++i) logits.data()[i] = nd(rng);
+      double distinct = 0;
+      for (int q = 0; q < sets; ++q) {
+        const Routing r = router.route(logits.middleRows(q * T, T));
+        std::set<int> used(r.ids.data(), r.ids.data() + r.ids.size());
+        distinct += static_cast<double>(used.size()) / sets;
+      }
+      cuda::device_array<float> dx(static_cast<std::size_t>(x.size())), dz(static_cast<std::size_t>(logits.size())),
+          dout(static_cast<std::size_t>(T * H)), dw(static_cast<std::size_t>(T * k));
+      cuda::device_array<std::int32_t> di(static_cast<std::size_t>(T * k));
+      dx.upload({x.data(), static_cast<std::size_t>(x.size())});
+      dz.upload({logits.data(), static_cast<std::size_t>(logits.size())});
+      auto fwd = [&](int i) { experts.forward(dx.data(), T, dz.data() + (i % sets) * T * E, router, dout.data(), s); };
+      experts.reserve(T, k);
+      const int inner = T <= 64 ? 8 * sets : sets;
+      const double route = time_ms(s, iters, inner, [&](int i) {
+        router.route(dz.data() + (i % sets) * T * E, T, di.data(), dw.data(), s);
+      });
+      double by_tiles[4] = {0, 0, 0, 0};
+      const cuda::TileChoice choices[4] = {cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large,
+                                           cuda::TileChoice::automatic};
+      for (int c = 0; c < 4; ++c) {
+        experts.set_tiles(choices[c]);
+        for (int i = 0; i < 3; ++i) fwd(i);
+        ck(cudaStreamSynchronize(s), "warm-up");
+        by_tiles[c] = time_ms(s, iters, inner, fwd);
+      }
+      // the same forwards captured once: a graph of `sets` forwards, replayed
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      for (int i = 0; i < sets; ++i) fwd(i);
+      ck(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+      ck(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
+      ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch");
+      const double graph = time_ms(s, iters, std::max(1, inner / sets), [&](int) { ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch"); }) / sets;
+      cudaGraphExecDestroy(ge);
+      cudaGraphDestroy(g);
+      const double best = std::min(by_tiles[3], graph) * 1e-3;
+      const double flops = 2.0 * T * k * (2.0 * I * H + static_cast<double>(H) * I);
+      std::printf("%8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %12.0f %8.1f\n", (long long)T, route * 1e3,
+                  by_tiles[0] * 1e3, by_tiles[1] * 1e3, by_tiles[2] * 1e3, by_tiles[3] * 1e3, graph * 1e3, distinct,
+                  distinct * expert_bytes / best / 1e9, flops / best / 1e12);
     }
-    cuda::device_array<float> dx(static_cast<std::size_t>(x.size())), dz(static_cast<std::size_t>(logits.size())),
-        dout(static_cast<std::size_t>(T * H)), dw(static_cast<std::size_t>(T * k));
-    cuda::device_array<std::int32_t> di(static_cast<std::size_t>(T * k));
-    dx.upload({x.data(), static_cast<std::size_t>(x.size())});
-    dz.upload({logits.data(), static_cast<std::size_t>(logits.size())});
-    auto fwd = [&](int i) { experts.forward(dx.data(), T, dz.data() + (i % sets) * T * E, router, dout.data(), s); };
-    experts.reserve(T, k);
-    const int inner = T <= 64 ? 8 * sets : sets;
-    const double route = time_ms(s, iters, inner, [&](int i) {
-      router.route(dz.data() + (i % sets) * T * E, T, di.data(), dw.data(), s);
-    });
-    double by_tiles[4] = {0, 0, 0, 0};
-    const cuda::TileChoice choices[4] = {cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large,
-                                         cuda::TileChoice::automatic};
-    for (int c = 0; c < 4; ++c) {
-      experts.set_tiles(choices[c]);
-      for (int i = 0; i < 3; ++i) fwd(i);
-      ck(cudaStreamSynchronize(s), "warm-up");
-      by_tiles[c] = time_ms(s, iters, inner, fwd);
-    }
-    // the same forwards captured once: a graph of `sets` forwards, replayed
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    for (int i = 0; i < sets; ++i) fwd(i);
-    ck(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
-    ck(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
-    ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch");
-    const double graph = time_ms(s, iters, std::max(1, inner / sets), [&](int) { ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch"); }) / sets;
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    const double best = std::min(by_tiles[3], graph) * 1e-3;
-    const double flops = 2.0 * T * k * (2.0 * I * H + static_cast<double>(H) * I);
-    std::printf("%8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %12.0f %8.1f\n", (long long)T, route * 1e3,
-                by_tiles[0] * 1e3, by_tiles[1] * 1e3, by_tiles[2] * 1e3, by_tiles[3] * 1e3, graph * 1e3, distinct,
-                distinct * expert_bytes / best / 1e9, flops / best / 1e12);
   }
   std::printf("(auto and graph: the engine's own tile choice; weight GB/s and TFLOP/s from the better of the two)\n");
   cudaStreamDestroy(s);

@@ -780,12 +780,13 @@ int main(int argc, char** argv) try {
         bench_kernel<K>(s);
     });
 #ifdef POLYMOE_BENCH_CUDA
-    if (gpu && std::any_of(chosen.begin(), chosen.end(), [](const names& n) { return n.k == kernel::cuda::name; }))
-      for (auto& r : bench_cuda(p, fp32, o, info)) {
-        r.threads = o.threads.front();  // the row takes that thread count's entry of the limits
-        r.gpu = true;
-        add(std::move(r));
-      }
+    for (const names& n : chosen)
+      if (gpu && n.k == kernel::cuda::name)
+        for (auto& r : bench_cuda(p, fp32, o, info, n.q)) {
+          r.threads = o.threads.front();  // the row takes that thread count's entry of the limits
+          r.gpu = true;
+          add(std::move(r));
+        }
     if (gpu && peer == "torch-gpu") {
       info(detail::concat("[GPU peers: bench/peer_torch_gpu.py, PyTorch grouped_mm and HF loop, bf16] ", p.name));
       for (auto& r : run_gpu_peers(p, o, o.threads.front())) add(std::move(r));

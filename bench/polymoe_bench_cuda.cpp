@@ -1,5 +1,5 @@
-// polymoe_bench's GPU part (built where the CUDA component is): kernel::cuda's layer of the CUDA
-// table, local / bf16 / cuda, timed as CUDA graph replays with CUDA events, and the device's own
+// polymoe_bench's GPU part (built where the CUDA component is): kernel::cuda's layers of the CUDA
+// table, local / Q / cuda for the schemes of its row, timed as CUDA graph replays with CUDA events, and the device's own
 // limits measured in the same run (gpu_limits.hpp).
 #include <algorithm>
 #include <cstdio>
@@ -32,16 +32,19 @@ gpu_limits measure_gpu_limits() {
   return {cuda::device_name(cuda::current_device()), l.copy_gbs, l.matmul_gflops};
 }
 
-std::vector<record> bench_cuda(const preset& p, const ExpertWeights& fp32, const options& o,
-                               const std::function<void(std::string)>& info) {
-  using Layer = CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda>;
+namespace {
+
+template <class Q>
+std::vector<record> bench_cuda_scheme(const preset& p, const ExpertWeights& fp32, const options& o,
+                                      const std::function<void(std::string)>& info) {
+  using Layer = CudaMoeLayer<a2a::local, Q, kernel::cuda>;
   const auto t_prep = clock_type::now();
   const MoeConfig cfg = config_of(p);
   MoeWeights w;
   w.experts = fp32;
   Layer layer(cfg, w);
-  info(detail::concat("[local, bf16, cuda] ", p.name, ": uploaded in ", seconds_since(t_prep), " s; runs ",
-                      layer.describe()));
+  info(detail::concat("[local, ", Q::name, ", cuda] ", p.name, ": quantized and uploaded in ", seconds_since(t_prep),
+                      " s; runs ", layer.describe()));
   const int dev = cuda::current_device();
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -80,14 +83,14 @@ std::vector<record> bench_cuda(const preset& p, const ExpertWeights& fp32, const
     for (std::size_t v = 0; v < V; ++v) check(cudaGraphLaunch(graphs[v], s), "cudaGraphLaunch");  // warm
     record rec;
     rec.a2a = "local";
-    rec.quant = "bf16";
+    rec.quant = Q::name;
     rec.kernel = "cuda";
     rec.preset = p.name;
     rec.tokens = T;
     rec.experts = p.experts;
     rec.threads = 1;
     rec.flops = flops_per_forward(p, T);
-    rec.weight_bytes = r.distinct * expert_bytes("bf16", p);
+    rec.weight_bytes = r.distinct * expert_bytes(Q::name, p);
     rec.note = detail::concat(layer.describe(), "; CUDA graph replays, ", V, " routing(s) cycled");
     std::vector<double> ms = cuda::bench::event_ms(s, o.reps, [&](int i) {
       check(cudaGraphLaunch(graphs[static_cast<std::size_t>(i) % V], s), "cudaGraphLaunch");
@@ -98,6 +101,20 @@ std::vector<record> bench_cuda(const preset& p, const ExpertWeights& fp32, const
     out.push_back(std::move(rec));
   }
   check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  return out;
+}
+
+}  // namespace
+
+std::vector<record> bench_cuda(const preset& p, const ExpertWeights& fp32, const options& o,
+                               const std::function<void(std::string)>& info, std::string_view quant) {
+  std::vector<record> out;
+  boost::mp11::mp_for_each<boost::mp11::mp_transform<boost::mp11::mp_identity,
+                                                     pairing::kernel_schemes<cuda_table, kernel::cuda>>>([&](auto id) {
+    using Q = typename decltype(id)::type;
+    if (Q::name == quant) out = bench_cuda_scheme<Q>(p, fp32, o, info);
+  });
+  require(!out.empty() || o.tokens.empty(), "polymoe_bench: kernel::cuda does not run ", quant);
   return out;
 }
 

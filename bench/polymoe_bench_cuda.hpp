@@ -3,6 +3,7 @@
 // CUDA component is; POLYMOE_BENCH_CUDA says so).
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "polymoe_bench.hpp"
@@ -19,9 +20,10 @@ struct gpu_limits {
 /// Why kernel::cuda cannot run here (no device, no code for it), or empty.
 std::string gpu_unavailable();
 gpu_limits measure_gpu_limits();
-/// local / bf16 / cuda on the preset's weights `fp32` at each T: CUDA graph replays, the routings
-/// cycled as the CPU layers' (decode walks every expert), one record per T.
+/// local / `quant` / cuda (a scheme of kernel::cuda's row) on the preset's weights `fp32`, quantized,
+/// at each T: CUDA graph replays, the routings cycled as the CPU layers' (decode walks every
+/// expert), one record per T.
 std::vector<record> bench_cuda(const preset& p, const ExpertWeights& fp32, const options& o,
-                               const std::function<void(std::string)>& info);
+                               const std::function<void(std::string)>& info, std::string_view quant);
 
 }  // namespace polymoe::bench

@@ -57,6 +57,10 @@ if command -v compute-sanitizer > /dev/null; then
   timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_experts" \
     --gtest_filter='CudaExperts.MatchesReferenceRoutingPatterns:CudaRouting.*' > "$build.racecheck.log" 2>&1 || status=1
   echo "racecheck: $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$build.racecheck.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.racecheck.log" | tail -2 | tr '\n' ' ')"
+  # the 4-bit weight paths (their shared-memory stages and scale codes) too
+  timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_experts" \
+    --gtest_filter='CudaExperts.DeterministicAndGraphReplay' > "$build.racecheck-4bit.log" 2>&1 || status=1
+  echo "racecheck (4-bit): $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$build.racecheck-4bit.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.racecheck-4bit.log" | tail -2 | tr '\n' ' ')"
 fi
 if [ "${POLYMOE_GPU_CHECK_PYTHON:-1}" = 1 ] && grep -q "polymoe: Python component: Python" "$build.configure.log"; then
   if cmake --build "$build" --target polymoe_python polymoe_cli -j"$(nproc)" > "$build.build-python.log" 2>&1; then

@@ -521,4 +521,11 @@ if(TARGET polymoe::cuda)
     set_tests_properties(tool.fixture.${case}_cuda PROPERTIES LABELS "tool;cuda" TIMEOUT 300
                          SKIP_REGULAR_EXPRESSION "no usable GPU")
   endforeach()
+  # GPT-OSS's stored MXFP4 blocks, 4-bit on the device, bf16 activations (W4A16)
+  add_test(NAME tool.fixture.gpt_oss_mxfp4_w4a16_cuda
+           COMMAND ${CMAKE_COMMAND} -DTOOL=${tool} -DCASE_DIR=${hf}/gpt_oss_mxfp4 -DQUANT=mxfp4_w4a16
+                   -DOUT=${work}/gpt_oss_mxfp4_w4a16_cuda.safetensors -DTOL=1e-2
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/tools/cuda_fixture.cmake)
+  set_tests_properties(tool.fixture.gpt_oss_mxfp4_w4a16_cuda PROPERTIES LABELS "tool;cuda" TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "no usable GPU")
 endif()

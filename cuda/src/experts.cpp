@@ -83,6 +83,12 @@ detail::act_kind kind_of(Activation a) {
 constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
+// Bytes of the re-laid biases (b13 [E, r13p] | b2 [E, hp]), 0 without biases.
+std::size_t bias_bytes(const ExpertShape& s, const detail::geometry& g) {
+  if (!s.bias) return 0;
+  return aligned(static_cast<std::size_t>(s.experts) * g.r13p * 4) + aligned(static_cast<std::size_t>(s.experts) * g.hp * 4);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -242,7 +248,18 @@ struct Experts::impl {
   float* route_weights = nullptr;
   index_t cap_tokens = 0, cap_pairs = 0;
 
+  void init(const ExpertShape& s);
   void upload(const quant::bf16::weights& w);
+  /// 4-bit weights: `block` elements a scale code (32: MXFP4, 16: NVFP4), rows packed two a byte.
+  struct fp4_store {
+    const std::uint8_t *w13, *s13, *w2, *s2;
+    const float *g13, *g2;  // nvfp4's scale_2, else null
+    index_t block;
+  };
+  void upload(const fp4_store& w, const quant::ExpertStore& store);
+  // Row r' of the padded w13 holds canonical row src13(r') (or zeros when it is < 0).
+  [[nodiscard]] index_t src13(index_t r) const;
+  void upload_biases(const quant::ExpertStore& w, std::size_t at);
   void grow(index_t tokens, index_t top_k);
   void check_mlp(const ExpertMlp& mlp) const;
 };
@@ -254,28 +271,44 @@ void Experts::impl::check_mlp(const ExpertMlp& mlp) const {
   require(mlp.activation.kind != Activation::swiglu_oai || s.bias, "cuda::Experts: swiglu_oai needs expert biases");
 }
 
+index_t Experts::impl::src13(index_t r) const {
+  const index_t I = shape.intermediate;
+  if (!g.gated) return r < I ? r : -1;
+  const index_t q = r / 16, wi = r % 16, j = 8 * q + (wi < 8 ? wi : wi - 8);
+  if (j >= I) return -1;
+  return wi < 8 ? j : I + j;
+}
+
+// The biases (re-laid as w13's rows) at byte `at` of the weights' block: b13 [E, r13p] | b2 [E, hp].
+void Experts::impl::upload_biases(const quant::ExpertStore& w, std::size_t at) {
+  if (!shape.bias) return;
+  const index_t E = shape.experts, H = shape.hidden;
+  const std::size_t b_b13 = aligned(static_cast<std::size_t>(E) * g.r13p * 4);
+  char* base = static_cast<char*>(weights.get());
+  wv.b13 = reinterpret_cast<const float*>(base + at);
+  wv.b2 = reinterpret_cast<const float*>(base + at + b_b13);
+  std::vector<float> b(static_cast<std::size_t>(std::max(g.r13p, g.hp)));
+  for (index_t e = 0; e < E; ++e) {
+    std::fill(b.begin(), b.end(), 0.0f);
+    for (index_t r = 0; r < g.r13p; ++r)
+      if (const index_t s = src13(r); s >= 0) b[r] = w.b13(e, s);
+    weights.upload(b.data(), static_cast<std::size_t>(g.r13p) * 4, at + e * g.r13p * 4);
+    std::fill(b.begin(), b.end(), 0.0f);
+    for (index_t r = 0; r < H; ++r) b[r] = w.b2(e, r);
+    weights.upload(b.data(), static_cast<std::size_t>(g.hp) * 4, at + b_b13 + e * g.hp * 4);
+  }
+}
+
 void Experts::impl::upload(const quant::bf16::weights& w) {
   const index_t E = shape.experts, H = shape.hidden, I = shape.intermediate, R = shape.rows13();
   const std::size_t n13 = static_cast<std::size_t>(g.r13p) * g.hp, n2 = static_cast<std::size_t>(g.hp) * g.ip;
   const std::size_t b_w13 = aligned(E * n13 * 2), b_w2 = aligned(E * n2 * 2);
-  const std::size_t b_b13 = shape.bias ? aligned(static_cast<std::size_t>(E) * g.r13p * 4) : 0;
-  const std::size_t b_b2 = shape.bias ? aligned(static_cast<std::size_t>(E) * g.hp * 4) : 0;
-  weights = device_memory(b_w13 + b_w2 + b_b13 + b_b2);
+  weights = device_memory(b_w13 + b_w2 + bias_bytes(shape, g));
   char* base = static_cast<char*>(weights.get());
-  wv.w13 = reinterpret_cast<const std::uint16_t*>(base);
-  wv.w2 = reinterpret_cast<const std::uint16_t*>(base + b_w13);
-  wv.b13 = shape.bias ? reinterpret_cast<const float*>(base + b_w13 + b_w2) : nullptr;
-  wv.b2 = shape.bias ? reinterpret_cast<const float*>(base + b_w13 + b_w2 + b_b13) : nullptr;
-
-  // Row r' of the padded w13 holds canonical row src13(r') (or zeros when it is < 0).
-  auto src13 = [&](index_t r) -> index_t {
-    if (!g.gated) return r < I ? r : -1;
-    const index_t q = r / 16, wi = r % 16, j = 8 * q + (wi < 8 ? wi : wi - 8);
-    if (j >= I) return -1;
-    return wi < 8 ? j : I + j;
-  };
+  wv.format = detail::wfmt::bf16;
+  wv.w13 = base;
+  wv.w2 = base + b_w13;
   std::vector<std::uint16_t> buf(std::max(n13, n2));
-  std::vector<float> b(static_cast<std::size_t>(std::max(g.r13p, g.hp)));
   for (index_t e = 0; e < E; ++e) {
     std::fill(buf.begin(), buf.end(), std::uint16_t{0});
     for (index_t r = 0; r < g.r13p; ++r) {
@@ -291,16 +324,75 @@ void Experts::impl::upload(const quant::bf16::weights& w) {
       std::copy(from, from + I, buf.begin() + r * g.ip);
     }
     weights.upload(buf.data(), n2 * 2, b_w13 + e * n2 * 2);
-    if (shape.bias) {
-      std::fill(b.begin(), b.end(), 0.0f);
-      for (index_t r = 0; r < g.r13p; ++r)
-        if (const index_t s = src13(r); s >= 0) b[r] = w.b13(e, s);
-      weights.upload(b.data(), static_cast<std::size_t>(g.r13p) * 4, b_w13 + b_w2 + e * g.r13p * 4);
-      std::fill(b.begin(), b.end(), 0.0f);
-      for (index_t r = 0; r < H; ++r) b[r] = w.b2(e, r);
-      weights.upload(b.data(), static_cast<std::size_t>(g.hp) * 4, b_w13 + b_w2 + b_b13 + e * g.hp * 4);
-    }
   }
+  upload_biases(w, b_w13 + b_w2);
+}
+
+namespace {
+
+// One stored 4-bit row (`bytes` packed bytes, element 2i in the low nibble of byte i; padding
+// past them zero) into its padded row of Kp/2 bytes in the kernels' order (weights_view): byte
+// q·8 + s·2 + h of each 64-k unit holds stored byte 8s + 4h + q of the unit.
+void relay_fp4_row(const std::uint8_t* src, std::size_t bytes, int Kp, std::uint8_t* dst) {
+  for (int u = 0; u < Kp / 64; ++u)
+    for (int q = 0; q < 4; ++q)
+      for (int s = 0; s < 4; ++s)
+        for (int h = 0; h < 2; ++h) {
+          const std::size_t from = static_cast<std::size_t>(u) * 32 + s * 8 + h * 4 + q;
+          dst[u * 32 + q * 8 + s * 2 + h] = from < bytes ? src[from] : std::uint8_t{0};
+        }
+}
+
+}  // namespace
+
+void Experts::impl::upload(const fp4_store& w, const quant::ExpertStore& store) {
+  const index_t E = shape.experts, H = shape.hidden, I = shape.intermediate, R = shape.rows13();
+  const int sb = detail::scale_bytes(w.block == 32 ? detail::wfmt::mxfp4 : detail::wfmt::nvfp4);
+  const index_t per = 64 / w.block;  // scale codes a 64-k unit
+  const index_t nbH = (H + w.block - 1) / w.block, nbI = (I + w.block - 1) / w.block;
+  const std::size_t q13 = static_cast<std::size_t>(g.r13p) * g.hp / 2, q2 = static_cast<std::size_t>(g.hp) * g.ip / 2;
+  const std::size_t c13 = static_cast<std::size_t>(g.hp / 64) * g.r13p * sb, c2 = static_cast<std::size_t>(g.ip / 64) * g.hp * sb;
+  const std::size_t b_q13 = aligned(E * q13), b_q2 = aligned(E * q2), b_s13 = aligned(E * c13), b_s2 = aligned(E * c2);
+  const std::size_t b_g = w.g13 ? aligned(static_cast<std::size_t>(E) * 4) : 0;
+  weights = device_memory(b_q13 + b_q2 + b_s13 + b_s2 + 2 * b_g + bias_bytes(shape, g));
+  char* base = static_cast<char*>(weights.get());
+  wv.format = w.block == 32 ? detail::wfmt::mxfp4 : detail::wfmt::nvfp4;
+  wv.w13 = base;
+  wv.w2 = base + b_q13;
+  wv.s13 = reinterpret_cast<const std::uint8_t*>(base + b_q13 + b_q2);
+  wv.s2 = reinterpret_cast<const std::uint8_t*>(base + b_q13 + b_q2 + b_s13);
+  const std::size_t at_g = b_q13 + b_q2 + b_s13 + b_s2;
+  if (w.g13) {
+    wv.g13 = reinterpret_cast<const float*>(base + at_g);
+    wv.g2 = reinterpret_cast<const float*>(base + at_g + b_g);
+    weights.upload(w.g13, static_cast<std::size_t>(E) * 4, at_g);
+    weights.upload(w.g2, static_cast<std::size_t>(E) * 4, at_g + b_g);
+  }
+  // One projection of an expert: `rows` padded rows (the stored row of each from `src`, or zeros),
+  // each of Kp padded columns; its codes at byte q_at of the block, its scale codes at c_at.
+  std::vector<std::uint8_t> q(std::max(q13, q2)), c(std::max(c13, c2));
+  auto project = [&](const std::uint8_t* codes, const std::uint8_t* scales, index_t nb, int rows, int Kp, auto&& src, std::size_t q_at, std::size_t c_at) {
+    const std::size_t row_bytes = static_cast<std::size_t>(nb) * w.block / 2;
+    std::fill(q.begin(), q.end(), std::uint8_t{0});
+    std::fill(c.begin(), c.end(), std::uint8_t{0});
+    for (int r = 0; r < rows; ++r) {
+      const index_t s = src(r);
+      if (s < 0) continue;
+      relay_fp4_row(codes + s * row_bytes, row_bytes, Kp, q.data() + static_cast<std::size_t>(r) * Kp / 2);
+      for (index_t b = 0; b < nb; ++b)  // unit b / per, byte b % per of row r's codes
+        c[(static_cast<std::size_t>(b / per) * rows + r) * sb + b % per] = scales[s * nb + b];
+    }
+    weights.upload(q.data(), static_cast<std::size_t>(rows) * Kp / 2, q_at);
+    weights.upload(c.data(), static_cast<std::size_t>(Kp / 64) * rows * sb, c_at);
+  };
+  for (index_t e = 0; e < E; ++e) {
+    const std::size_t row13 = static_cast<std::size_t>(nbH) * w.block / 2, row2 = static_cast<std::size_t>(nbI) * w.block / 2;
+    project(w.w13 + e * R * row13, w.s13 + e * R * nbH, nbH, g.r13p, g.hp, [&](index_t r) { return src13(r); },
+            e * q13, b_q13 + b_q2 + e * c13);
+    project(w.w2 + e * H * row2, w.s2 + e * H * nbI, nbI, g.hp, g.ip,
+            [&](index_t r) { return r < H ? r : index_t{-1}; }, b_q13 + e * q2, b_q13 + b_q2 + b_s13 + e * c2);
+  }
+  upload_biases(store, at_g + 2 * b_g);
 }
 
 void Experts::impl::grow(index_t tokens, index_t top_k) {
@@ -346,29 +438,63 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
   cap_pairs = P;
 }
 
-Experts::Experts(const quant::bf16::weights& w) : impl_(std::make_unique<impl>()) {
-  w.validate("cuda::Experts");
-  impl& m = *impl_;
-  m.shape = w.shape();
-  const ExpertShape& s = m.shape;
+void Experts::impl::init(const ExpertShape& s) {
+  shape = s;
   require(s.experts <= 1024, "cuda::Experts: ", s.experts, " experts exceed the sort's 1024");
   require(s.hidden < (1 << 24) && s.intermediate < (1 << 24), "cuda::Experts: hidden or intermediate too large");
-  m.device = current_device();
+  device = current_device();
   require_runnable();
   check(detail::prepare_kernels(), "cudaFuncSetAttribute (grouped_gemm shared memory)");
-  m.g.experts = static_cast<int>(s.experts);
-  m.g.hidden = static_cast<int>(s.hidden);
-  m.g.inter = static_cast<int>(s.intermediate);
-  m.g.hp = static_cast<int>(detail::round_up(s.hidden, detail::pad));
-  m.g.ip = static_cast<int>(detail::round_up(s.intermediate, detail::pad));
-  m.g.gated = s.gated;
-  m.g.r13p = s.gated ? 2 * m.g.ip : m.g.ip;
-  m.upload(w);
+  g.experts = static_cast<int>(s.experts);
+  g.hidden = static_cast<int>(s.hidden);
+  g.inter = static_cast<int>(s.intermediate);
+  g.hp = static_cast<int>(detail::round_up(s.hidden, detail::pad));
+  g.ip = static_cast<int>(detail::round_up(s.intermediate, detail::pad));
+  g.gated = s.gated;
+  g.r13p = s.gated ? 2 * g.ip : g.ip;
+}
+
+Experts::Experts(const quant::bf16::weights& w) : impl_(std::make_unique<impl>()) {
+  w.validate("cuda::Experts");
+  impl_->init(w.shape());
+  impl_->upload(w);
+}
+
+Experts::Experts(const quant::mxfp4::weights& w) : impl_(std::make_unique<impl>()) {
+  w.validate("cuda::Experts");
+  impl_->init(w.shape());
+  impl_->upload(impl::fp4_store{w.w13_blocks.data(), w.w13_scales.data(), w.w2_blocks.data(), w.w2_scales.data(),
+                                nullptr, nullptr, quant::mxfp4::block},
+                w);
+}
+
+Experts::Experts(const quant::nvfp4::weights& w) : impl_(std::make_unique<impl>()) {
+  w.validate("cuda::Experts");
+  impl_->init(w.shape());
+  impl_->upload(impl::fp4_store{w.w13.data(), w.w13_scale.data(), w.w2.data(), w.w2_scale.data(),
+                                w.w13_scale_2.data(), w.w2_scale_2.data(), quant::nvfp4::block},
+                w);
 }
 
 Experts::Experts(const quant::bf16::weights& w, const ExpertMlp& mlp) : Experts(w) {
   impl_->check_mlp(mlp);
   impl_->mlp = mlp;
+}
+Experts::Experts(const quant::mxfp4::weights& w, const ExpertMlp& mlp) : Experts(w) {
+  impl_->check_mlp(mlp);
+  impl_->mlp = mlp;
+}
+Experts::Experts(const quant::nvfp4::weights& w, const ExpertMlp& mlp) : Experts(w) {
+  impl_->check_mlp(mlp);
+  impl_->mlp = mlp;
+}
+
+std::string_view Experts::weight_format() const noexcept {
+  switch (impl_->wv.format) {
+    case detail::wfmt::mxfp4: return "mxfp4";
+    case detail::wfmt::nvfp4: return "nvfp4";
+    default: return "bf16";
+  }
 }
 
 Experts::~Experts() = default;

@@ -386,6 +386,51 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// ---------------------------------------------------------------------------------------------
+// 4-bit weights (E2M1 codes with block scales), decoded to bf16 in registers. Every decoded value
+// is exact: an E2M1 value times 2^(c-127) (MXFP4) or times an E4M3 value (NVFP4, whose scale_2
+// multiplies the fp32 sums instead) needs at most 6 significant bits, and bf16 has fp32's exponent
+// range.
+
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ unsigned hmul2_bf16(unsigned a, unsigned b) {
+  const __nv_bfloat162 r =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+
+// Four E2M1 codes (nibbles 0..3 of u: elements k, k+1, k+8, k+9 of a k16 step) times one scale
+// (bf16 in both halves of `scale`): b0 holds k and k+1, b1 k+8 and k+9, as mma's B fragment.
+// The magnitudes index two byte tables (low and high byte of the bf16 of 0, 0.5, 1, 1.5, 2, 3, 4,
+// 6) with prmt; the sign bits are replicated from the codes' bytes by prmt's sign mode.
+__device__ __forceinline__ void e2m1x4_to_bf16(unsigned u, unsigned scale, unsigned& b0, unsigned& b1) {
+  const unsigned m = u & 0x7777u;
+  const unsigned lo = prmt(0xC0800000u, 0xC0804000u, m);
+  const unsigned hi = prmt(0x3F3F3F00u, 0x40404040u, m);
+  const unsigned x = u << 4;  // the signs of nibbles 0 and 2 to the top of bytes 0 and 1
+  const unsigned v0 = prmt(lo, hi, 0x5140u) | (prmt(x, u, 0xC080u) & 0x80008000u);
+  const unsigned v1 = prmt(lo, hi, 0x7362u) | (prmt(x, u, 0xD090u) & 0x80008000u);
+  b0 = hmul2_bf16(v0, scale);
+  b1 = hmul2_bf16(v1, scale);
+}
+
+// The bf16 of an E8M0 scale code c, 2^(c-127), in both halves (c = 0: the subnormal 2^-127).
+__device__ __forceinline__ unsigned e8m0_bf16x2(unsigned c) {
+  const unsigned b = c != 0 ? c << 7 : 0x40u;
+  return b | (b << 16);
+}
+// The bf16 of an E4M3 code (never NaN: the loaders refuse it), in both halves.
+__device__ __forceinline__ unsigned e4m3_bf16x2(unsigned c) {
+  const unsigned e = (c >> 3) & 0xFu, mant = c & 7u;
+  const float f = e != 0 ? __uint_as_float(((e + 120u) << 23) | (mant << 20)) : static_cast<float>(mant) * 0.001953125f;
+  const unsigned b = (__float_as_uint(f) >> 16) | ((c & 0x80u) << 8);
+  return b | (b << 16);
+}
+
 // The activations, as include/polymoe/core/activation.hpp computes them.
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -406,7 +451,9 @@ __device__ __forceinline__ float plain(act_kind k, float x) { return k == act_ki
 
 struct gemm_params {
   const std::uint16_t* A;  ///< GEMM 1: x [T, K] by token; GEMM 2: h [pairs, K] by sorted row
-  const std::uint16_t* W;  ///< [E, N, K]
+  const void* W;           ///< [E, N, K] bf16, or [E, N, K/2] E2M1 pairs (weights_view)
+  const std::uint8_t* S;   ///< 4-bit formats: [E, K/64, N] block scale codes
+  const float* G;          ///< nvfp4: [E] scale_2
   const float* bias;       ///< [E, N] or null
   int N, K;                ///< padded
   int k;                   ///< slots per token (GEMM 1: the token of pair i is i / k)
@@ -435,8 +482,18 @@ struct tile_shape {
   static constexpr int A_PER = (BM * CPR + threads - 1) / threads;
   static constexpr int B_PER = BN * CPR / threads;
   static constexpr size_t smem = sizeof(std::uint16_t) * STAGES * (BM + BN) * LDS;
+  // 4-bit weights: a stage holds BN packed rows of BK/2 bytes (LDB apart: rows of 64 bytes padded
+  // so that the 64-bit loads of a half-warp's four rows hit distinct banks) and their scale codes.
+  static constexpr int LDB = BK == 64 ? 32 : BK / 2 + 32;
+  static constexpr int QCPR = BK / 32;  // 16-byte chunks of a packed row a stage
+  static constexpr int KC = BK / 64;    // 64-k units a stage
+  static constexpr int QB_PER = BN * QCPR / threads;
+  static constexpr size_t smem_q(int scale_bytes) {
+    return sizeof(std::uint16_t) * STAGES * BM * LDS + static_cast<size_t>(STAGES) * BN * (LDB + KC * scale_bytes);
+  }
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tiles of whole m16 and n16 blocks");
   static_assert((BN * CPR) % threads == 0, "the weight tile divides among the threads");
+  static_assert(BK % 64 == 0 && (BN * QCPR) % threads == 0, "4-bit stages of whole 64-k units");
   static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
 };
 // Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
@@ -466,11 +523,19 @@ constexpr int bm_of(tiles t) {
   return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;
 }
 
-template <class S, bool GEMM1>
-__global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) {
+// The large tiles are held to two blocks a multiprocessor (128 registers a thread): the 4-bit
+// decode would otherwise take about 160 and leave one block, a fifth slower at T=4096. The others
+// are left unbounded (0).
+template <class S, bool GEMM1, wfmt WF>
+__global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm(const gemm_params p) {
+  constexpr bool Q4 = WF != wfmt::bf16;
+  constexpr int SB = WF == wfmt::mxfp4 ? 2 : 4;  // scale_bytes(WF), a host function
   extern __shared__ __align__(16) unsigned char smem_raw[];
   std::uint16_t* sA = reinterpret_cast<std::uint16_t*>(smem_raw);
   std::uint16_t* sB = sA + S::STAGES * S::BM * S::LDS;
+  // 4-bit: packed rows [STAGES, BN, LDB] bytes, then scale codes [STAGES, KC, BN, SB]
+  unsigned char* sQ = reinterpret_cast<unsigned char*>(sB);
+  unsigned char* sS = sQ + S::STAGES * S::BN * S::LDB;
 
   // GEMM 1 reads the tile map of the kernel just before it. GEMM 2 reads it before waiting for
   // GEMM 1: the map was complete when GEMM 1's blocks passed their own wait, before any of them let
@@ -489,23 +554,49 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
   const long long base = ti.y;
   const int n0 = (p.rows_on_y ? blockIdx.x : blockIdx.y) * S::BN;
   const int K = p.K;
-  const std::uint16_t* W = p.W + (static_cast<long long>(e) * p.N + n0) * K;
   const int tid = threadIdx.x;
 
-  const std::uint16_t* b_src[S::B_PER];
-  int b_dst[S::B_PER];
+  constexpr int B_N = Q4 ? S::QB_PER : S::B_PER;
+  const unsigned char* b_src[B_N];
+  int b_dst[B_N];
+  if constexpr (Q4) {
+    const unsigned char* W = static_cast<const unsigned char*>(p.W) + (static_cast<long long>(e) * p.N + n0) * (K / 2);
 #pragma unroll
-  for (int q = 0; q < S::B_PER; ++q) {
-    const int idx = tid + q * S::threads;
-    const int r = idx / S::CPR, c = idx % S::CPR;
-    b_dst[q] = r * S::LDS + c * 8;
-    b_src[q] = W + static_cast<long long>(r) * K + c * 8;
+    for (int q = 0; q < B_N; ++q) {
+      const int idx = tid + q * S::threads;
+      const int r = idx / S::QCPR, c = idx % S::QCPR;
+      b_dst[q] = r * S::LDB + c * 16;
+      b_src[q] = W + static_cast<long long>(r) * (K / 2) + c * 16;
+    }
+  } else {
+    const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + (static_cast<long long>(e) * p.N + n0) * K;
+#pragma unroll
+    for (int q = 0; q < B_N; ++q) {
+      const int idx = tid + q * S::threads;
+      const int r = idx / S::CPR, c = idx % S::CPR;
+      b_dst[q] = (r * S::LDS + c * 8) * 2;
+      b_src[q] = reinterpret_cast<const unsigned char*>(W + static_cast<long long>(r) * K + c * 8);
+    }
   }
+  // 4-bit: the scale codes of the BN rows for each 64-k unit are contiguous ([E, K/64, N])
+  const unsigned char* s_src = Q4 ? p.S + (static_cast<long long>(e) * (K / 64) * p.N + n0) * SB : nullptr;
   auto load_b = [&](int stage, int kt) {
-    std::uint16_t* b = sB + stage * S::BN * S::LDS;
-    const int k0 = kt * S::BK;
+    if constexpr (Q4) {
+      unsigned char* b = sQ + stage * S::BN * S::LDB;
 #pragma unroll
-    for (int q = 0; q < S::B_PER; ++q) cp_async16(b + b_dst[q], b_src[q] + k0, true);
+      for (int q = 0; q < B_N; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * (S::BK / 2), true);
+      constexpr int pieces = S::BN * SB / 16;  // 16-byte pieces of one unit's codes
+      unsigned char* sc = sS + stage * S::KC * S::BN * SB;
+      for (int idx = tid; idx < S::KC * pieces; idx += S::threads) {
+        const int j = idx / pieces, piece = idx % pieces;
+        cp_async16(sc + j * S::BN * SB + piece * 16,
+                   s_src + static_cast<long long>(kt * S::KC + j) * p.N * SB + piece * 16, true);
+      }
+    } else {
+      unsigned char* b = reinterpret_cast<unsigned char*>(sB + stage * S::BN * S::LDS);
+#pragma unroll
+      for (int q = 0; q < B_N; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * S::BK * 2, true);
+    }
   };
   const int KT = K / S::BK;
   // The prologue's weights first, as one group with the rows below: the first iteration waits for
@@ -577,6 +668,10 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
     cp_async_commit();
     const std::uint16_t* a = sA + (kt % S::STAGES) * S::BM * S::LDS;
     const std::uint16_t* b = sB + (kt % S::STAGES) * S::BN * S::LDS;
+    const unsigned char* bq = sQ + (kt % S::STAGES) * S::BN * S::LDB;
+    const unsigned char* bs = sS + (kt % S::STAGES) * S::KC * S::BN * SB;
+    uint2 packed[S::NI];    // 4-bit: this thread's codes of one 64-k unit, per n8 block
+    unsigned codes[S::NI];  // and their scale codes
 #pragma unroll
     for (int kk = 0; kk < S::BK / 16; ++kk) {
       unsigned af[S::MI][4];
@@ -584,15 +679,36 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
 #pragma unroll
       for (int mi = 0; mi < S::MI; ++mi)
         ldmatrix_x4(af[mi], a + (wm * S::WTM + mi * 16 + (lane & 15)) * S::LDS + kk * 16 + (lane >> 4) * 8);
+      if constexpr (Q4) {
+        // B fragment: column n = lane/4 of each n8 block, k = 2q, 2q+1, 2q+8, 2q+9 (q = lane%4)
+        const int j = kk / 4, s = kk % 4;
+        if (s == 0) {
 #pragma unroll
-      for (int nj = 0; nj < S::NI / 2; ++nj) {
-        unsigned r[4];
-        ldmatrix_x4(r, b + (wn * S::WTN + nj * 16 + (lane & 7) + (lane >> 4) * 8) * S::LDS + kk * 16 +
-                           ((lane >> 3) & 1) * 8);
-        bf[2 * nj][0] = r[0];
-        bf[2 * nj][1] = r[1];
-        bf[2 * nj + 1][0] = r[2];
-        bf[2 * nj + 1][1] = r[3];
+          for (int ni = 0; ni < S::NI; ++ni) {
+            const int n = wn * S::WTN + ni * 8 + (lane >> 2);
+            packed[ni] = *reinterpret_cast<const uint2*>(bq + n * S::LDB + j * 32 + (lane & 3) * 8);
+            codes[ni] = SB == 2 ? *reinterpret_cast<const std::uint16_t*>(bs + (j * S::BN + n) * 2)
+                                : *reinterpret_cast<const unsigned*>(bs + (j * S::BN + n) * 4);
+          }
+        }
+#pragma unroll
+        for (int ni = 0; ni < S::NI; ++ni) {
+          const unsigned u = (s < 2 ? packed[ni].x : packed[ni].y) >> (16 * (s & 1));
+          const unsigned scale = WF == wfmt::mxfp4 ? e8m0_bf16x2((codes[ni] >> (8 * (s / 2))) & 0xFFu)
+                                                   : e4m3_bf16x2((codes[ni] >> (8 * s)) & 0xFFu);
+          e2m1x4_to_bf16(u, scale, bf[ni][0], bf[ni][1]);
+        }
+      } else {
+#pragma unroll
+        for (int nj = 0; nj < S::NI / 2; ++nj) {
+          unsigned r[4];
+          ldmatrix_x4(r, b + (wn * S::WTN + nj * 16 + (lane & 7) + (lane >> 4) * 8) * S::LDS + kk * 16 +
+                             ((lane >> 3) & 1) * 8);
+          bf[2 * nj][0] = r[0];
+          bf[2 * nj][1] = r[1];
+          bf[2 * nj + 1][0] = r[2];
+          bf[2 * nj + 1][1] = r[3];
+        }
       }
 #pragma unroll
       for (int mi = 0; mi < S::MI; ++mi)
@@ -601,6 +717,15 @@ __global__ void __launch_bounds__(S::threads) grouped_gemm(const gemm_params p) 
     }
   }
   cp_async_wait<0>();
+  if constexpr (WF == wfmt::nvfp4) {  // the expert's scale_2, on the sums of E2M1 x E4M3 products
+    const float g = p.G[e];
+#pragma unroll
+    for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < S::NI; ++ni)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[mi][ni][q] *= g;
+  }
 
   // Epilogue. Accumulator q of block (mi, ni): row wm·WTM + mi·16 + lane/4 (+8 for q >= 2),
   // column wn·WTN + ni·8 + (lane%4)·2 + q%2.
@@ -707,13 +832,35 @@ __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ po
   }
 }
 
-template <class S, bool GEMM1>
-cudaError_t prepare_gemm() {
-  static_assert(S::smem <= 227 * 1024);
-  if constexpr (S::smem > 48 * 1024)
-    return cudaFuncSetAttribute(grouped_gemm<S, GEMM1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(S::smem));
+template <class S, wfmt WF>
+constexpr size_t smem_of() {
+  return WF == wfmt::bf16 ? S::smem : S::smem_q(scale_bytes(WF));
+}
+
+template <class S, bool GEMM1, wfmt WF>
+cudaError_t prepare_gemm_shape() {
+  constexpr size_t smem = smem_of<S, WF>();
+  static_assert(smem <= 227 * 1024);
+  if constexpr (smem > 48 * 1024)
+    return cudaFuncSetAttribute(grouped_gemm<S, GEMM1, WF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem));
   return cudaSuccess;
+}
+
+template <tiles T, bool GEMM1, wfmt WF>
+cudaError_t prepare_gemm() {
+  return prepare_gemm_shape<typename shape_of<T>::type, GEMM1, WF>();
+}
+
+template <wfmt WF>
+cudaError_t prepare_format() {
+  cudaError_t err = prepare_gemm<tiles::tiny, true, WF>();
+  if (err == cudaSuccess) err = prepare_gemm<tiles::tiny, false, WF>();
+  if (err == cudaSuccess) err = prepare_gemm<tiles::small, true, WF>();
+  if (err == cudaSuccess) err = prepare_gemm<tiles::small, false, WF>();
+  if (err == cudaSuccess) err = prepare_gemm<tiles::large, true, WF>();
+  if (err == cudaSuccess) err = prepare_gemm<tiles::large, false, WF>();
+  return err;
 }
 
 // Column tiles on x, row tiles on y (up to 65535 row tiles, else the other way round). Few rows an
@@ -722,10 +869,10 @@ cudaError_t prepare_gemm() {
 // one row tile run together, so its input rows come from DRAM once and serve every column tile
 // from L2 (with row tiles on x, each column tile read all the rows again: the intermediate of GEMM 2
 // is larger than L2), while the few row tiles of an expert in flight share its weights in L2.
-template <class S, bool GEMM1>
+template <class S, bool GEMM1, wfmt WF>
 cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream) {
   const dim3 grid = p.rows_on_y ? dim3(p.N / S::BN, tiles_max) : dim3(tiles_max, p.N / S::BN);
-  return launch_pdl(grouped_gemm<S, GEMM1>, grid, dim3(S::threads), S::smem, stream, p);
+  return launch_pdl(grouped_gemm<S, GEMM1, WF>, grid, dim3(S::threads), smem_of<S, WF>(), stream, p);
 }
 
 int grid_for(long long n, int threads) {
@@ -733,7 +880,7 @@ int grid_for(long long n, int threads) {
   return static_cast<int>(b < 65536 ? (b > 0 ? b : 1) : 65536);
 }
 
-template <tiles TILES>
+template <tiles TILES, wfmt WF>
 cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
                       cudaStream_t stream, const char** step) {
   const long long pairs = static_cast<long long>(a.tokens) * a.k;
@@ -752,18 +899,22 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   gemm_params p1 = p;
   p1.A = ws.x;
   p1.W = w.w13;
+  p1.S = w.s13;
+  p1.G = w.g13;
   p1.bias = w.b13;
   p1.N = g.r13p;
   p1.K = g.hp;
   p1.h = ws.h;
   p1.ldh = g.ip;
   *step = "GEMM 1 (grouped_gemm)";
-  cudaError_t err = launch_gemm<S, true>(p1, tiles_max, stream);
+  cudaError_t err = launch_gemm<S, true, WF>(p1, tiles_max, stream);
   if (err != cudaSuccess) return err;
 
   gemm_params p2 = p;
   p2.A = ws.h;
   p2.W = w.w2;
+  p2.S = w.s2;
+  p2.G = w.g2;
   p2.bias = w.b2;
   p2.N = g.hp;
   p2.K = g.ip;
@@ -771,7 +922,24 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p2.H = g.hidden;
   p2.weights = a.weight_on_input ? nullptr : a.weights;
   *step = "GEMM 2 (grouped_gemm)";
-  return launch_gemm<S, false>(p2, tiles_max, stream);
+  return launch_gemm<S, false, WF>(p2, tiles_max, stream);
+}
+
+template <wfmt WF>
+cudaError_t run_gemms_in(tiles t, const geometry& g, const weights_view& w, const workspace_view& ws,
+                         const forward_args& a, cudaStream_t stream, const char** step) {
+  return t == tiles::tiny    ? run_gemms<tiles::tiny, WF>(g, w, ws, a, stream, step)
+         : t == tiles::small ? run_gemms<tiles::small, WF>(g, w, ws, a, stream, step)
+                             : run_gemms<tiles::large, WF>(g, w, ws, a, stream, step);
+}
+
+cudaError_t run_gemms_of(tiles t, wfmt f, const geometry& g, const weights_view& w, const workspace_view& ws,
+                         const forward_args& a, cudaStream_t stream, const char** step) {
+  switch (f) {
+    case wfmt::mxfp4: return run_gemms_in<wfmt::mxfp4>(t, g, w, ws, a, stream, step);
+    case wfmt::nvfp4: return run_gemms_in<wfmt::nvfp4>(t, g, w, ws, a, stream, step);
+    default: return run_gemms_in<wfmt::bf16>(t, g, w, ws, a, stream, step);
+  }
 }
 
 }  // namespace
@@ -782,12 +950,9 @@ cudaError_t probe_kernels() {
 }
 
 cudaError_t prepare_kernels() {
-  cudaError_t err = prepare_gemm<tiny_tiles, true>();
-  if (err == cudaSuccess) err = prepare_gemm<tiny_tiles, false>();
-  if (err == cudaSuccess) err = prepare_gemm<small_tiles, true>();
-  if (err == cudaSuccess) err = prepare_gemm<small_tiles, false>();
-  if (err == cudaSuccess) err = prepare_gemm<large_tiles, true>();
-  if (err == cudaSuccess) err = prepare_gemm<large_tiles, false>();
+  cudaError_t err = prepare_format<wfmt::bf16>();
+  if (err == cudaSuccess) err = prepare_format<wfmt::mxfp4>();
+  if (err == cudaSuccess) err = prepare_format<wfmt::nvfp4>();
   return err;
 }
 
@@ -877,9 +1042,7 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
     err = launch_pdl(make_inputs, dim3(grid_for(items, kItemThreads)), dim3(kItemThreads), 0, stream, in, items);
   }
   if (err != cudaSuccess) return err;
-  err = t == tiles::tiny    ? run_gemms<tiles::tiny>(g, w, ws, a, stream, step)
-        : t == tiles::small ? run_gemms<tiles::small>(g, w, ws, a, stream, step)
-                            : run_gemms<tiles::large>(g, w, ws, a, stream, step);
+  err = run_gemms_of(t, w.format, g, w, ws, a, stream, step);
   if (err != cudaSuccess) return err;
   *step = "topk_sum";
   return launch_pdl(topk_sum, dim3(grid_for(static_cast<long long>(a.tokens) * g.hidden, 256)), dim3(256), 0, stream,

@@ -16,7 +16,7 @@ enum class act_kind : int { silu_gated, gelu_gated, swiglu_oai, silu, relu2 };
 inline constexpr int pad = 128;
 [[nodiscard]] constexpr long long round_up(long long v, long long m) { return (v + m - 1) / m * m; }
 
-/// Shapes of the uploaded weights.
+/// Shapes of the uploaded weights (weights_view::format says how each element is stored).
 ///   w13 [E, r13p, hp] bf16; gated: rows interleaved by 8 (rows 16q..16q+7 are gate rows 8q..8q+7,
 ///       rows 16q+8..16q+15 the up rows 8q..8q+7), so that one thread holds gate and up of the same
 ///       column of the intermediate in GEMM 1's epilogue; non-gated: rows 0..I-1.
@@ -28,9 +28,28 @@ struct geometry {
   bool gated = true;
 };
 
+/// How the uploaded weights are stored.
+///   bf16: w13 and w2 as above, bf16.
+///   mxfp4, nvfp4: E2M1 codes, two a byte, rows as above (w13 [E, r13p, hp/2] bytes, w2 [E, hp, ip/2]);
+///     within each 64 k of a row the 32 bytes are re-laid for the GEMMs' fragments: byte
+///     q·8 + s·2 + h holds the pair of elements 16s + 2q + 8h, 16s + 2q + 8h + 1 (low nibble first),
+///     so that a thread's four elements of each k16 step are one 16-bit unit.
+///     s13 [E, hp/64, r13p] and s2 [E, ip/64, hp]: the block scale codes of each row's 64 k,
+///     2 bytes (mxfp4: E8M0 of the two blocks of 32) or 4 (nvfp4: E4M3 of the four blocks of 16);
+///     nvfp4: g13 [E] and g2 [E] the per-expert scale_2, applied to the sums.
+enum class wfmt : int { bf16, mxfp4, nvfp4 };
+
+/// Bytes of block scale codes per row per 64 k of a 4-bit format.
+[[nodiscard]] constexpr int scale_bytes(wfmt f) { return f == wfmt::mxfp4 ? 2 : 4; }
+
 struct weights_view {
-  const std::uint16_t* w13 = nullptr;
-  const std::uint16_t* w2 = nullptr;
+  wfmt format = wfmt::bf16;
+  const void* w13 = nullptr;
+  const void* w2 = nullptr;
+  const std::uint8_t* s13 = nullptr;
+  const std::uint8_t* s2 = nullptr;
+  const float* g13 = nullptr;
+  const float* g2 = nullptr;
   const float* b13 = nullptr;
   const float* b2 = nullptr;
 };

@@ -1,9 +1,12 @@
 # A transformers fixture through `polymoe run --kernel cuda`, then `polymoe compare` against the
 # transformers output. Where no GPU runs the kernel, prints "polymoe: no usable GPU" (the test is
 # then reported as skipped, SKIP_REGULAR_EXPRESSION); any other failure fails the test.
-#   cmake -DTOOL=... -DCASE_DIR=... -DOUT=... -DTOL=... -P cuda_fixture.cmake
+#   cmake -DTOOL=... -DCASE_DIR=... -DOUT=... -DTOL=... [-DQUANT=bf16] -P cuda_fixture.cmake
+if(NOT QUANT)
+  set(QUANT bf16)
+endif()
 execute_process(COMMAND ${TOOL} run --checkpoint ${CASE_DIR} --layer 0 --input ${CASE_DIR}/io.safetensors
-                        --output ${OUT} --quant bf16 --kernel cuda
+                        --output ${OUT} --quant ${QUANT} --kernel cuda
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   if(err MATCHES "no usable GPU")
@@ -12,7 +15,7 @@ if(NOT rc EQUAL 0)
   endif()
   message(FATAL_ERROR "run failed (${rc}): ${out}${err}")
 endif()
-if(NOT out MATCHES "local / bf16 / cuda \\(")
+if(NOT out MATCHES "local / ${QUANT} / cuda \\(")
   message(FATAL_ERROR "run did not say it ran kernel::cuda:\n${out}")
 endif()
 execute_process(COMMAND ${TOOL} compare ${OUT} ${CASE_DIR}/io.safetensors --tensor output --tol ${TOL}

@@ -1,6 +1,6 @@
 // The CUDA engine (polymoe::cuda) against the CPU: routing against core/routing.hpp (ids equal,
-// weights to 1e-6) and the experts against the reference kernel with quant::bf16, element by
-// element within a bound derived from the arithmetic (below); run-to-run and graph-replay bitwise
+// weights to 1e-6) and the experts against the reference kernel with quant::bf16 and the W4A16
+// schemes (4-bit weights), element by element within a bound derived from the arithmetic (below); run-to-run and graph-replay bitwise
 // equality; bad input. Each test is skipped, with the reason, where no usable GPU is present.
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,8 @@
 #include <polymoe/cuda/experts.hpp>
 #include <polymoe/kernels/reference_experts.hpp>
 #include <polymoe/quant/bf16.hpp>
+#include <polymoe/quant/mxfp4.hpp>
+#include <polymoe/quant/nvfp4.hpp>
 
 namespace {
 
@@ -107,6 +109,9 @@ TEST(CudaRouting, MatchesCpu) {
 //  (3) the bf16 rounding of the intermediate, which may go the other way when the two values lie
 //      on either side of a rounding boundary: |bf16(a) - bf16(b)| <= |a - b| + ulp_bf16.
 // The bound of an output element sums these through GEMM 2, the weight and the top-k sum.
+// 4-bit weights decode to the same values on both sides (exact in bf16), except NVFP4's scale_2:
+// the reference multiplies each weight by it (one rounding a weight), the GPU multiplies the sums
+// (one rounding a sum); one more term in each gamma covers both.
 
 double gamma_n(index_t n) { return 2.0 * static_cast<double>(n) * std::ldexp(1.0, -24); }
 double ulp_bf16(double v) {
@@ -124,32 +129,35 @@ struct Case {
   bool weight_on_input = false;
   int ids_pattern = 0;  // 0 random distinct, 1 every token's slot 0 on expert 1, 2 some slots -1
   cuda::TileChoice tiles = cuda::TileChoice::automatic;
+  float w2_scale = 1.0f;  // w2's magnitude: 4-bit block scale codes far from 1 (E8M0 above 2^1 too)
 };
 
 std::string describe(const Case& c) {
   return detail::concat("E=", c.E, " H=", c.H, " I=", c.I, " k=", c.k, " T=", c.T, " act=", to_string(c.act),
                         " bias=", c.bias, " woi=", c.weight_on_input, " ids=", c.ids_pattern, " tiles=",
-                        static_cast<int>(c.tiles));
+                        static_cast<int>(c.tiles), " w2_scale=", c.w2_scale);
 }
 
+template <class Q = quant::bf16>
 struct Problem {
-  quant::bf16::weights w;
+  typename Q::weights w;
   ExpertMlp mlp;
   Matrix hidden, weights;
   IdMatrix ids;
 };
 
-Problem make_problem(const Case& c, std::uint32_t seed) {
+template <class Q = quant::bf16>
+Problem<Q> make_problem(const Case& c, std::uint32_t seed) {
   std::mt19937 rng(seed);
   ExpertShape s{c.E, c.H, c.I, is_gated(c.act), c.bias};
   ExpertWeights f(s);
   f.w13 = randn(f.w13.rows(), f.w13.cols(), 1.0f / std::sqrt(static_cast<float>(c.H)), rng);
-  f.w2 = randn(f.w2.rows(), f.w2.cols(), 1.0f / std::sqrt(static_cast<float>(c.I)), rng);
+  f.w2 = randn(f.w2.rows(), f.w2.cols(), c.w2_scale / std::sqrt(static_cast<float>(c.I)), rng);
   if (c.bias) {
     f.b13 = randn(c.E, s.rows13(), 0.3f, rng);
-    f.b2 = randn(c.E, c.H, 0.3f, rng);
+    f.b2 = randn(c.E, c.H, 0.3f * c.w2_scale, rng);
   }
-  Problem p{quant::bf16::quantize(f), {}, randn(c.T, c.H, 1.0f, rng), Matrix(c.T, c.k), IdMatrix(c.T, c.k)};
+  Problem<Q> p{Q::quantize(f), {}, randn(c.T, c.H, 1.0f, rng), Matrix(c.T, c.k), IdMatrix(c.T, c.k)};
   p.mlp.activation.kind = c.act;
   p.mlp.weight_on_input = c.weight_on_input;
   std::uniform_real_distribution<float> uw(0.05f, 1.0f);
@@ -168,8 +176,10 @@ Problem make_problem(const Case& c, std::uint32_t seed) {
 }
 
 // The bound of (1)-(3) for every output element.
-Matrix error_bound(const Case& c, const Problem& p) {
+template <class Q>
+Matrix error_bound(const Case& c, const Problem<Q>& p) {
   const index_t H = c.H, I = c.I, R = is_gated(c.act) ? 2 * I : I;
+  constexpr index_t extra = std::is_same_v<typename Q::weights, quant::nvfp4::weights> ? 1 : 0;
   Matrix bound = Matrix::Zero(c.T, H);
   kernels::DenseExpert dense;
   std::vector<float> x(static_cast<std::size_t>(H)), pre(static_cast<std::size_t>(R)), eps(static_cast<std::size_t>(R));
@@ -192,10 +202,10 @@ Matrix error_bound(const Case& c, const Problem& p) {
     for (index_t j = 0; j < c.k; ++j) {
       const index_t e = p.ids(t, j);
       if (e < 0) continue;
-      kernels::load_dense_expert<quant::bf16>(p.w, e, dense);
+      kernels::load_dense_expert<Q>(p.w, e, dense);
       const float wt = p.weights(t, j);
       for (index_t q = 0; q < H; ++q) x[q] = c.weight_on_input ? p.hidden(t, q) * wt : p.hidden(t, q);
-      quant::bf16::quantize_activation(x);
+      Q::quantize_activation(x);
       for (index_t r = 0; r < R; ++r) {
         double s = 0.0, a = 0.0;
         for (index_t q = 0; q < H; ++q) {
@@ -204,7 +214,7 @@ Matrix error_bound(const Case& c, const Problem& p) {
           a += std::fabs(v);
         }
         pre[r] = static_cast<float>(s) + (dense.b13 ? dense.b13[r] : 0.0f);
-        eps[r] = static_cast<float>(gamma_n(H) * a + 2.0 * std::ldexp(std::fabs(pre[r]), -24));
+        eps[r] = static_cast<float>(gamma_n(H + extra) * a + 2.0 * std::ldexp(std::fabs(pre[r]), -24));
       }
       for (index_t q = 0; q < I; ++q) {
         const float g = pre[q], u = is_gated(c.act) ? pre[I + q] : 0.0f;
@@ -227,7 +237,7 @@ Matrix error_bound(const Case& c, const Problem& p) {
           y += static_cast<double>(dense.w2(r, q)) * h[q];
         }
         y += dense.b2 ? dense.b2[r] : 0.0f;
-        const double err = (e1 + gamma_n(I) * a + 2.0 * std::ldexp(std::fabs(y), -24)) * w_out +
+        const double err = (e1 + gamma_n(I + extra) * a + 2.0 * std::ldexp(std::fabs(y), -24)) * w_out +
                            2.0 * std::ldexp(std::fabs(y) * w_out, -24);
         acc[r] += err;
         mag[r] += std::fabs(y) * w_out + err;
@@ -241,11 +251,13 @@ Matrix error_bound(const Case& c, const Problem& p) {
 }
 
 // Against the reference with each GEMM tile shape (c.tiles automatic) or with c.tiles alone.
+template <class Q = quant::bf16>
 void check_against_reference(Case c, std::uint32_t seed) {
-  Problem p = make_problem(c, seed);
+  SCOPED_TRACE(std::string(Q::name));
+  Problem<Q> p = make_problem<Q>(c, seed);
   Matrix ref(c.T, c.H);
   const DispatchOutput<format::standard> d{p.hidden, p.ids, p.weights, c.E};
-  kernels::reference_standard<quant::bf16>(d, p.w, p.mlp, ref);
+  kernels::reference_standard<Q>(d, p.w, p.mlp, ref);
   const Matrix bound = error_bound(c, p);
 
   cuda::Experts experts(p.w, p.mlp);
@@ -274,7 +286,7 @@ void check_against_reference(Case c, std::uint32_t seed) {
         }
       }
     EXPECT_EQ(bad, 0) << "elements outside the bound";
-    std::printf("  %s: rel. error %.3g, worst |diff|/bound %.3f\n", describe(c).c_str(),
+    std::printf("  %s %s: rel. error %.3g, worst |diff|/bound %.3f\n", Q::name.data(), describe(c).c_str(),
                 std::sqrt(err2 / std::max(ref2, 1e-300)), worst);
   }
 }
@@ -326,15 +338,63 @@ TEST(CudaExperts, MatchesReferenceRoutingPatterns) {
   check_against_reference(c, seed++);
 }
 
+// 4-bit weights (kept 4-bit on the device): every tile shape, K not a multiple of the blocks (the
+// padded codes), odd N, biases and the clamp (GPT-OSS), and block scales far from 1 both ways.
+template <class Q>
+void check_4bit(std::uint32_t seed) {
+  Case cases[] = {
+      {8, 128, 128, 2, 7},
+      {8, 200, 72, 2, 64},          // H: 6 blocks of 32 and a partial one; I: 2 and a partial
+      {64, 96, 136, 8, 300},
+      {8, 136, 200, 8, 64},         // NVFP4: H = 8.5 blocks of 16
+      {8, 72, 40, 4, 300, Activation::swiglu_oai, true},
+      {64, 200, 88, 8, 64, Activation::swiglu_oai, true},
+      {8, 72, 200, 1, 7, Activation::relu2, true},
+      {16, 1024, 384, 4, 64},       // long K loops in both GEMMs
+      {64, 128, 96, 8, 1},          // T = 1
+  };
+  for (const Case& c : cases) check_against_reference<Q>(c, seed++);
+  Case big{8, 136, 72, 2, 64};
+  big.w2_scale = 0x1p40f;  // E8M0 codes near 167: scales above 2^1
+  check_against_reference<Q>(big, seed++);
+  Case small{8, 136, 72, 2, 64};
+  small.w2_scale = 0x1p-40f;
+  check_against_reference<Q>(small, seed++);
+  Case routes{64, 96, 136, 8, 64};
+  routes.ids_pattern = 2;
+  check_against_reference<Q>(routes, seed++);
+}
+
+TEST(CudaExperts, MatchesReferenceMxfp4W4A16) {
+  REQUIRE_GPU();
+  check_4bit<quant::mxfp4_w4a16>(400);
+}
+
+TEST(CudaExperts, MatchesReferenceNvfp4W4A16) {
+  REQUIRE_GPU();
+  check_4bit<quant::nvfp4_w4a16>(500);
+}
+
+TEST(CudaExperts, FourBitWeightsStayFourBit) {
+  REQUIRE_GPU();
+  const Case c{8, 128, 128, 2, 7};
+  const cuda::Experts mx(make_problem<quant::mxfp4_w4a16>(c, 1).w), nv(make_problem<quant::nvfp4_w4a16>(c, 1).w),
+      bf(make_problem(c, 1).w);
+  EXPECT_EQ(mx.weight_format(), "mxfp4");
+  EXPECT_EQ(nv.weight_format(), "nvfp4");
+  EXPECT_EQ(bf.weight_format(), "bf16");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Device-pointer forward: run-to-run and graph replay bitwise, routing on the device.
 
 void cuda_check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorName(e); }
 
-TEST(CudaExperts, DeterministicAndGraphReplay) {
-  REQUIRE_GPU();
+template <class Q>
+void check_deterministic_and_graph_replay() {
+  SCOPED_TRACE(std::string(Q::name));
   const Case c{64, 256, 192, 8, 300};
-  Problem p = make_problem(c, 7);
+  Problem<Q> p = make_problem<Q>(c, 7);
   std::mt19937 rng(8);
   const Matrix logits = randn(c.T, c.E, 1.0f, rng);
   RouterConfig rc;
@@ -377,6 +437,13 @@ TEST(CudaExperts, DeterministicAndGraphReplay) {
   // and close to the CPU's routing followed by the reference
   const Routing cpu = route(rc, c.E, logits);
   EXPECT_EQ(cpu.ids, r.ids);
+}
+
+TEST(CudaExperts, DeterministicAndGraphReplay) {
+  REQUIRE_GPU();
+  check_deterministic_and_graph_replay<quant::bf16>();
+  check_deterministic_and_graph_replay<quant::mxfp4_w4a16>();
+  check_deterministic_and_graph_replay<quant::nvfp4_w4a16>();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,18 +19,21 @@
 #include <polymoe/cuda_table.hpp>
 
 #include "hf_fixture.hpp"
+#include "quant_fixture.hpp"
 #include "test_util.hpp"
 
 namespace {
 
 using namespace polymoe;
+namespace mp = boost::mp11;
 using GpuLayer = CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda>;
 using RefLayer = MoeLayer<a2a::local, quant::bf16, kernel::reference>;
 
 
+template <class Q = quant::bf16>
 void expect_agrees(const Matrix& got, const Matrix& want, const std::string& what) {
   ASSERT_EQ(got.rows(), want.rows()) << what;
-  EXPECT_LE(test::kernel_agreement_error<quant::bf16>(got, want), test::kernel_tolerance<quant::bf16>) << what;
+  EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>) << what;
 }
 
 /// A host matrix copied into device memory with `stride` elements per row (>= its columns).
@@ -160,10 +163,53 @@ TEST(CudaLayer, DeviceViewsStridedBf16AndSharedExperts) {
   }
 }
 
-TEST(CudaLayer, MaskedFormatNatively) {
-  // kernel::cuda on the masked format (DeepEP low-latency) against kernel::reference on the same
-  // padded rows: valid rows agree, padding rows keep what they held.
+// Every scheme of kernel::cuda's row (the table says which), as a layer of the table, against the
+// reference layer on the same scheme: odd sizes, a shared expert with its gate, GPT-OSS's biases
+// and clamp, bf16 input.
+TEST(CudaLayer, EverySchemeOfItsRowAgreesWithTheReference) {
   REQUIRE_GPU();
+  using row_schemes = pairing::kernel_schemes<cuda_table, kernel::cuda>;
+  static_assert(mp::mp_size<row_schemes>::value >= 3);
+  mp::mp_for_each<mp::mp_transform<mp::mp_identity, row_schemes>>([](auto id) {
+    using Q = typename decltype(id)::type;
+    std::mt19937 rng(21);
+    for (const Shape& s : {Shape{64, 32, 8, 2, 5}, Shape{130, 70, 10, 3, 9, Activation::silu_gated, 64, true},
+                           Shape{64, 48, 8, 2, 17, Activation::swiglu_oai}, Shape{96, 80, 16, 4, 300}}) {
+      const MoeConfig cfg = config_of(s);
+      const MoeWeights w = test::random_weights(rng, cfg);
+      CudaMoeLayer<a2a::local, Q, kernel::cuda> gpu(cfg, w);
+      MoeLayer<a2a::local, Q, kernel::reference> ref(cfg, w);
+      const Matrix x = test::random_matrix(rng, s.T, s.H), z = test::random_matrix(rng, s.T, s.E);
+      const std::string what = detail::concat(Q::name, " H=", s.H, " I=", s.I, " E=", s.E, " T=", s.T);
+      const Matrix got = gpu.forward(x, z), want = ref.forward(x, z);
+      EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>) << what;
+      EXPECT_NE(gpu.describe().find(detail::concat("local / ", Q::name, " / cuda (")), std::string::npos)
+          << gpu.describe();
+    }
+  });
+}
+
+// GPT-OSS's MXFP4 checkpoint blocks, uploaded as stored (4-bit on the device), through the layer:
+// against transformers within bf16 activations' error, and against the reference kernel on the
+// same scheme.
+TEST(CudaLayer, GptOssMxfp4BlocksMatchTransformers) {
+  REQUIRE_GPU();
+  const auto qc = test::load_gpt_oss_mxfp4();
+  CudaMoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::cuda> gpu(qc.cfg, qc.weights);
+  MoeLayer<a2a::local, quant::mxfp4_w4a16, kernel::reference> ref(qc.cfg, qc.weights);
+  const Matrix got = gpu.forward(qc.hidden, qc.router_logits);
+  const double e = test::relative_error(got, qc.expected);
+  std::printf("gpt_oss_mxfp4, local / mxfp4_w4a16 / cuda: %.3g against transformers\n", e);
+  EXPECT_LE(e, 1e-2);
+  EXPECT_LE(test::kernel_agreement_error<quant::mxfp4_w4a16>(got, ref.forward(qc.hidden, qc.router_logits)),
+            test::kernel_tolerance<quant::mxfp4_w4a16>);
+}
+
+// kernel::cuda on the masked format (DeepEP low-latency) against kernel::reference on the same
+// padded rows: valid rows agree, padding rows keep what they held.
+template <class Q>
+void masked_against_reference() {
+  SCOPED_TRACE(std::string(Q::name));
   std::mt19937 rng(13);
   for (const Shape& s : {Shape{64, 32, 8, 1, 0}, Shape{96, 48, 6, 1, 0, Activation::swiglu_oai}}) {
     const MoeConfig cfg = config_of(s);
@@ -176,29 +222,35 @@ TEST(CudaLayer, MaskedFormatNatively) {
     const Matrix x = test::random_matrix(rng, E * cap, s.H);
     Matrix want = Matrix::Constant(E * cap, s.H, -7.0f);
     const kernel::reference ref;
-    const auto pr = ref.prepare<quant::bf16>(quant::bf16::quantize(w.experts));
+    const auto pr = ref.prepare<Q>(Q::quantize(w.experts));
     std::vector<index_t> clamped = masked_m;
     for (auto& m : clamped) m = std::min(m, cap);
     DispatchOutput<format::masked> hd{x, clamped, cap, E};
     CombineInput<format::masked> hc{want};
-    ref.run<quant::bf16>(hd, pr, mlp, hc);
+    ref.run<Q>(hd, pr, mlp, hc);
 
     const kernel::cuda gpu;
-    const auto pg = gpu.prepare<quant::bf16>(quant::bf16::quantize(w.experts));
+    const auto pg = gpu.prepare<Q>(Q::quantize(w.experts));
     cuda::device_array<std::int32_t> dm(masked_m32.size());
     dm.upload(masked_m32);
     device_rows dx(x, s.H), dout(Matrix::Constant(E * cap, s.H, -7.0f), s.H);
     DispatchOutput<format::masked, space::cuda> d{dx.view, device_view::of(dm.data(), 1, E, cuda::current_device()),
                                                   cap, E, nullptr};
     CombineInput<format::masked, space::cuda> c{dout.view, nullptr};
-    gpu.run<quant::bf16>(d, pg, mlp, c);
+    gpu.run<Q>(d, pg, mlp, c);
     cuda::synchronize(nullptr);
     const Matrix got = dout.matrix();
-    expect_agrees(got, want, "masked");
+    expect_agrees<Q>(got, want, "masked");
     for (index_t e = 0; e < E; ++e)
       for (index_t i = std::min(masked_m[static_cast<std::size_t>(e)], cap); i < cap; ++i)
         ASSERT_EQ(got(e * cap + i, 0), -7.0f) << "padding row " << i << " of expert " << e << " was written";
   }
+}
+
+TEST(CudaLayer, MaskedFormatNatively) {
+  REQUIRE_GPU();
+  mp::mp_for_each<mp::mp_transform<mp::mp_identity, pairing::kernel_schemes<cuda_table, kernel::cuda>>>(
+      [](auto id) { masked_against_reference<typename decltype(id)::type>(); });
 }
 
 TEST(CudaLayer, GraphReplayIsBitwiseEager) {

@@ -1,6 +1,8 @@
 #pragma once
-// polymoe::cuda — the routed experts of a layer on an NVIDIA GPU, bf16 weights (quant::bf16),
-// the optional CUDA component (CMake target polymoe::cuda).
+// polymoe::cuda — the routed experts of a layer on an NVIDIA GPU, the optional CUDA component
+// (CMake target polymoe::cuda). Weights are bf16 (quant::bf16) or 4-bit E2M1 with their block
+// scales (quant::mxfp4::weights, quant::nvfp4::weights), kept 4-bit on the device and decoded to
+// bf16 in registers: the W4A16 schemes quant::mxfp4_w4a16 and quant::nvfp4_w4a16.
 //
 // This header needs no CUDA header and no CUDA compiler: a stream is CUDA's cudaStream_t, declared
 // here through CUDA's own incomplete type (struct CUstream_st), and device memory is a plain
@@ -10,9 +12,9 @@
 //   cuda::Router router(cfg.router, cfg.num_experts);                               // uploads the bias
 //   experts.forward(d_hidden, T, d_logits, router, d_out, stream);                  // all on the device
 //
-// forward and forward_routed compute what kernel::reference computes with quant::bf16 for the
-// standard format: each input row rounded to bf16, GEMM 1 (bf16 products, fp32 accumulation,
-// bias), the activation, the intermediate rounded to bf16, GEMM 2 (+ bias) times the routing
+// forward and forward_routed compute what kernel::reference computes with quant::bf16 (or the W4A16
+// scheme of the weights) for the standard format: each input row rounded to bf16, GEMM 1 (bf16
+// products, fp32 accumulation, bias; NVFP4's scale_2 multiplies the sums), the activation, the intermediate rounded to bf16, GEMM 2 (+ bias) times the routing
 // weight (or the input times it, ExpertMlp::weight_on_input), and the fp32 sum over the k slots
 // in slot order. Results are bitwise the same from run to run. After the first call at a batch
 // size (or reserve()), a forward allocates nothing and never waits for the device: it can be
@@ -29,6 +31,8 @@
 #include <polymoe/core/formats.hpp>
 #include <polymoe/core/routing.hpp>
 #include <polymoe/quant/bf16.hpp>
+#include <polymoe/quant/mxfp4.hpp>
+#include <polymoe/quant/nvfp4.hpp>
 
 namespace polymoe::cuda {
 
@@ -147,7 +151,7 @@ struct masked_call {
   device_view out;
 };
 
-/// The routed experts of a layer, bf16 weights on one device (the current one at construction).
+/// The routed experts of a layer on one device (the current one at construction).
 class Experts {
  public:
   /// Uploads the weights (re-laid for the kernels) to the current device. Throws polymoe::error
@@ -155,6 +159,11 @@ class Experts {
   /// activation is given to each run().
   Experts(const quant::bf16::weights& w, const ExpertMlp& mlp);
   explicit Experts(const quant::bf16::weights& w);
+  /// 4-bit weights: the E2M1 codes and scale codes as stored (the W4A16 schemes' arithmetic).
+  Experts(const quant::mxfp4::weights& w, const ExpertMlp& mlp);
+  explicit Experts(const quant::mxfp4::weights& w);
+  Experts(const quant::nvfp4::weights& w, const ExpertMlp& mlp);
+  explicit Experts(const quant::nvfp4::weights& w);
   ~Experts();
   Experts(Experts&&) noexcept;
   Experts& operator=(Experts&&) noexcept;
@@ -183,6 +192,8 @@ class Experts {
   /// Grows the workspace now for `tokens` tokens of `top_k` slots (forward grows it when needed).
   void reserve(index_t tokens, index_t top_k);
   void set_tiles(TileChoice t) noexcept;
+  /// "bf16", "mxfp4" or "nvfp4": how the weights are held.
+  [[nodiscard]] std::string_view weight_format() const noexcept;
 
  private:
   // own_routing: ids and weights are the engine's workspace (not checked); router: route

@@ -1,8 +1,9 @@
 #pragma once
 // kernel::cuda — the routed experts on an NVIDIA GPU (the CUDA component, polymoe::cuda): an
 // expert kernel that computes in CUDA memory (space::cuda). Its rows are in polymoe::cuda_table
-// (<polymoe/cuda_table.hpp>); a layer of it is polymoe::CudaMoeLayer<a2a::local, quant::bf16,
-// kernel::cuda>, whose forward takes device views and a stream (<polymoe/cuda/layer.hpp>).
+// (<polymoe/cuda_table.hpp>); a layer of it is polymoe::CudaMoeLayer<a2a::local, Q, kernel::cuda>
+// for the schemes of its row (bf16 and the W4A16 schemes, whose 4-bit weights stay 4-bit on the
+// device), whose forward takes device views and a stream (<polymoe/cuda/layer.hpp>).
 //
 // The header needs no CUDA header and no CUDA compiler (the pairing table and its diagnostics
 // compile anywhere); running it links polymoe::cuda.
@@ -15,6 +16,8 @@
 #include <polymoe/core/roles.hpp>
 #include <polymoe/cuda/experts.hpp>
 #include <polymoe/quant/bf16.hpp>
+#include <polymoe/quant/mxfp4.hpp>
+#include <polymoe/quant/nvfp4.hpp>
 
 namespace polymoe::kernel {
 
@@ -26,13 +29,16 @@ struct cuda {
   /// The GEMM tiles: by the mean rows an expert (automatic), or one shape for every batch.
   polymoe::cuda::TileChoice tiles = polymoe::cuda::TileChoice::automatic;
 
-  /// The weights on the device, re-laid for the GEMMs (uploaded once, freed with the layer).
+  /// The weights on the device, re-laid for the GEMMs (uploaded once, freed with the layer): bf16,
+  /// or the E2M1 codes and block scale codes of MXFP4 and NVFP4 weights as they are stored. The
+  /// activations are bf16 whatever the weights (the table's row lists the schemes that say so).
   template <class Q>
   using prepared = polymoe::cuda::Experts;
 
   template <class Q>
   [[nodiscard]] prepared<Q> prepare(typename Q::weights w) const {
-    static_assert(std::is_same_v<Q, quant::bf16>, "polymoe: kernel::cuda implements quant::bf16 only");
+    static_assert(std::is_constructible_v<polymoe::cuda::Experts, const typename Q::weights&>,
+                  "polymoe: kernel::cuda holds bf16, MXFP4 and NVFP4 weights only");
     polymoe::cuda::Experts e(w);
     e.set_tiles(tiles);
     return e;
