@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev                          # the libFuzzer run of the safetensors reader
   gnuplot-nox                                       # polymoe_bench --plot
   pybind11-dev python3-dev python3-numpy            # the Python module (POLYMOE_PYTHON) and its tests
+  python3-pip                                       # pip install . (pyproject.toml) and its test
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -35,8 +35,21 @@ if(POLYMOE_INSTALL)
   add_test(NAME python.install
            COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DPYTHON=${Python3_EXECUTABLE}
                    -DSITE=${polymoe_python_site} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/python_install
+                   -DCHECK=${CMAKE_CURRENT_SOURCE_DIR}/python/check_installed.py
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/python_install.cmake)
   set_tests_properties(python.install PROPERTIES LABELS "python;install")
+endif()
+
+# `pip wheel` of the source tree (pyproject.toml, setup.py) around the module built here, installed
+# by pip and run (tests/python_wheel.cmake); needs pip, setuptools and wheel (Debian python3-pip).
+polymoe_python_imports("pip, setuptools, wheel" polymoe_has_pip "the wheel test (Debian python3-pip)")
+if(polymoe_has_pip)
+  add_test(NAME python.wheel
+           COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -DBUILD=${PROJECT_BINARY_DIR}
+                   -DPYTHON=${Python3_EXECUTABLE} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/python_wheel
+                   -DCHECK=${CMAKE_CURRENT_SOURCE_DIR}/python/check_installed.py
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/python_wheel.cmake)
+  set_tests_properties(python.wheel PROPERTIES LABELS "python;install" TIMEOUT 300)
 endif()
 
 # With PyTorch in the same interpreter: torch tensors (CPU, and CUDA where the CUDA component and a
