@@ -214,14 +214,16 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
 
   /// Computes the router logits from the layer's router weight (and bias), then as above.
   Matrix forward(const MatrixCRef& hidden) {
-    detail::agree_on(a2a_, [&] {
-      require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
-      check_hidden(hidden);
-    });
-    logits_.noalias() = hidden * router_weight_.transpose();
-    if (router_bias_.size()) logits_.rowwise() += router_bias_.transpose();
+    own_logits(hidden);
     return forward(hidden, logits_);
   }
+  /// As forward(hidden), writing into `out` [T, H] (as forward_into with router logits).
+  void forward_into(const MatrixCRef& hidden, MatrixRef out) {
+    own_logits(hidden);
+    forward_into(hidden, logits_, out);
+  }
+  /// Whether the layer has a router weight (forward(hidden) needs one).
+  [[nodiscard]] bool has_router() const noexcept { return router_weight_.size() > 0; }
 
   /// Caller-supplied routing ("bypassed" top-k): global expert ids [T,k] and their final weights
   /// [T,k] (the routed scaling factor is NOT applied again here).
@@ -287,6 +289,15 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     router_bias_ = w.router_bias;
   }
 
+  // The router's logits of `hidden` into logits_ (forward(hidden)): the layer's router weight and bias.
+  void own_logits(const MatrixCRef& hidden) {
+    detail::agree_on(a2a_, [&] {
+      require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
+      check_hidden(hidden);
+    });
+    logits_.noalias() = hidden * router_weight_.transpose();
+    if (router_bias_.size()) logits_.rowwise() += router_bias_.transpose();
+  }
   void check_hidden(const MatrixCRef& hidden) const {
     require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
   }

@@ -41,6 +41,8 @@ class any_layer {
  public:
   virtual ~any_layer() = default;
   virtual void forward_into(const MatrixCRef& hidden, const MatrixCRef& router_logits, MatrixRef out) = 0;
+  /// The layer's own router (has_router()) gives the logits.
+  virtual void forward_into(const MatrixCRef& hidden, MatrixRef out) = 0;
   virtual void forward_routed_into(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids,
                                    const MatrixCRef& topk_weights, MatrixRef out) = 0;
   virtual void forward_device(const device_view& hidden, const device_view& router_logits, const device_view& out,
@@ -51,11 +53,10 @@ class any_layer {
   [[nodiscard]] virtual bool on_device() const = 0;
   [[nodiscard]] virtual std::string describe() const = 0;
   [[nodiscard]] virtual const MoeConfig& config() const = 0;
+  /// Whether the weights had the router's (forward_into(hidden, out) needs it).
+  [[nodiscard]] virtual bool has_router() const = 0;
   /// How the weights came into the scheme's form (io::emplace_layer), empty when as given.
   std::string note;
-  /// The router's weight [E, H] and bias [E] (empty when the weights had none), for forward(hidden).
-  Matrix router_weight;
-  Vector router_bias;
 };
 
 /// The number of translation units the layers are split over (the build's POLYMOE_PY_PARTS).

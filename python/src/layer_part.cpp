@@ -14,12 +14,6 @@ class layer_of final : public any_layer {
 
  public:
   layer_of(const MoeConfig& cfg, io::stored_layer_weights& weights) {
-    std::visit(
-        [&](const auto& w) {
-          router_weight = w.router_weight;
-          router_bias = w.router_bias;
-        },
-        weights);
     note = io::emplace_layer(layer_, cfg, weights, A2A{}, Kernel{});
   }
   void forward_into(const MatrixCRef& hidden, const MatrixCRef& router_logits, MatrixRef out) override {
@@ -27,6 +21,12 @@ class layer_of final : public any_layer {
       out = layer_->forward(hidden, router_logits);  // the host convenience: copies each way
     else
       layer_->forward_into(hidden, router_logits, out);
+  }
+  void forward_into(const MatrixCRef& hidden, MatrixRef out) override {
+    if constexpr (device)
+      out = layer_->forward(hidden);
+    else
+      layer_->forward_into(hidden, out);
   }
   void forward_routed_into(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights,
                            MatrixRef out) override {
@@ -52,6 +52,7 @@ class layer_of final : public any_layer {
   [[nodiscard]] bool on_device() const override { return device; }
   [[nodiscard]] std::string describe() const override { return layer_->describe(); }
   [[nodiscard]] const MoeConfig& config() const override { return layer_->config(); }
+  [[nodiscard]] bool has_router() const override { return layer_->has_router(); }
 
  private:
   [[noreturn]] static void host_only() {

@@ -410,7 +410,6 @@ struct forward_call {
   std::optional<f32_input> hidden, second;
   std::optional<id_input> ids;
   std::optional<f32_output> out;
-  Matrix logits;  // router_logits from the layer's router weight, when none are given
   bool device = false;
   cuda_stream stream = nullptr;
 
@@ -428,10 +427,8 @@ struct forward_call {
       l.forward_routed_into(*hidden->map, *ids->map, *second->map, *out->map);
     } else if (second) {
       l.forward_into(*hidden->map, *second->map, *out->map);
-    } else {  // the router's product, here: on the layer's arena, the GIL released
-      logits.noalias() = *hidden->map * l.router_weight.transpose();
-      if (l.router_bias.size()) logits.rowwise() += l.router_bias.transpose();
-      l.forward_into(*hidden->map, logits, *out->map);
+    } else {  // the layer's router: on the layer's arena, the GIL released
+      l.forward_into(*hidden->map, *out->map);
     }
     out->finish();
   }
@@ -616,11 +613,10 @@ class Layer {
     call.out.emplace(call.out_arg->view);
     if (!call.second_arg) {
       require(!call.ids_arg, "topk_weights is required with topk_ids");
-      require(l.router_weight.size() > 0, "router_logits is None, but the layer has no router weight (weights ",
+      require(l.has_router(), "router_logits is None, but the layer has no router weight (weights ",
               "'router_weight'); pass router_logits");
       const auto& h = *call.hidden->map;
-      require(h.cols() == l.router_weight.cols(), "hidden has ", h.cols(), " columns, expected hidden=",
-              l.router_weight.cols());
+      require(h.cols() == l.config().hidden, "hidden has ", h.cols(), " columns, expected hidden=", l.config().hidden);
     }
   }
 

@@ -1,5 +1,8 @@
 // Every valid triple against the Hugging Face transformers results in ../shared/fixtures/hf and
 // tests/data/hf.
+#include <cmath>
+#include <cstring>
+
 #include <boost/mp11/algorithm.hpp>
 #include <gtest/gtest.h>
 
@@ -24,6 +27,11 @@ TEST_P(HfFixture, EveryValidTripleMatchesTransformers) {
     // The layer's own router (weight and bias from the checkpoint) reproduces the logits' routing.
     const Matrix out2 = layer.forward(hc.hidden);
     EXPECT_LE(test::relative_error(out2, hc.expected), test::fixture_tolerance<Q>);
+    // and writing into the caller's rows, bitwise the same
+    EXPECT_TRUE(layer.has_router());
+    Matrix out3 = Matrix::Constant(out2.rows(), out2.cols(), std::nanf(""));
+    layer.forward_into(hc.hidden, out3);
+    EXPECT_EQ(0, std::memcmp(out3.data(), out2.data(), sizeof(float) * static_cast<std::size_t>(out2.size())));
   });
 }
 

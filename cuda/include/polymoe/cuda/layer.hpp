@@ -124,6 +124,8 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     if (router_bias_.size()) logits.rowwise() += router_bias_.transpose();
     return forward(hidden, logits);
   }
+  /// Whether the layer has a router weight (forward(hidden) needs one).
+  [[nodiscard]] bool has_router() const noexcept { return router_weight_.size() > 0; }
   Matrix forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights) {
     require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
     const index_t T = hidden.rows(), k = topk_ids.cols(), E = cfg_.num_experts;

@@ -18,8 +18,7 @@
 //     the block then runs int8's tile_i8 over each group of the slab.
 //   Tiles: a tdpbusd tile row is 64 k, two groups; each group runs on its own, as int8's
 //     amx::int8_block over one k-block whose other group is zero weights: twice the tile work of
-//     int8 for the same weights (a tile configuration of 32-k rows would avoid it). This path has
-//     not been run: the machine it was written on has no AMX.
+//     int8 for the same weights (a tile configuration of 32-k rows would avoid it).
 #include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
 #if defined(POLYMOE_TILED_GUARD_INT4) == defined(POLYMOE_TILED_TOGGLE)
 #ifdef POLYMOE_TILED_GUARD_INT4
