@@ -114,6 +114,16 @@ void require_on_device(const device_view& v, std::string_view what, int device) 
   require_device_pointer(last, what, device);
 }
 
+void to_bf16(const device_view& src, const device_view& dst, stream_t stream) {
+  require(src.type == element_type::f32 && dst.type == element_type::bf16, "cuda: to_bf16: ", to_string(src.type),
+          " into ", to_string(dst.type), ", expected float32 into bfloat16");
+  require(src.rows == dst.rows && src.cols == dst.cols && src.rows < (index_t{1} << 31) && src.cols < (index_t{1} << 31),
+          "cuda: to_bf16: [", src.rows, ", ", src.cols, "] into [", dst.rows, ", ", dst.cols, "]");
+  check(detail::launch_to_bf16(src.as<const float>(), src.row_stride, dst.as<std::uint16_t>(), dst.row_stride,
+                               static_cast<int>(src.rows), static_cast<int>(src.cols), stream),
+        "launch of to_bf16");
+}
+
 void shared_slot(const device_view& hidden, const float* gate, std::int32_t* ids, float* weights, stream_t stream) {
   require(hidden.type == element_type::f32 || hidden.type == element_type::bf16, "cuda: shared_slot: hidden is ",
           to_string(hidden.type));
@@ -536,7 +546,7 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
   require_view(c.hidden, "cuda::Experts: hidden", tokens, m.shape.hidden, {element_type::f32, element_type::bf16});
   require_view(c.ids, "cuda::Experts: topk_ids", tokens, top_k, {element_type::i32});
   require_view(c.weights, "cuda::Experts: topk_weights", tokens, top_k, {element_type::f32});
-  require_view(c.out, "cuda::Experts: out", tokens, m.shape.hidden, {element_type::f32});
+  require_view(c.out, "cuda::Experts: out", tokens, m.shape.hidden, {element_type::f32, element_type::bf16});
   require(c.ids.row_stride == top_k && c.weights.row_stride == top_k,
           "cuda::Experts: topk_ids and topk_weights must be packed rows (row stride = top_k)");
   require(!mlp.weight_on_input || top_k == 1, "cuda::Experts: weight_on_input needs top_k == 1, got top_k=", top_k);
@@ -560,7 +570,8 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
   a.ld_hidden = c.hidden.row_stride;
   a.ids = c.ids.as<const std::int32_t>();
   a.weights = c.weights.as<const float>();
-  a.out = c.out.as<float>();
+  a.out = c.out.data;
+  a.out_bf16 = c.out.type == element_type::bf16;
   a.ld_out = c.out.row_stride;
   a.accumulate = c.accumulate;
   a.keep_uncomputed = keep_uncomputed;

@@ -793,8 +793,11 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
 // ---------------------------------------------------------------------------------------------
 // The top-k sum: out[t] = Σ_j y[row of (t, j)] in slot order, fp32, skipping slots not computed.
 
+// out is fp32, or bf16 (out_bf16: the fp32 sum rounded once; with accumulate, out's value is added
+// in fp32 first).
 __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ pos_of_pair, int tokens, int k, int H,
-                         float* __restrict__ out, long long ld_out, bool accumulate, bool keep_uncomputed) {
+                         void* __restrict__ out, long long ld_out, bool out_bf16, bool accumulate,
+                         bool keep_uncomputed) {
   // pos_of_pair comes from the sort, complete before GEMM 2 (the kernel before this one) let this
   // one start: it may be read before the wait; y and out only after it.
   constexpr int kBatch = 8;  // slots whose rows are loaded together
@@ -827,8 +830,14 @@ __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ po
         if (pos[j] >= 0) acc += v[j], any = true;
     }
     if (keep_uncomputed && !any) continue;
-    float& o = out[t * ld_out + c];
-    o = accumulate ? o + acc : acc;
+    if (out_bf16) {
+      std::uint16_t& o = static_cast<std::uint16_t*>(out)[t * ld_out + c];
+      const float v = accumulate ? __uint_as_float(static_cast<unsigned>(o) << 16) + acc : acc;
+      o = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    } else {
+      float& o = static_cast<float*>(out)[t * ld_out + c];
+      o = accumulate ? o + acc : acc;
+    }
   }
 }
 
@@ -1046,7 +1055,8 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   if (err != cudaSuccess) return err;
   *step = "topk_sum";
   return launch_pdl(topk_sum, dim3(grid_for(static_cast<long long>(a.tokens) * g.hidden, 256)), dim3(256), 0, stream,
-                    ws.y, ws.pos_of_pair, a.tokens, a.k, g.hidden, a.out, a.ld_out, a.accumulate, a.keep_uncomputed);
+                    ws.y, ws.pos_of_pair, a.tokens, a.k, g.hidden, a.out, a.ld_out, a.out_bf16, a.accumulate,
+                    a.keep_uncomputed);
 }
 
 __global__ void masked_slots(const std::int32_t* __restrict__ masked_m, int experts, int capacity,
@@ -1065,6 +1075,24 @@ cudaError_t launch_masked_slots(const std::int32_t* masked_m, int experts, int c
   const long long n = static_cast<long long>(experts) * capacity;
   if (n == 0) return cudaSuccess;
   masked_slots<<<grid_for(n, 256), 256, 0, stream>>>(masked_m, experts, capacity, ids, weights);
+  return cudaGetLastError();
+}
+
+__global__ void to_bf16(const float* __restrict__ src, long long ld_src, std::uint16_t* __restrict__ dst,
+                        long long ld_dst, int rows, int cols) {
+  const long long n = static_cast<long long>(rows) * cols;
+  for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
+       q += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long r = q / cols, c = q - r * cols;
+    dst[r * ld_dst + c] = __bfloat16_as_ushort(__float2bfloat16_rn(src[r * ld_src + c]));
+  }
+}
+
+cudaError_t launch_to_bf16(const float* src, long long ld_src, std::uint16_t* dst, long long ld_dst, int rows, int cols,
+                           cudaStream_t stream) {
+  const long long n = static_cast<long long>(rows) * cols;
+  if (n == 0) return cudaSuccess;
+  to_bf16<<<grid_for(n, 256), 256, 0, stream>>>(src, ld_src, dst, ld_dst, rows, cols);
   return cudaGetLastError();
 }
 

@@ -84,7 +84,8 @@ struct forward_args {
   long long ld_hidden = 0;
   const std::int32_t* ids = nullptr;  ///< [T, k]
   const float* weights = nullptr;     ///< [T, k]
-  float* out = nullptr;               ///< [T, H], row t at t · ld_out
+  void* out = nullptr;                ///< [T, H] fp32, or bf16 bits when out_bf16; row t at t · ld_out
+  bool out_bf16 = false;
   long long ld_out = 0;
   bool accumulate = false;            ///< out += the sum instead of out = the sum
   bool keep_uncomputed = false;       ///< leave out's rows of tokens with no slot computed as they are
@@ -122,6 +123,10 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
 /// the dot product summed in double, or 1 where gate is null.
 cudaError_t launch_shared_slot(const void* hidden, bool hidden_bf16, long long ld_hidden, int tokens, int H,
                                const float* gate, std::int32_t* ids, float* weights, cudaStream_t stream);
+
+/// dst [rows, cols] bf16 = src [rows, cols] fp32 rounded to nearest even (row strides ld_*).
+cudaError_t launch_to_bf16(const float* src, long long ld_src, std::uint16_t* dst, long long ld_dst, int rows, int cols,
+                           cudaStream_t stream);
 
 /// The masked format as tokens of one slot: row e · capacity + i is expert e's when i <
 /// min(masked_m[e], capacity), else no slot (id -1); weights 1.

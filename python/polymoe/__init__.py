@@ -64,7 +64,7 @@ def _register_torch_op():
     @moe_forward.register_fake
     def _(hidden, router_logits, layer_id):
         layer = _op_layer(layer_id)
-        dtype = hidden.dtype if (hidden.dtype == torch.bfloat16 and not layer.on_device) else torch.float32
+        dtype = torch.bfloat16 if hidden.dtype == torch.bfloat16 else torch.float32
         return hidden.new_empty((hidden.shape[0], layer.config["hidden"]), dtype=dtype)
 
 

@@ -522,7 +522,7 @@ class Layer {
       call->second_arg.emplace(second_in, second_name, declared_bf16 && !ids_in, false, call->stream);
     if (ids_in) call->ids_arg.emplace(*ids_in, "topk_ids", false, false, call->stream);
     if (out.is_none()) {
-      call->out_arg.emplace(new_output(hidden_in, h, rows, cols, l.on_device()), "out", declared_bf16, true,
+      call->out_arg.emplace(new_output(hidden_in, h, rows, cols), "out", declared_bf16, true,
                             call->stream);
     } else {
       call->out_arg.emplace(out, "out", declared_bf16, true, call->stream);
@@ -579,11 +579,9 @@ class Layer {
   }
 
   /// The output when none is given: like hidden (a torch tensor gives a torch tensor on its device),
-  /// float32, or bfloat16 where hidden is and the layer computes in host memory (a CUDA layer writes
-  /// float32).
-  static py::object new_output(const py::object& hidden, const tensor_view& h, index_t rows, index_t cols,
-                               bool device_layer) {
-    const bool bf16 = h.type == elem::bf16 && !device_layer;
+  /// bfloat16 where hidden is, else float32.
+  static py::object new_output(const py::object& hidden, const tensor_view& h, index_t rows, index_t cols) {
+    const bool bf16 = h.type == elem::bf16;
     if (py::isinstance<py::array>(hidden)) return new_array(rows, cols, bf16 ? "uint16" : "float32");
     if (py::hasattr(hidden, "new_empty")) {  // a torch.Tensor
       py::object torch = py::module_::import("torch");
@@ -772,7 +770,7 @@ PYBIND11_MODULE(_polymoe, m) {
       .def_property_readonly("note", &Layer::note)
       .def_property_readonly("triple", &Layer::names)
       .def_property_readonly("on_device", &Layer::on_device,
-                             "Whether the kernel computes in CUDA memory (it takes CUDA tensors, and writes float32)")
+                             "Whether the kernel computes in CUDA memory (it takes CUDA tensors)")
       .def_property_readonly("threads", &Layer::threads, "The threads of the layer's arena")
       .def_property_readonly("config", &Layer::config);
 }

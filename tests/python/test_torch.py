@@ -119,11 +119,21 @@ class TorchCuda(unittest.TestCase):
         out = torch.empty_like(hd)
         self.assertIs(self.layer.forward(hd, zd, out=out, stream=torch.cuda.current_stream().cuda_stream), out)
         self.assertTrue(same_bits(out.cpu().numpy(), self.ref))
-        # bf16 hidden: the same as the host path given the same bf16 values
+        # bf16 hidden: a bf16 output, the host path's fp32 result (given the same bf16 values) rounded once
         h16 = hd.to(torch.bfloat16)
-        got16 = self.layer.forward(h16, zd, stream=torch.cuda.current_stream().cuda_stream)
-        self.assertEqual(got16.dtype, torch.float32)
-        self.assertTrue(same_bits(got16.cpu().numpy(), self.layer.forward(h16.float().cpu().numpy(), self.z.numpy())))
+        s = torch.cuda.current_stream().cuda_stream
+        got16 = self.layer.forward(h16, zd, stream=s)
+        self.assertEqual(got16.dtype, torch.bfloat16)
+        want32 = torch.from_numpy(self.layer.forward(h16.float().cpu().numpy(), self.z.numpy()))
+        self.assertTrue(torch.equal(got16.cpu().view(torch.int16), want32.to(torch.bfloat16).view(torch.int16)))
+        # a float32 out= for bf16 hidden keeps the fp32 sums
+        out32 = torch.empty(hd.shape, dtype=torch.float32, device="cuda")
+        self.layer.forward(h16, zd, out=out32, stream=s)
+        self.assertTrue(same_bits(out32.cpu().numpy(), want32.numpy()))
+        # the custom op too, its fake implementation agreeing (opcheck compares them)
+        op, i = torch.ops.polymoe.moe_forward, polymoe.op_id(self.layer)
+        self.assertTrue(torch.equal(op(h16, zd, i).cpu().view(torch.int16), got16.cpu().view(torch.int16)))
+        torch.library.opcheck(op, (h16, zd, i))
 
     def test_routed_on_device(self):
         w, ids = torch.topk(torch.softmax(self.z, -1), 2)

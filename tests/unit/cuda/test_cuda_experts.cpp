@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <polymoe/codecs/bf16.hpp>
 #include <polymoe/core/routing.hpp>
 #include <polymoe/cuda/experts.hpp>
 #include <polymoe/kernels/reference_experts.hpp>
@@ -383,6 +384,38 @@ TEST(CudaExperts, FourBitWeightsStayFourBit) {
   EXPECT_EQ(mx.weight_format(), "mxfp4");
   EXPECT_EQ(nv.weight_format(), "nvfp4");
   EXPECT_EQ(bf.weight_format(), "bf16");
+}
+
+// A bfloat16 out: the fp32 sum rounded once; accumulating adds out's value in fp32, then rounds.
+TEST(CudaExperts, BfloatOutput) {
+  REQUIRE_GPU();
+  const Case c{8, 136, 72, 2, 33};
+  Problem<> p = make_problem(c, 11);
+  cuda::Experts experts(p.w, p.mlp);
+  const int d = cuda::current_device();
+  const auto n = static_cast<std::size_t>(c.T * c.H);
+  cuda::device_array<float> x(n), w(static_cast<std::size_t>(c.T * c.k)), o32(n);
+  cuda::device_array<std::int32_t> ids(static_cast<std::size_t>(c.T * c.k));
+  cuda::device_array<std::uint16_t> o16(n);
+  x.upload({p.hidden.data(), n});
+  w.upload({p.weights.data(), w.size()});
+  ids.upload({p.ids.data(), ids.size()});
+  const device_view vx = device_view::of(x.data(), c.T, c.H, d), vi = device_view::of(ids.data(), c.T, c.k, d),
+                    vw = device_view::of(w.data(), c.T, c.k, d), v32 = device_view::of(o32.data(), c.T, c.H, d),
+                    v16 = device_view::of_bf16(o16.data(), c.T, c.H, d);
+  experts.run(cuda::routed_call{vx, vi, vw, v32}, p.mlp, nullptr);
+  experts.run(cuda::routed_call{vx, vi, vw, v16}, p.mlp, nullptr);
+  cuda::synchronize(nullptr);
+  std::vector<float> f(n);
+  std::vector<std::uint16_t> b(n), b2(n);
+  o32.download(f);
+  o16.download(b);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], codecs::float_to_bf16(f[i])) << "element " << i;
+  experts.run(cuda::routed_call{vx, vi, vw, v16, true}, p.mlp, nullptr);  // out += the same sum
+  cuda::synchronize(nullptr);
+  o16.download(b2);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(b2[i], codecs::float_to_bf16(codecs::bf16_to_float(b[i]) + f[i])) << "element " << i;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -150,6 +150,26 @@ TEST(CudaLayer, DeviceViewsStridedBf16AndSharedExperts) {
     cuda::synchronize(stream);
     expect_agrees(dout2.matrix(), ref.forward(xr, z), what + " bf16 input");
 
+    // bfloat16 out (strided): the float32 result above rounded once, bitwise, with or without a
+    // shared expert; the gaps are left as they were
+    const std::vector<float> f32 = dout2.all();
+    const index_t ldb = s.H + 2;
+    std::vector<std::uint16_t> ob(static_cast<std::size_t>(std::max<index_t>(1, s.T * ldb)), 0xBEEF);
+    cuda::device_array<std::uint16_t> dob(ob.size());
+    dob.upload(ob);
+    gpu.forward(device_view::of_bf16(dxb.data(), s.T, s.H, cuda::current_device()), dz.view,
+                device_view{dob.data(), element_type::bf16, s.T, s.H, ldb, cuda::current_device()}, stream);
+    cuda::synchronize(stream);
+    dob.download(ob);
+    for (index_t r = 0; r < s.T; ++r)
+      for (index_t c = 0; c < ldb; ++c) {
+        const std::uint16_t got = ob[static_cast<std::size_t>(r * ldb + c)];
+        if (c < s.H)
+          ASSERT_EQ(got, codecs::float_to_bf16(f32[static_cast<std::size_t>(r * s.H + c)])) << what << " bf16 out";
+        else
+          ASSERT_EQ(got, 0xBEEF) << what << ": a gap of the bf16 out was written";
+      }
+
     // caller routing on the device
     const Routing r = route(cfg.router, cfg.num_experts, z);
     cuda::device_array<std::int32_t> di(static_cast<std::size_t>(std::max<index_t>(1, r.ids.size())));

@@ -98,6 +98,10 @@ void synchronize(stream_t stream);
 /// is refused before any launch.
 void require_on_device(const device_view& v, std::string_view what, int device);
 
+/// dst = src rounded to bf16 (nearest even), on `stream`: src float32 and dst bfloat16 views of
+/// the same shape (row strides of their own).
+void to_bf16(const device_view& src, const device_view& dst, stream_t stream);
+
 /// The shared expert's one slot per token on `stream`: ids [T] = 0 and weights [T] =
 /// sigmoid(hidden[t] · gate) (the dot product in double), or 1 where gate is null. hidden is
 /// float32 or bfloat16 [T, H]; gate a device array of H floats.
@@ -135,7 +139,8 @@ enum class TileChoice { automatic, tiny, small, large };
 
 /// One forward over views (kernel::cuda's run): out [T, H] (=, or += with accumulate) the routed
 /// sum of the experts of hidden's rows. hidden float32 or bfloat16 with any row stride; ids and
-/// weights packed [T, k]; out float32 with any row stride.
+/// weights packed [T, k]; out float32 or bfloat16 (the fp32 sum rounded once; with accumulate,
+/// out's value added in fp32 first) with any row stride.
 struct routed_call {
   device_view hidden, ids, weights, out;
   bool accumulate = false;

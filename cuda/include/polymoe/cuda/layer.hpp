@@ -53,8 +53,9 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     build(w, [](quant_weights& e) -> quant_weights&& { return std::move(e); });
   }
 
-  /// out [T, H] float32 = the layer of hidden [T, H] (float32 or bfloat16), routed on the device
-  /// from router_logits [T, E] float32 (packed rows). All on `stream`, on the layer's device.
+  /// out [T, H] = the layer of hidden [T, H] (float32 or bfloat16), routed on the device from
+  /// router_logits [T, E] float32 (packed rows). out is float32, or bfloat16: the fp32 sum of the
+  /// routed experts and the shared expert rounded once. All on `stream`, on the layer's device.
   void forward(const device_view& hidden, const device_view& router_logits, const device_view& out,
                cuda_stream stream) {
     const index_t T = hidden.rows;
@@ -190,7 +191,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     const index_t T = hidden.rows;
     require(T >= 0, "hidden has ", T, " rows");
     require_view(hidden, "hidden", T, cfg_.hidden, {element_type::f32, element_type::bf16});
-    require_view(out, "out", T, cfg_.hidden, {element_type::f32});
+    require_view(out, "out", T, cfg_.hidden, {element_type::f32, element_type::bf16});
     require(!out.overlaps(hidden), "out shares memory with hidden; the layer reads hidden after it starts writing "
                                    "out (pass a separate output)");
   }
@@ -218,20 +219,28 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     capacity_ = n;
   }
 
-  void run_into(const device_view& hidden, const device_view& ids, const device_view& weights, const device_view& out,
-                cuda_stream stream) {
+  void run_into(const device_view& hidden, const device_view& ids, const device_view& weights,
+                const device_view& out_view, cuda_stream stream) {
+    const index_t T = hidden.rows;
+    // bf16 out with a shared expert: both sums into fp32 rows here, then rounded once into out
+    const bool staged = shared_ && out_view.type == element_type::bf16;
+    if (staged && staged_.size() < host_size(T, cfg_.hidden)) {
+      staged_ = {};
+      staged_ = polymoe::cuda::device_array<float>(host_size(T, cfg_.hidden));
+    }
+    const device_view out = staged ? device_view::of(staged_.data(), T, cfg_.hidden, device_) : out_view;
     auto d = a2a_.dispatch(hidden, ids, weights, cfg_, stream);
     auto c = a2a_.combine_input(d, out);
     kernel_.template run<Quant>(d, *prepared_, mlp_, c);
     a2a_.combine(c, out);
     if (!shared_) return;
-    const index_t T = hidden.rows;
     polymoe::cuda::shared_slot(hidden, cfg_.shared_expert_gate ? shared_gate_.data() : nullptr, shared_ids_.data(),
                                shared_w_.data(), stream);
     DispatchOutput<format::standard, space::cuda> sd{hidden, device_view::of(shared_ids_.data(), T, 1, device_),
                                                      device_view::of(shared_w_.data(), T, 1, device_), 1, stream};
     CombineInput<format::standard, space::cuda> sc{out, stream, true};
     shared_kernel_.template run<Quant>(sd, *shared_, ExpertMlp{mlp_.activation, false}, sc);
+    if (staged) polymoe::cuda::to_bf16(out, out_view, stream);
   }
 
   static std::size_t host_size(index_t r, index_t c) { return static_cast<std::size_t>(r * c); }
@@ -259,6 +268,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   Vector router_bias_;
   polymoe::cuda::device_array<std::int32_t> route_ids_, shared_ids_;
   polymoe::cuda::device_array<float> route_w_, shared_w_;
+  polymoe::cuda::device_array<float> staged_;  // fp32 rows of a bf16 out with a shared expert
   std::size_t capacity_ = 0;
   IdMatrix last_ids_;
   Matrix last_w_;
