@@ -1,11 +1,11 @@
 // Times cuda::Experts::forward (device routing included) on one layer shape at several batch
-// sizes, for each weight format (bf16, and MXFP4 and NVFP4 kept 4-bit on the device), eager and as
-// CUDA graph replays, with CUDA events; the weights the routing touches are
+// sizes, for each scheme of kernel::cuda's row (bf16; MXFP4 and NVFP4 weights kept 4-bit on the
+// device), eager and as CUDA graph replays, with CUDA events; the weights the routing touches are
 // rotated over several routings so that decode reads them from HBM, not from L2. Prints µs per
 // forward, the bandwidth over the distinct experts' weights, and TFLOP/s; and the device's
 // copy bandwidth measured in the same run.
 //   polymoe_cuda_bench [--hidden 2048] [--inter 768] [--experts 128] [--top-k 8] [--tokens 1,64,4096]
-//                      [--iters N] [--weights bf16,mxfp4,nvfp4]
+//                      [--iters N] [--quant LIST (default: every scheme of kernel::cuda's row)]
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -21,7 +21,7 @@
 #include <cublas_v2.h>
 #endif
 
-#include <polymoe/cuda/experts.hpp>
+#include <polymoe/cuda_table.hpp>
 
 #include "gpu_limits.hpp"
 
@@ -53,7 +53,12 @@ int main(int argc, char** argv) try {
   index_t H = 2048, I = 768, E = 128, k = 8;
   std::vector<index_t> tokens{1, 64, 4096};
   int iters = 20;
-  std::vector<std::string> formats{"bf16", "mxfp4", "nvfp4"};
+  // the schemes of kernel::cuda's row, in the table's order
+  using cuda_schemes =
+      boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::kernel_schemes<cuda_table, kernel::cuda>>;
+  std::vector<std::string> row;
+  boost::mp11::mp_for_each<cuda_schemes>([&](auto id) { row.emplace_back(decltype(id)::type::name); });
+  std::vector<std::string> quants = row;
   CLI::App app("polymoe_cuda_bench: cuda::Experts::forward on one layer shape, eager and as CUDA graph replays",
                "polymoe_cuda_bench");
   programs::set_up(app, POLYMOE_VERSION_STRING, POLYMOE_GIT_COMMIT);
@@ -67,10 +72,10 @@ int main(int argc, char** argv) try {
       ->type_name("LIST")
       ->check(positive);
   app.add_option("--iters", iters, "forwards per timing (default 20)")->type_name("N")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--weights", formats, "weight formats (default bf16,mxfp4,nvfp4)")
+  app.add_option("--quant", quants, "schemes (default: every scheme of kernel::cuda's row)")
       ->delimiter(',')
       ->type_name("LIST")
-      ->check(CLI::IsMember({"bf16", "mxfp4", "nvfp4"}));
+      ->check(CLI::IsMember(row));
   if (const auto status = programs::parse(app, argc, argv, 2)) return *status;
   if (const std::string why = cuda::unavailable_reason(); !why.empty()) {
     std::printf("polymoe_cuda_bench: skipped: %s\n", why.c_str());
@@ -94,12 +99,31 @@ int main(int argc, char** argv) try {
   std::mt19937 rng(1);
   std::uint32_t lcg = 12345;
   auto next = [&] { return (lcg = lcg * 1664525u + 1013904223u) >> 8; };
-  // Random weights drawn directly in the stored form (values of about 1/sqrt(fan-in)): bf16 from a
-  // table of normal values; 4-bit codes uniform, with block scales that make them of that size.
-  auto make_experts = [&](const std::string& f) {
-    if (f == "bf16") {
-      quant::bf16::weights w;
-      w.shape_ = shape;
+  // Random weights drawn directly in Q's stored form (values of about 1/sqrt(fan-in)): 16-bit
+  // weights from a table of normal values; 4-bit codes uniform, with block scales that make them of
+  // that size. Returns the engine and the bytes of one expert's weights.
+  auto make_experts = [&](auto id) {
+    using W = typename decltype(id)::type::weights;
+    W w;
+    w.shape_ = shape;
+    double bytes = 0;
+    auto codes = [&](index_t rows, index_t K, index_t block, std::vector<std::uint8_t>& q,
+                     std::vector<std::uint8_t>& sc, auto&& scale_code) {
+      q.resize(static_cast<std::size_t>(E * rows * K / 2));
+      sc.resize(static_cast<std::size_t>(E * rows * ((K + block - 1) / block)));
+      for (auto& v : q) v = static_cast<std::uint8_t>(next());
+      for (auto& v : sc) v = static_cast<std::uint8_t>(scale_code());
+      bytes += static_cast<double>(q.size() + sc.size()) / static_cast<double>(E);
+    };
+    if constexpr (requires { w.w13_blocks; }) {  // MXFP4: E8M0 scales 2^-7..2^-5
+      codes(2 * I, H, 32, w.w13_blocks, w.w13_scales, [&] { return 120 + next() % 3; });
+      codes(H, I, 32, w.w2_blocks, w.w2_scales, [&] { return 120 + next() % 3; });
+    } else if constexpr (requires { w.w13_scale_2; }) {  // NVFP4: E4M3 scales 1..7.5, scale_2 2^-8
+      codes(2 * I, H, 16, w.w13, w.w13_scale, [&] { return 0x38 + next() % 24; });
+      codes(H, I, 16, w.w2, w.w2_scale, [&] { return 0x38 + next() % 24; });
+      w.w13_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
+      w.w2_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
+    } else {  // 16-bit weights
       w.w13.resize(static_cast<std::size_t>(E * 2 * I * H));
       w.w2.resize(static_cast<std::size_t>(E * H * I));
       std::vector<std::uint16_t> table(4096);
@@ -107,42 +131,21 @@ int main(int argc, char** argv) try {
       for (auto& v : table) v = codecs::float_to_bf16(nd(rng) / std::sqrt(static_cast<float>(H)));
       for (auto& v : w.w13) v = table[next() % 4096];
       for (auto& v : w.w2) v = table[next() % 4096];
-      return cuda::Experts(w, ExpertMlp{});
+      bytes = 2.0 * static_cast<double>(w.w13.size() + w.w2.size()) / static_cast<double>(E);
     }
-    const bool mx = f == "mxfp4";
-    const index_t block = mx ? 32 : 16;
-    auto codes = [&](index_t rows, index_t K, std::vector<std::uint8_t>& q, std::vector<std::uint8_t>& sc) {
-      q.resize(static_cast<std::size_t>(E * rows * K / 2));
-      sc.resize(static_cast<std::size_t>(E * rows * ((K + block - 1) / block)));
-      for (auto& v : q) v = static_cast<std::uint8_t>(next());
-      // E8M0 2^-7..2^-5 (MXFP4); E4M3 codes of 1..8 (NVFP4, with scale_2 = 2^-8 below)
-      for (auto& v : sc) v = static_cast<std::uint8_t>(mx ? 120 + next() % 3 : 0x38 + next() % 24);
-    };
-    if (mx) {
-      quant::mxfp4::weights w;
-      w.shape_ = shape;
-      codes(2 * I, H, w.w13_blocks, w.w13_scales);
-      codes(H, I, w.w2_blocks, w.w2_scales);
-      return cuda::Experts(w, ExpertMlp{});
-    }
-    quant::nvfp4::weights w;
-    w.shape_ = shape;
-    codes(2 * I, H, w.w13, w.w13_scale);
-    codes(H, I, w.w2, w.w2_scale);
-    w.w13_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
-    w.w2_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
-    return cuda::Experts(w, ExpertMlp{});
+    return std::pair<cuda::Experts, double>(cuda::Experts(w, ExpertMlp{}), bytes);
   };
   RouterConfig rc;
   rc.top_k = k;
   const cuda::Router router(rc, E);
-  for (const std::string& f : formats) {
-    cuda::Experts experts = make_experts(f);
-    const double bits = f == "bf16" ? 16.0 : f == "mxfp4" ? 4.0 + 8.0 / 32 : 4.0 + 8.0 / 16;
-    const double expert_bytes = bits / 8 * (2.0 * I * H + static_cast<double>(H) * I);
+  boost::mp11::mp_for_each<cuda_schemes>([&](auto id) {
+    const std::string f(decltype(id)::type::name);
+    if (std::find(quants.begin(), quants.end(), f) == quants.end()) return;
+    auto [experts, expert_bytes] = make_experts(id);
 
-    std::printf("layer: H=%lld I=%lld E=%lld k=%lld, %s weights %.1f MB an expert\n", (long long)H, (long long)I,
-                (long long)E, (long long)k, f.c_str(), expert_bytes / 1e6);
+    std::printf("layer: H=%lld I=%lld E=%lld k=%lld, %s (%s weights, %.1f MB an expert)\n", (long long)H,
+                (long long)I, (long long)E, (long long)k, f.c_str(), experts.weight_format().data(),
+                expert_bytes / 1e6);
     std::printf("%8s %9s %9s %9s %9s %9s %9s %8s %12s %8s\n", "T", "route us", "tiny us", "small us", "large us",
                 "auto us", "graph us", "experts", "weight GB/s", "TFLOP/s");
     for (index_t T : tokens) {
@@ -194,7 +197,7 @@ int main(int argc, char** argv) try {
                   by_tiles[0] * 1e3, by_tiles[1] * 1e3, by_tiles[2] * 1e3, by_tiles[3] * 1e3, graph * 1e3, distinct,
                   distinct * expert_bytes / best / 1e9, flops / best / 1e12);
     }
-  }
+  });
   std::printf("(auto and graph: the engine's own tile choice; weight GB/s and TFLOP/s from the better of the two)\n");
   cudaStreamDestroy(s);
   return 0;

@@ -31,12 +31,13 @@ LAYERS = [
     ("io", re.compile(r"^include/polymoe/io/")),
 ]
 INCLUDE_ROOTS = ["include", "kernels", "policies"]
-TABLE_FILES = {"policies/polymoe/pairing_table.hpp", "policies/polymoe/mpi_table.hpp"}
+TABLE_FILES = {"policies/polymoe/pairing_table.hpp", "policies/polymoe/mpi_table.hpp",
+               "cuda/include/polymoe/cuda_table.hpp"}
 LIBRARY = re.compile(r"^(include|kernels|policies)/.*\.hpp$")
 CODE = re.compile(r"(\.(hpp|cpp|h|cmake|sh|py)|CMakeLists\.txt)$")
 SKIP_DIRS = {".git", "build", "docs", "data", "corpus_hf_layer", "corpus_layer_input", "corpus_safetensors"}
-SCAN_ROOTS = ["include", "kernels", "policies", "tools", "tests", "bench", "scripts", "examples", "cmake",
-              "CMakeLists.txt"]
+SCAN_ROOTS = ["include", "kernels", "policies", "cuda", "python", "tools", "tests", "bench", "scripts", "examples",
+              "cmake", "CMakeLists.txt"]
 
 CITATION = re.compile(r"\b(issues?|runs?)\s*#?\d+", re.IGNORECASE)
 ENV = re.compile(r"\b(std::)?(getenv|secure_getenv)\s*\(|\benviron\b")

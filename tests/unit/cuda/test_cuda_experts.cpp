@@ -21,6 +21,7 @@
 #include <polymoe/codecs/bf16.hpp>
 #include <polymoe/core/routing.hpp>
 #include <polymoe/cuda/experts.hpp>
+#include <polymoe/cuda_table.hpp>
 #include <polymoe/kernels/reference_experts.hpp>
 #include <polymoe/quant/bf16.hpp>
 #include <polymoe/quant/mxfp4.hpp>
@@ -474,9 +475,10 @@ void check_deterministic_and_graph_replay() {
 
 TEST(CudaExperts, DeterministicAndGraphReplay) {
   REQUIRE_GPU();
-  check_deterministic_and_graph_replay<quant::bf16>();
-  check_deterministic_and_graph_replay<quant::mxfp4_w4a16>();
-  check_deterministic_and_graph_replay<quant::nvfp4_w4a16>();
+  // every scheme of kernel::cuda's row
+  boost::mp11::mp_for_each<
+      boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::kernel_schemes<cuda_table, kernel::cuda>>>(
+      [](auto id) { check_deterministic_and_graph_replay<typename decltype(id)::type>(); });
 }
 
 // ---------------------------------------------------------------------------------------------
