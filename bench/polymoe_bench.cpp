@@ -143,6 +143,19 @@ peak_ref applicable_peak(const row& w) {
   return {"fp32 FMA", w.lim.peak_gflops};
 }
 
+/// The share of the roofline a point reaches: the roofline time of a forward is the larger of its
+/// bytes over the bandwidth and its FLOPs over the peak of its path, both measured in this run, so
+/// the share is the larger of the two shares (NaN where a limit was not measured).
+double roofline_ratio(const row& w) {
+  const double peak = applicable_peak(w).value, bw = w.bandwidth();
+  if (!(peak > 0) || !(bw > 0)) return NAN;
+  return std::max(w.gbps() / bw, w.gflops() / peak);
+}
+/// Which limit the roofline is: "bytes" or "compute".
+const char* roofline_bound(const row& w) {
+  return w.gbps() / w.bandwidth() >= w.gflops() / applicable_peak(w).value ? "bytes" : "compute";
+}
+
 /// The table's format: a markdown table (the default on a terminal) or aligned text.
 bool markdown = false;
 
@@ -157,11 +170,11 @@ void print_cells(const std::vector<std::string>& cells, const std::vector<int>& 
   }
   std::printf("%s\n", line.c_str());
 }
-const std::vector<int> table_widths{9, 21, 13, 13, 5, 3, 10, 10, 10, 10, 9, 8, 9, 6, 6, 7};
+const std::vector<int> table_widths{9, 21, 13, 13, 5, 3, 10, 10, 10, 10, 9, 8, 9, 6, 6, 6, 7};
 
 void print_header() {
   print_cells({"a2a", "quant", "kernel", "preset", "T", "thr", "median ms", "min ms", "max ms", "tok/s", "GFLOP/s",
-               "wGB/s", "peak", "%peak", "%DRAM", "x base"},
+               "wGB/s", "peak", "%peak", "%DRAM", "%roof", "x base"},
               table_widths);
   if (markdown) {
     std::string sep = "|";
@@ -185,6 +198,7 @@ void print_row(const row& w) {
                fixed(r.median_s * 1e3, 3), fixed(r.min_s * 1e3, 3), fixed(r.max_s * 1e3, 3),
                fixed(static_cast<double>(r.tokens) / r.median_s, 1), fixed(w.gflops(), 2), fixed(w.gbps(), 2), peak.name,
                peak.value > 0 ? fixed(100 * w.gflops() / peak.value, 1) : "n/a", fixed(100 * w.gbps() / w.bandwidth(), 1),
+               std::isfinite(roofline_ratio(w)) ? fixed(100 * roofline_ratio(w), 1) : "n/a",
                w.baseline_s > 0 ? fixed(w.base_ratio(), 2) : "-"},
               table_widths);
   std::fflush(stdout);
@@ -263,7 +277,8 @@ void write_json(const std::string& file, const std::vector<row>& rows) {
          {"bandwidth_ratio", num_or_null(w.gbps() / w.bandwidth())},
          {"bf16_dot_peak_gflops", w.lim.bf16_dot_gflops > 0 ? json(w.lim.bf16_dot_gflops) : json(nullptr)},
          {"peak", peak.name}, {"peak_value", num_or_null(peak.value)},
-         {"peak_ratio", num_or_null(w.gflops() / peak.value)}, {"note", r.note}}));
+         {"peak_ratio", num_or_null(w.gflops() / peak.value)}, {"roofline_ratio", num_or_null(roofline_ratio(w))},
+         {"roofline_bound", roofline_bound(w)}, {"note", r.note}}));
   }
   polymoe::io::write_text_file(file, json::object({{"context", context(rows)}, {"records", std::move(records)}}).dump() + "\n");
 }
@@ -273,7 +288,7 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
   if (!f) fail("cannot write " + file);
   f << "a2a,quant,kernel,preset,experts,tokens,threads,median_s,min_s,max_s,tokens_per_s,gflops,weight_gbps,"
        "fma_peak_gflops,vnni_peak_gops,dram_read_gbps,baseline_ratio,amx_bf16_peak_gflops,amx_int8_peak_gops,"
-       "mean_s,stddev_s,peak,peak_value,peak_ratio\n";
+       "mean_s,stddev_s,peak,peak_value,peak_ratio,roofline_ratio\n";
   for (const auto& w : rows) {
     const auto& r = w.r;
     const peak_ref peak = applicable_peak(w);
@@ -284,7 +299,8 @@ void write_csv(const std::string& file, const std::vector<row>& rows) {
       << num(w.lim.dram_gbs) << ',' << (w.baseline_s > 0 ? num(w.base_ratio()) : "") << ','
       << (w.lim.amx_bf16_gflops > 0 ? num(w.lim.amx_bf16_gflops) : "") << ','
       << (w.lim.amx_int8_gops > 0 ? num(w.lim.amx_int8_gops) : "") << ',' << num(r.mean_s) << ','
-      << num(r.stddev_s) << ',' << peak.name << ',' << num(peak.value) << ',' << num(w.gflops() / peak.value) << '\n';
+      << num(r.stddev_s) << ',' << peak.name << ',' << num(peak.value) << ',' << num(w.gflops() / peak.value) << ','
+      << num(roofline_ratio(w)) << '\n';
   }
 }
 
@@ -558,7 +574,9 @@ int main(int argc, char** argv) try {
                  "the tables as markdown (the default on a terminal) or aligned text (elsewhere);\n"
                  "columns: median/min/max ms, tok/s, GFLOP/s, weight GB/s, the compute peak of the\n"
                  "instruction the path runs (fp32 FMA, bf16 dot, VNNI int8, AMX bf16 / int8) and\n"
-                 "the share of it, the share of DRAM bandwidth, x the fp32 Eigen baseline")
+                 "the share of it, the share of DRAM bandwidth, the share of the roofline (the\n"
+                 "larger of those two: a forward's time bound by its bytes or its FLOPs), x the fp32\n"
+                 "Eigen baseline")
       ->type_name("FORMAT")
       ->check(programs::choice({"md", "text"}));
   app.add_option("--plot", png, "GFLOP/s and weight GB/s against tokens with the limit lines (gnuplot)")

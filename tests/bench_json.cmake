@@ -1,5 +1,5 @@
 # polymoe_bench --json: a context block (what was built, from which commit, on which CPU, when)
-# and per record every timed forward with its mean and standard deviation.
+# and per record every timed forward with its mean and standard deviation, and its roofline share.
 #   -DBENCH=path/to/polymoe_bench -DOUT=file.json
 execute_process(COMMAND ${BENCH} --preset tiny --tokens 1,4 --reps 5 --quant fp32 --kernel reference --no-baseline
                         --json ${OUT} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -23,4 +23,21 @@ string(JSON mean GET "${text}" records 0 mean_s)
 if(NOT samples EQUAL 5 OR stddev LESS 0 OR NOT mean GREATER 0)
   message(FATAL_ERROR "record 0: ${samples} samples (want 5), mean ${mean}, stddev ${stddev}")
 endif()
-message(STATUS "context and statistics present: ${records} records, ${samples} samples, stddev ${stddev} s")
+# the roofline share: the larger of the bandwidth and compute shares, with the bound it names
+string(JSON roof GET "${text}" records 0 roofline_ratio)
+string(JSON bound GET "${text}" records 0 roofline_bound)
+string(JSON bw GET "${text}" records 0 bandwidth_ratio)
+string(JSON pk GET "${text}" records 0 peak_ratio)
+if(bw LESS pk)
+  set(want ${pk})
+  set(want_bound compute)
+else()
+  set(want ${bw})
+  set(want_bound bytes)
+endif()
+if(NOT roof EQUAL want OR NOT bound STREQUAL want_bound)
+  message(FATAL_ERROR "record 0: roofline_ratio ${roof} (${bound}), expected ${want} (${want_bound}): "
+                      "bandwidth_ratio ${bw}, peak_ratio ${pk}")
+endif()
+message(STATUS "context and statistics present: ${records} records, ${samples} samples, stddev ${stddev} s; "
+               "roofline share ${roof} (${bound})")

@@ -1,7 +1,7 @@
 # polymoe_bench --format md: the final table is a markdown table (a header, a separator of dashes
 # with alignment colons, one row per point, every line with the header's number of cells), each
-# row names the compute peak it is measured against and gives a share of it; --format text has no
-# pipes.
+# row names the compute peak it is measured against and gives a share of it, the DRAM share and the
+# roofline share (the larger of the two); --format text has no pipes.
 #   -DBENCH=path/to/polymoe_bench
 execute_process(COMMAND ${BENCH} --preset tiny --tokens 1,4 --reps 2 --quant bf16,fp32 --kernel tiled --no-baseline
                         --format md RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -28,7 +28,7 @@ foreach(line IN LISTS lines)
   list(LENGTH pipes n)
   if(cells EQUAL -1)
     set(cells ${n})
-    if(NOT line MATCHES "^\\| a2a +\\| quant +\\|.*\\| peak +\\| +%peak \\|")
+    if(NOT line MATCHES "^\\| a2a +\\| quant +\\|.*\\| peak +\\| +%peak \\| +%DRAM \\| +%roof \\|")
       message(FATAL_ERROR "unexpected header: ${line}")
     endif()
     set(state separator)
@@ -40,8 +40,16 @@ foreach(line IN LISTS lines)
     endif()
     set(state rows)
   else()
-    if(NOT line MATCHES "\\| (fp32 FMA|bf16 dot|VNNI int8|AMX bf16|AMX int8) +\\| +[0-9]+\\.[0-9] \\|")
-      message(FATAL_ERROR "a row without its peak and share: ${line}")
+    if(NOT line MATCHES "\\| (fp32 FMA|bf16 dot|VNNI int8|AMX bf16|AMX int8) +\\| +([0-9]+\\.[0-9]) \\| +([0-9]+\\.[0-9]) \\| +([0-9]+\\.[0-9]) \\|")
+      message(FATAL_ERROR "a row without its peak, its shares and its roofline share: ${line}")
+    endif()
+    # the roofline share is the larger of the compute and the bandwidth shares
+    set(roof_want ${CMAKE_MATCH_2})
+    if(CMAKE_MATCH_3 GREATER CMAKE_MATCH_2)
+      set(roof_want ${CMAKE_MATCH_3})
+    endif()
+    if(NOT CMAKE_MATCH_4 EQUAL roof_want)
+      message(FATAL_ERROR "%roof ${CMAKE_MATCH_4} is not the larger of %peak ${CMAKE_MATCH_2} and %DRAM ${CMAKE_MATCH_3}: ${line}")
     endif()
     math(EXPR rows "${rows} + 1")
   endif()

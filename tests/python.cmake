@@ -42,7 +42,8 @@ endif()
 
 # `pip wheel` of the source tree (pyproject.toml, setup.py) around the module built here, installed
 # by pip and run (tests/python_wheel.cmake); needs pip, setuptools and wheel (Debian python3-pip).
-polymoe_python_imports("pip, setuptools, wheel" polymoe_has_pip "the wheel test (Debian python3-pip)")
+# setuptools is imported before pip: after pip, its distutils hook refuses to load.
+polymoe_python_imports("setuptools, wheel, pip" polymoe_has_pip "the wheel test (Debian python3-pip)")
 if(polymoe_has_pip)
   add_test(NAME python.wheel
            COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -DBUILD=${PROJECT_BINARY_DIR}
