@@ -272,6 +272,11 @@ struct Experts::impl {
   void upload_biases(const quant::ExpertStore& w, std::size_t at);
   void grow(index_t tokens, index_t top_k);
   void check_mlp(const ExpertMlp& mlp) const;
+  /// The constructor's activation, checked against the weights, for the pointer forwards.
+  void use_mlp(const ExpertMlp& m) {
+    check_mlp(m);
+    mlp = m;
+  }
 };
 
 void Experts::impl::check_mlp(const ExpertMlp& mlp) const {
@@ -357,7 +362,8 @@ void relay_fp4_row(const std::uint8_t* src, std::size_t bytes, int Kp, std::uint
 
 void Experts::impl::upload(const fp4_store& w, const quant::ExpertStore& store) {
   const index_t E = shape.experts, H = shape.hidden, I = shape.intermediate, R = shape.rows13();
-  const int sb = detail::scale_bytes(w.block == 32 ? detail::wfmt::mxfp4 : detail::wfmt::nvfp4);
+  const detail::wfmt format = w.block == quant::mxfp4::block ? detail::wfmt::mxfp4 : detail::wfmt::nvfp4;
+  const int sb = detail::scale_bytes(format);
   const index_t per = 64 / w.block;  // scale codes a 64-k unit
   const index_t nbH = (H + w.block - 1) / w.block, nbI = (I + w.block - 1) / w.block;
   const std::size_t q13 = static_cast<std::size_t>(g.r13p) * g.hp / 2, q2 = static_cast<std::size_t>(g.hp) * g.ip / 2;
@@ -366,7 +372,7 @@ void Experts::impl::upload(const fp4_store& w, const quant::ExpertStore& store) 
   const std::size_t b_g = w.g13 ? aligned(static_cast<std::size_t>(E) * 4) : 0;
   weights = device_memory(b_q13 + b_q2 + b_s13 + b_s2 + 2 * b_g + bias_bytes(shape, g));
   char* base = static_cast<char*>(weights.get());
-  wv.format = w.block == 32 ? detail::wfmt::mxfp4 : detail::wfmt::nvfp4;
+  wv.format = format;
   wv.w13 = base;
   wv.w2 = base + b_q13;
   wv.s13 = reinterpret_cast<const std::uint8_t*>(base + b_q13 + b_q2);
@@ -487,16 +493,13 @@ Experts::Experts(const quant::nvfp4::weights& w) : impl_(std::make_unique<impl>(
 }
 
 Experts::Experts(const quant::bf16::weights& w, const ExpertMlp& mlp) : Experts(w) {
-  impl_->check_mlp(mlp);
-  impl_->mlp = mlp;
+  impl_->use_mlp(mlp);
 }
 Experts::Experts(const quant::mxfp4::weights& w, const ExpertMlp& mlp) : Experts(w) {
-  impl_->check_mlp(mlp);
-  impl_->mlp = mlp;
+  impl_->use_mlp(mlp);
 }
 Experts::Experts(const quant::nvfp4::weights& w, const ExpertMlp& mlp) : Experts(w) {
-  impl_->check_mlp(mlp);
-  impl_->mlp = mlp;
+  impl_->use_mlp(mlp);
 }
 
 std::string_view Experts::weight_format() const noexcept {
