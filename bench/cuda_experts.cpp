@@ -1,12 +1,14 @@
 // Times cuda::Experts::forward (device routing included) on one layer shape at several batch
 // sizes, for each scheme of kernel::cuda's row (bf16; MXFP4 and NVFP4 weights kept 4-bit on the
-// device), eager and as CUDA graph replays, with CUDA events; the weights the routing touches are
+// device; E4M3 weights and activations), eager and as CUDA graph replays, with CUDA events; the weights the routing touches are
 // rotated over several routings so that decode reads them from HBM, not from L2. Prints µs per
 // forward, the bandwidth over the distinct experts' weights, and TFLOP/s; and the device's
 // copy bandwidth measured in the same run.
 //   polymoe_cuda_bench [--hidden 2048] [--inter 768] [--experts 128] [--top-k 8] [--tokens 1,64,4096]
 //                      [--iters N] [--quant LIST (default: every scheme of kernel::cuda's row)]
+//                      [--tiles LIST (default tiny,small,large,auto)]
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <cstdlib>
@@ -14,6 +16,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -21,6 +24,7 @@
 #include <cublas_v2.h>
 #endif
 
+#include <polymoe/codecs/e4m3.hpp>
 #include <polymoe/cuda_table.hpp>
 
 #include "gpu_limits.hpp"
@@ -71,6 +75,10 @@ int main(int argc, char** argv) try {
       ->delimiter(',')
       ->type_name("LIST")
       ->check(positive);
+  std::vector<std::string> tile_names{"tiny", "small", "large", "auto"};
+  app.add_option("--tiles", tile_names, "tile choices timed (default tiny,small,large,auto; '-' in the table: not timed)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"tiny", "small", "large", "auto"}));
   app.add_option("--iters", iters, "forwards per timing (default 20)")->type_name("N")->check(CLI::Range(1, 1 << 20));
   app.add_option("--quant", quants, "schemes (default: every scheme of kernel::cuda's row)")
       ->delimiter(',')
@@ -123,6 +131,27 @@ int main(int argc, char** argv) try {
       codes(H, I, 16, w.w2, w.w2_scale, [&] { return 0x38 + next() % 24; });
       w.w13_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
       w.w2_scale_2.assign(static_cast<std::size_t>(E), 1.0f / 256);
+    } else if constexpr (std::is_same_v<typename decltype(w.w13)::value_type, std::uint8_t>) {
+      // E4M3 codes of normal values times 64, scales 1/(64·sqrt(fan-in)): DeepSeek's blocks or one
+      // a projection. Bytes: the codes and the scales as the device holds them (one a row's 128 k).
+      w.w13.resize(static_cast<std::size_t>(E * 2 * I * H));
+      w.w2.resize(static_cast<std::size_t>(E * H * I));
+      std::vector<std::uint8_t> table(4096);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (auto& v : table) v = codecs::float_to_e4m3_sat(64.0f * nd(rng));
+      for (auto& v : w.w13) v = table[next() % 4096];
+      for (auto& v : w.w2) v = table[next() % 4096];
+      const float s13 = 1.0f / (64.0f * std::sqrt(static_cast<float>(H))), s2 = 1.0f / (64.0f * std::sqrt(static_cast<float>(I)));
+      const index_t gH = (H + 127) / 128, gI = (I + 127) / 128;
+      if constexpr (requires { w.w13_scale_inv; }) {
+        w.w13_scale_inv.assign(static_cast<std::size_t>(E * 2 * gI * gH), s13);
+        w.w2_scale_inv.assign(static_cast<std::size_t>(E * gH * gI), s2);
+      } else {
+        w.w13_scale.assign(static_cast<std::size_t>(E), s13);
+        w.w2_scale.assign(static_cast<std::size_t>(E), s2);
+      }
+      bytes = static_cast<double>(w.w13.size() + w.w2.size()) / static_cast<double>(E) +
+              4.0 * static_cast<double>(gH * 2 * gI * 128 + gI * gH * 128);
     } else {  // 16-bit weights
       w.w13.resize(static_cast<std::size_t>(E * 2 * I * H));
       w.w2.resize(static_cast<std::size_t>(E * H * I));
@@ -174,13 +203,16 @@ int main(int argc, char** argv) try {
       double by_tiles[4] = {0, 0, 0, 0};
       const cuda::TileChoice choices[4] = {cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large,
                                            cuda::TileChoice::automatic};
+      const char* names[4] = {"tiny", "small", "large", "auto"};
       for (int c = 0; c < 4; ++c) {
+        if (std::find(tile_names.begin(), tile_names.end(), names[c]) == tile_names.end()) continue;
         experts.set_tiles(choices[c]);
         for (int i = 0; i < 3; ++i) fwd(i);
         ck(cudaStreamSynchronize(s), "warm-up");
         by_tiles[c] = time_ms(s, iters, inner, fwd);
       }
       // the same forwards captured once: a graph of `sets` forwards, replayed
+      experts.set_tiles(cuda::TileChoice::automatic);
       cudaGraph_t g;
       cudaGraphExec_t ge;
       ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -191,11 +223,13 @@ int main(int argc, char** argv) try {
       const double graph = time_ms(s, iters, std::max(1, inner / sets), [&](int) { ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch"); }) / sets;
       cudaGraphExecDestroy(ge);
       cudaGraphDestroy(g);
-      const double best = std::min(by_tiles[3], graph) * 1e-3;
+      const double best = (by_tiles[3] > 0 ? std::min(by_tiles[3], graph) : graph) * 1e-3;
       const double flops = 2.0 * T * k * (2.0 * I * H + static_cast<double>(H) * I);
-      std::printf("%8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %12.0f %8.1f\n", (long long)T, route * 1e3,
-                  by_tiles[0] * 1e3, by_tiles[1] * 1e3, by_tiles[2] * 1e3, by_tiles[3] * 1e3, graph * 1e3, distinct,
-                  distinct * expert_bytes / best / 1e9, flops / best / 1e12);
+      char cell[4][16];
+      for (int c = 0; c < 4; ++c)
+        std::snprintf(cell[c], sizeof cell[c], by_tiles[c] > 0 ? "%.1f" : "-", by_tiles[c] * 1e3);
+      std::printf("%8lld %9.1f %9s %9s %9s %9s %9.1f %8.1f %12.0f %8.1f\n", (long long)T, route * 1e3, cell[0], cell[1],
+                  cell[2], cell[3], graph * 1e3, distinct, distinct * expert_bytes / best / 1e9, flops / best / 1e12);
     }
   });
   std::printf("(auto and graph: the engine's own tile choice; weight GB/s and TFLOP/s from the better of the two)\n");

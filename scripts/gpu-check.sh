@@ -47,7 +47,7 @@ grep -E -A6 ": Failure$" "$build.ctest.log" | head -60 || true
 grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|Not Run|Skipped|Failure|FAILED" "$build.ctest.log" | head -40 || true
 if command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_experts" \
-    --gtest_filter='CudaExperts.DeterministicAndGraphReplay:CudaExperts.MatchesReferenceRoutingPatterns:CudaRouting.*' \
+    --gtest_filter='CudaExperts.DeterministicAndGraphReplay:CudaExperts.MatchesReferenceRoutingPatterns:CudaRouting.*:CudaQuantizeE4m3.*' \
     > "$build.memcheck.log" 2>&1 || status=1
   echo "memcheck: $(grep -E "ERROR SUMMARY" "$build.memcheck.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.memcheck.log" | tail -2 | tr '\n' ' ')"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_layer" \
@@ -57,10 +57,10 @@ if command -v compute-sanitizer > /dev/null; then
   timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_experts" \
     --gtest_filter='CudaExperts.MatchesReferenceRoutingPatterns:CudaRouting.*' > "$build.racecheck.log" 2>&1 || status=1
   echo "racecheck: $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$build.racecheck.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.racecheck.log" | tail -2 | tr '\n' ' ')"
-  # the 4-bit weight paths (their shared-memory stages and scale codes) too
+  # every scheme of the row (the 4-bit and E4M3 paths' shared-memory stages and scales) too
   timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_experts" \
     --gtest_filter='CudaExperts.DeterministicAndGraphReplay' > "$build.racecheck-4bit.log" 2>&1 || status=1
-  echo "racecheck (4-bit): $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$build.racecheck-4bit.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.racecheck-4bit.log" | tail -2 | tr '\n' ' ')"
+  echo "racecheck (every scheme): $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$build.racecheck-4bit.log" | tail -1) $(grep -E "PASSED|FAILED" "$build.racecheck-4bit.log" | tail -2 | tr '\n' ' ')"
 fi
 if [ "${POLYMOE_GPU_CHECK_PYTHON:-1}" = 1 ] && grep -q "polymoe: Python component: Python" "$build.configure.log"; then
   if cmake --build "$build" --target polymoe_python polymoe_cli -j"$(nproc)" > "$build.build-python.log" 2>&1; then

@@ -528,4 +528,15 @@ if(TARGET polymoe::cuda)
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/tools/cuda_fixture.cmake)
   set_tests_properties(tool.fixture.gpt_oss_mxfp4_w4a16_cuda PROPERTIES LABELS "tool;cuda" TIMEOUT 300
                        SKIP_REGULAR_EXPRESSION "no usable GPU")
+  # DeepSeek-V3's FP8 blocks with activations quantized on the device (W8A8, fp8 tensor cores), at
+  # the CPU kernels' W8A8 tolerance; the partial fixture's 128x128 blocks are partial
+  foreach(case_dir ${hf}/deepseek_v3_fp8 ${data_hf}/deepseek_v3_fp8_partial)
+    get_filename_component(case ${case_dir} NAME)
+    add_test(NAME tool.fixture.${case}_fp8_block_cuda
+             COMMAND ${CMAKE_COMMAND} -DTOOL=${tool} -DCASE_DIR=${case_dir} -DQUANT=fp8_block
+                     -DOUT=${work}/${case}_fp8_block_cuda.safetensors -DTOL=5e-2
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/tools/cuda_fixture.cmake)
+    set_tests_properties(tool.fixture.${case}_fp8_block_cuda PROPERTIES LABELS "tool;cuda" TIMEOUT 300
+                         SKIP_REGULAR_EXPRESSION "no usable GPU")
+  endforeach()
 endif()

@@ -124,6 +124,37 @@ void to_bf16(const device_view& src, const device_view& dst, stream_t stream) {
         "launch of to_bf16");
 }
 
+void quantize_e4m3(const device_view& src, std::uint8_t* codes, float* scales, index_t group, stream_t stream) {
+  constexpr std::string_view what = "cuda: quantize_e4m3";
+  require(group == 0 || group == 128, what, ": group must be 128 or 0 (one scale a row), got ", group);
+  require(src.type == element_type::f32 || src.type == element_type::bf16, what, ": src is ", to_string(src.type),
+          ", expected float32 or bfloat16");
+  const index_t rows = src.rows, cp = e4m3_columns(src.cols);
+  require(rows < (index_t{1} << 31) && cp < (index_t{1} << 31) && rows * cp < (index_t{1} << 40), what, ": src [",
+          rows, ", ", src.cols, "] is too large");
+  if (rows == 0 || src.cols == 0) return;
+  const int d = current_device();
+  require_on_device(src, "quantize_e4m3: src", d);
+  // the first and the last byte of each output
+  const auto n_codes = static_cast<std::size_t>(rows * cp), n_scales = static_cast<std::size_t>(rows * (cp / 128));
+  require_device_pointer(codes, "quantize_e4m3: codes", d);
+  require_device_pointer(codes + n_codes - 1, "quantize_e4m3: codes (its last byte)", d);
+  require_device_pointer(scales, "quantize_e4m3: scales", d);
+  require_device_pointer(reinterpret_cast<const char*>(scales + n_scales) - 1, "quantize_e4m3: scales (its last byte)", d);
+  const auto overlap = [](const void* a, std::size_t na, const void* b, std::size_t nb) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return x < y + nb && y < x + na;
+  };
+  const std::size_t src_bytes = static_cast<std::size_t>(src.extent_bytes());
+  require(!overlap(codes, n_codes, src.data, src_bytes) && !overlap(scales, n_scales * 4, src.data, src_bytes) &&
+              !overlap(codes, n_codes, scales, n_scales * 4),
+          what, ": src, codes and scales must not share memory");
+  check(detail::launch_quantize_e4m3(src.data, src.type == element_type::bf16, src.row_stride, static_cast<int>(rows),
+                                     static_cast<int>(src.cols), static_cast<int>(group), codes, static_cast<int>(cp),
+                                     scales, stream),
+        "launch of quantize_e4m3");
+}
+
 void shared_slot(const device_view& hidden, const float* gate, std::int32_t* ids, float* weights, stream_t stream) {
   require(hidden.type == element_type::f32 || hidden.type == element_type::bf16, "cuda: shared_slot: hidden is ",
           to_string(hidden.type));
@@ -267,6 +298,11 @@ struct Experts::impl {
     index_t block;
   };
   void upload(const fp4_store& w, const quant::ExpertStore& store);
+  /// E4M3 weights: codes [E, rows13, H] and [E, H, I] as stored; scale13(e, row, kb) and
+  /// scale2(e, row, kb) the fp32 scale of a stored row's 128 k number kb. act_group: 128 or 0.
+  template <class S13, class S2>
+  void upload_e4m3(const std::uint8_t* w13, const std::uint8_t* w2, S13&& scale13, S2&& scale2, int act_group,
+                   const quant::ExpertStore& store);
   // Row r' of the padded w13 holds canonical row src13(r') (or zeros when it is < 0).
   [[nodiscard]] index_t src13(index_t r) const;
   void upload_biases(const quant::ExpertStore& w, std::size_t at);
@@ -411,12 +447,66 @@ void Experts::impl::upload(const fp4_store& w, const quant::ExpertStore& store) 
   upload_biases(store, at_g + 2 * b_g);
 }
 
+template <class S13, class S2>
+void Experts::impl::upload_e4m3(const std::uint8_t* w13, const std::uint8_t* w2, S13&& scale13, S2&& scale2,
+                                int act_group, const quant::ExpertStore& store) {
+  const index_t E = shape.experts, H = shape.hidden, I = shape.intermediate, R = shape.rows13();
+  const index_t kbH = (H + 127) / 128, kbI = (I + 127) / 128;
+  const std::size_t n13 = static_cast<std::size_t>(g.r13p) * g.hp, n2 = static_cast<std::size_t>(g.hp) * g.ip;
+  // one scale for 8 rows: the schemes' scales are constant over each aligned group of 8 (checked)
+  const std::size_t s13 = static_cast<std::size_t>(g.hp / 128) * (g.r13p / 8),
+                    s2 = static_cast<std::size_t>(g.ip / 128) * (g.hp / 8);
+  const std::size_t b_w13 = aligned(E * n13), b_w2 = aligned(E * n2), b_t13 = aligned(E * s13 * 4),
+                    b_t2 = aligned(E * s2 * 4);
+  weights = device_memory(b_w13 + b_w2 + b_t13 + b_t2 + bias_bytes(shape, g));
+  char* base = static_cast<char*>(weights.get());
+  wv.format = detail::wfmt::e4m3;
+  wv.act_group = act_group;
+  wv.w13 = base;
+  wv.w2 = base + b_w13;
+  wv.t13 = reinterpret_cast<const float*>(base + b_w13 + b_w2);
+  wv.t2 = reinterpret_cast<const float*>(base + b_w13 + b_w2 + b_t13);
+  std::vector<std::uint8_t> q(std::max(n13, n2));
+  std::vector<float> t(std::max(s13, s2));
+  std::vector<char> set(t.size());
+  // the scale of row r's 128 k number kb into the table of `groups` groups of 8 rows a kb
+  auto put = [&](index_t r, index_t kb, index_t groups, float v) {
+    const std::size_t at = static_cast<std::size_t>(kb * groups + r / 8);
+    require(!set[at] || t[at] == v, "cuda::Experts: E4M3 weight scales differ within an aligned group of 8 rows");
+    t[at] = v, set[at] = 1;
+  };
+  for (index_t e = 0; e < E; ++e) {
+    std::fill(q.begin(), q.end(), std::uint8_t{0});
+    std::fill(t.begin(), t.end(), 0.0f);
+    std::fill(set.begin(), set.end(), 0);
+    for (index_t r = 0; r < g.r13p; ++r) {
+      const index_t s = src13(r);
+      if (s < 0) continue;
+      std::copy_n(w13 + (e * R + s) * H, H, q.begin() + r * g.hp);
+      for (index_t kb = 0; kb < kbH; ++kb) put(r, kb, g.r13p / 8, scale13(e, s, kb));
+    }
+    weights.upload(q.data(), n13, e * n13);
+    weights.upload(t.data(), s13 * 4, b_w13 + b_w2 + e * s13 * 4);
+    std::fill(q.begin(), q.end(), std::uint8_t{0});
+    std::fill(t.begin(), t.end(), 0.0f);
+    std::fill(set.begin(), set.end(), 0);
+    for (index_t r = 0; r < H; ++r) {
+      std::copy_n(w2 + (e * H + r) * I, I, q.begin() + r * g.ip);
+      for (index_t kb = 0; kb < kbI; ++kb) put(r, kb, g.hp / 8, scale2(e, r, kb));
+    }
+    weights.upload(q.data(), n2, b_w13 + e * n2);
+    weights.upload(t.data(), s2 * 4, b_w13 + b_w2 + b_t13 + e * s2 * 4);
+  }
+  upload_biases(store, b_w13 + b_w2 + b_t13 + b_t2);
+}
+
 void Experts::impl::grow(index_t tokens, index_t top_k) {
   const index_t pairs = tokens * top_k;
   if (tokens <= cap_tokens && pairs <= cap_pairs) return;
   const index_t T = std::max(tokens, cap_tokens), P = std::max(pairs, cap_pairs);
   const std::size_t E = static_cast<std::size_t>(g.experts);
   const std::size_t blocks = static_cast<std::size_t>(detail::sort_blocks(P));
+  const bool q8 = wv.format == detail::wfmt::e4m3;  // E4M3 codes and scales of x and h, h in fp32
   const std::size_t sizes[] = {
       aligned(blocks * E * 4),                         // hist
       aligned(E * 4),                                  // counts
@@ -430,6 +520,9 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
       aligned(static_cast<std::size_t>(P) * g.hidden * 4),  // y
       aligned(static_cast<std::size_t>(P) * 4),        // route_ids
       aligned(static_cast<std::size_t>(P) * 4),        // route_weights
+      aligned(q8 ? static_cast<std::size_t>(T) * (g.hp / 128) * 4 : 0),  // xs
+      aligned(q8 ? static_cast<std::size_t>(P) * g.ip * 4 : 0),           // hf
+      aligned(q8 ? static_cast<std::size_t>(P) * (g.ip / 128) * 4 : 0),   // hs
   };
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
@@ -450,6 +543,9 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
   ws.y = static_cast<float*>(parts[9]);
   route_ids = static_cast<std::int32_t*>(parts[10]);
   route_weights = static_cast<float*>(parts[11]);
+  ws.xs = q8 ? static_cast<float*>(parts[12]) : nullptr;
+  ws.hf = q8 ? static_cast<float*>(parts[13]) : nullptr;
+  ws.hs = q8 ? static_cast<float*>(parts[14]) : nullptr;
   cap_tokens = T;
   cap_pairs = P;
 }
@@ -492,6 +588,33 @@ Experts::Experts(const quant::nvfp4::weights& w) : impl_(std::make_unique<impl>(
                 w);
 }
 
+Experts::Experts(const quant::fp8_block::weights& w) : impl_(std::make_unique<impl>()) {
+  w.validate("cuda::Experts");
+  impl_->init(w.shape());
+  const ExpertShape s = w.shape();
+  const index_t parts = s.gated ? 2 : 1, I = s.intermediate, gH = quant::fp8_block::grid(s.hidden),
+                gI = quant::fp8_block::grid(I);
+  // DeepSeek's grids, per projection: gate, up and down blocks of 128 rows x 128 columns
+  impl_->upload_e4m3(
+      w.w13.data(), w.w2.data(),
+      [&](index_t e, index_t row, index_t kb) {
+        const index_t p = row / I, rr = row - p * I;
+        return w.w13_scale_inv[static_cast<std::size_t>(((e * parts + p) * gI + rr / 128) * gH + kb)];
+      },
+      [&](index_t e, index_t row, index_t kb) {
+        return w.w2_scale_inv[static_cast<std::size_t>((e * gH + row / 128) * gI + kb)];
+      },
+      quant::fp8_block::block, w);
+}
+
+Experts::Experts(const quant::fp8::weights& w) : impl_(std::make_unique<impl>()) {
+  w.validate("cuda::Experts");
+  impl_->init(w.shape());
+  impl_->upload_e4m3(
+      w.w13.data(), w.w2.data(), [&](index_t e, index_t, index_t) { return w.w13_scale[static_cast<std::size_t>(e)]; },
+      [&](index_t e, index_t, index_t) { return w.w2_scale[static_cast<std::size_t>(e)]; }, 0, w);
+}
+
 Experts::Experts(const quant::bf16::weights& w, const ExpertMlp& mlp) : Experts(w) {
   impl_->use_mlp(mlp);
 }
@@ -501,11 +624,18 @@ Experts::Experts(const quant::mxfp4::weights& w, const ExpertMlp& mlp) : Experts
 Experts::Experts(const quant::nvfp4::weights& w, const ExpertMlp& mlp) : Experts(w) {
   impl_->use_mlp(mlp);
 }
+Experts::Experts(const quant::fp8_block::weights& w, const ExpertMlp& mlp) : Experts(w) {
+  impl_->use_mlp(mlp);
+}
+Experts::Experts(const quant::fp8::weights& w, const ExpertMlp& mlp) : Experts(w) {
+  impl_->use_mlp(mlp);
+}
 
 std::string_view Experts::weight_format() const noexcept {
   switch (impl_->wv.format) {
     case detail::wfmt::mxfp4: return "mxfp4";
     case detail::wfmt::nvfp4: return "nvfp4";
+    case detail::wfmt::e4m3: return impl_->wv.act_group == 0 ? "fp8" : "fp8_block";
     default: return "bf16";
   }
 }
@@ -596,6 +726,9 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
     case TileChoice::automatic: {  // by the mean rows an expert
       const index_t rows = tokens * top_k;
       t = rows >= 32 * E ? detail::tiles::large : rows >= 8 * E ? detail::tiles::small : detail::tiles::tiny;
+      // E4M3 streams half the bytes a row: the small tiles' wider column tiles keep enough in
+      // flight at every batch (docs/decisions.md#cuda-e4m3-tiles)
+      if (t == detail::tiles::tiny && m.wv.format == detail::wfmt::e4m3) t = detail::tiles::small;
       break;
     }
   }

@@ -3,6 +3,7 @@
 // and the top-k sum. Every launch is sized for the worst case of the routing (T·k rows), so the
 // host never needs the routing's counts; blocks without work return at once.
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_bf16.h>
@@ -260,6 +261,112 @@ __global__ void make_inputs(const input_rows in, long long items) {
     input_chunk(in, q);
 }
 
+// ---------------------------------------------------------------------------------------------
+// E4M3 activations (the fp8 schemes), as polymoe/quantize/fp8.hpp defines them: per group, s =
+// amax / 448 (1 for an all-zero group) and code = e4m3_satfinite(x / s), in fp32 round-to-nearest.
+// One warp a group of 128 columns (four a lane), or a whole row when the group is the row.
+
+// Two E4M3 codes (lo in the low byte), round-to-nearest-even, saturated to ±448.
+__device__ __forceinline__ unsigned e4m3x2(float lo, float hi) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+struct quant_rows {
+  const void* src;  ///< fp32, or bf16 bits when bf16
+  bool bf16;
+  bool vec;  ///< rows aligned for 16-byte (fp32) or 8-byte (bf16) loads of four values
+  long long ld;
+  int cols;               ///< columns holding values; past them up to cp, zeros
+  int cp;                 ///< padded columns (a multiple of 128): codes [rows, cp], scales [rows, cp/128]
+  bool per_row;           ///< one scale a row, else one per 128 columns
+  const float* weights;   ///< weight_on_input: [rows] multiplied into each row first, or null
+  std::uint8_t* q;
+  float* scale;
+};
+
+__device__ __forceinline__ void quant_load4(const quant_rows& r, long long row, int c0, float (&v)[4]) {
+  if (r.vec && c0 + 4 <= r.cols) {
+    if (r.bf16) {
+      const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const std::uint16_t*>(r.src) + row * r.ld + c0);
+      v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+      v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+    } else {
+      const float4 f = *reinterpret_cast<const float4*>(static_cast<const float*>(r.src) + row * r.ld + c0);
+      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = c0 + j < r.cols ? load_input(r.src, r.bf16, row * r.ld + c0 + j) : 0.0f;
+  }
+  if (r.weights) {
+    const float w = r.weights[row];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (c0 + j < r.cols) v[j] *= w;
+  }
+}
+
+// Item `item` (a row, or a row's group of 128) by the calling warp.
+__device__ void quant_item(const quant_rows& r, long long item, int lane) {
+  const int groups = r.cp / 128;
+  const long long row = r.per_row ? item : item / groups;
+  const int g0 = r.per_row ? 0 : static_cast<int>(item - row * groups), g1 = r.per_row ? groups : g0 + 1;
+  float v[4];
+  unsigned a = 0, bad = 0;  // amax as bits (non-negative floats order as their bits)
+  for (int g = g0; g < g1; ++g) {
+    quant_load4(r, row, g * 128 + lane * 4, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float m = fabsf(v[j]);
+      bad |= !(m <= 3.402823466e38f);  // an infinity or a NaN
+      a = max(a, __float_as_uint(m));
+    }
+  }
+  a = __reduce_max_sync(0xffffffffu, a);
+  bad = __reduce_or_sync(0xffffffffu, bad);
+  const float amax = __uint_as_float(a);
+  const float s = bad ? __uint_as_float(0x7fc00000u) : amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  for (int g = g0; g < g1; ++g) {
+    if (r.per_row) quant_load4(r, row, g * 128 + lane * 4, v);
+    unsigned codes = 0;
+    if (!bad)
+      codes = e4m3x2(__fdiv_rn(v[0], s), __fdiv_rn(v[1], s)) | e4m3x2(__fdiv_rn(v[2], s), __fdiv_rn(v[3], s)) << 16;
+    *reinterpret_cast<unsigned*>(r.q + row * r.cp + g * 128 + lane * 4) = codes;
+    if (lane == 0) r.scale[row * groups + g] = s;
+  }
+}
+
+__device__ __forceinline__ long long quant_items(const quant_rows& r, long long rows) {
+  return r.per_row ? rows : rows * (r.cp / 128);
+}
+
+__global__ void quantize_rows(const quant_rows r, long long items) {
+  griddep_wait();
+  griddep_launch();
+  const int lane = threadIdx.x & 31;
+  const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x >> 5);
+  for (long long q = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; q < items; q += warps)
+    quant_item(r, q, lane);
+}
+
+// GEMM 2's input rows: the intermediate rows of each row tile of the map (rows the routing leaves
+// empty are not touched). One block a row tile.
+__global__ void quantize_tiles(const quant_rows r, const int* __restrict__ tile_info) {
+  griddep_wait();
+  griddep_launch();
+  const int4 ti = reinterpret_cast<const int4*>(tile_info)[blockIdx.x];
+  if (ti.x < 0) return;
+  quant_rows t = r;
+  const int groups = r.cp / 128;
+  t.q += static_cast<long long>(ti.y) * r.cp;
+  t.scale += static_cast<long long>(ti.y) * groups;
+  t.src = static_cast<const float*>(r.src) + static_cast<long long>(ti.y) * r.ld;
+  const long long items = quant_items(t, ti.z);
+  for (long long q = threadIdx.x >> 5; q < items; q += blockDim.x >> 5) quant_item(t, q, threadIdx.x & 31);
+}
+
 // The decode preparation, one launch when the pairs fit one chunk: block 0 routes (tokens <=
 // kSortWarps, one warp a token, when `route`), then sorts the pairs and writes the tile map; blocks
 // 1.. write the input rows meanwhile (they need no routing: weight_on_input never routes here).
@@ -275,7 +382,9 @@ struct prep_params {
   int* sorted_pair;
   int* pos_of_pair;
   input_rows in;
-  long long items;
+  quant_rows qin;  ///< e4m3: the input rows as codes instead (quant set)
+  bool quant;
+  long long items;  ///< input chunks, or quant items (one a warp)
 };
 
 __global__ void __launch_bounds__(kSortThreads) decode_prep(const prep_params p) {
@@ -283,6 +392,13 @@ __global__ void __launch_bounds__(kSortThreads) decode_prep(const prep_params p)
   griddep_wait();
   griddep_launch();
   if (blockIdx.x > 0) {
+    if (p.quant) {
+      const long long warps = static_cast<long long>(gridDim.x - 1) * (blockDim.x >> 5);
+      for (long long q = (static_cast<long long>(blockIdx.x - 1) * blockDim.x + threadIdx.x) >> 5; q < p.items;
+           q += warps)
+        quant_item(p.qin, q, threadIdx.x & 31);
+      return;
+    }
     for (long long q = static_cast<long long>(blockIdx.x - 1) * blockDim.x + threadIdx.x; q < p.items;
          q += static_cast<long long>(gridDim.x - 1) * blockDim.x)
       input_chunk(p.in, q);
@@ -367,6 +483,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -381,6 +502,23 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// m16n8k32 on E4M3 codes: the fragments hold the same bytes as m16n8k16's on bf16 (four codes a
+// register where bf16 holds two values), so the same ldmatrix addresses load them. mma_e4m3_first
+// starts the sums (C = 0).
+__device__ __forceinline__ void mma_e4m3_first(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -450,10 +588,12 @@ __device__ __forceinline__ float gated(act_kind k, float g, float u, float alpha
 __device__ __forceinline__ float plain(act_kind k, float x) { return k == act_kind::relu2 ? relu2(x) : silu(x); }
 
 struct gemm_params {
-  const std::uint16_t* A;  ///< GEMM 1: x [T, K] by token; GEMM 2: h [pairs, K] by sorted row
-  const void* W;           ///< [E, N, K] bf16, or [E, N, K/2] E2M1 pairs (weights_view)
+  const std::uint16_t* A;  ///< GEMM 1: x [T, K] by token; GEMM 2: h [pairs, K] by sorted row (e4m3: codes)
+  const void* W;           ///< [E, N, K] bf16 or E4M3, or [E, N, K/2] E2M1 pairs (weights_view)
   const std::uint8_t* S;   ///< 4-bit formats: [E, K/64, N] block scale codes
   const float* G;          ///< nvfp4: [E] scale_2
+  const float* SA;         ///< e4m3: A's scales [rows of A, K/128]
+  const float* SW;         ///< e4m3: W's scales [E, K/128, N/8] (one for 8 rows)
   const float* bias;       ///< [E, N] or null
   int N, K;                ///< padded
   int k;                   ///< slots per token (GEMM 1: the token of pair i is i / k)
@@ -462,6 +602,7 @@ struct gemm_params {
   bool rows_on_y;          ///< grid: column tiles on x and row tiles on y, else the other way
   // GEMM 1
   std::uint16_t* h;
+  float* hf;  ///< e4m3: the intermediate in fp32 (quantized by the next launch)
   int ldh;
   act_kind act;
   float alpha, limit;
@@ -493,7 +634,6 @@ struct tile_shape {
   }
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tiles of whole m16 and n16 blocks");
   static_assert((BN * CPR) % threads == 0, "the weight tile divides among the threads");
-  static_assert(BK % 64 == 0 && (BN * QCPR) % threads == 0, "4-bit stages of whole 64-k units");
   static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
 };
 // Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
@@ -504,31 +644,49 @@ using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
 // Many rows an expert (prefill): 64 columns of K a stage, so that half as many barriers and waits
 // pace the loop as with 32; 3 stages keep two blocks (16 warps) on a multiprocessor.
 using large_tiles = tile_shape<128, 128, 64, 2, 4, 3>;
+// E4M3: a stage of BK 2-byte units is 2·BK k. The tiny tiles take 128 k a stage (K may be 128) in
+// twice the stages; the large tiles take 16 warps of 32x32, whose two sets of accumulators (the
+// sums of each 128 k apart) fit 128 registers, where 8 warps of 64x32 needed 255 and ran one block
+// of 8 warps a multiprocessor.
+using e4m3_tiny_tiles = tile_shape<16, 32, 64, 1, 2, 8>;
+using e4m3_large_tiles = tile_shape<128, 128, 64, 4, 4, 3>;
 
-template <tiles T>
-struct shape_of;
-template <>
-struct shape_of<tiles::tiny> {
-  using type = tiny_tiles;
-};
-template <>
-struct shape_of<tiles::small> {
+template <tiles T, wfmt WF>
+struct shape_of {
   using type = small_tiles;
 };
-template <>
-struct shape_of<tiles::large> {
-  using type = large_tiles;
+template <wfmt WF>
+struct shape_of<tiles::tiny, WF> {
+  using type = std::conditional_t<WF == wfmt::e4m3, e4m3_tiny_tiles, tiny_tiles>;
+};
+template <wfmt WF>
+struct shape_of<tiles::large, WF> {
+  using type = std::conditional_t<WF == wfmt::e4m3, e4m3_large_tiles, large_tiles>;
 };
 constexpr int bm_of(tiles t) {
   return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;
 }
+static_assert(e4m3_tiny_tiles::BM == tiny_tiles::BM && e4m3_large_tiles::BM == large_tiles::BM,
+              "one row tile height a tile choice, whatever the format: the sort lays out the rows");
 
-// The large tiles are held to two blocks a multiprocessor (128 registers a thread): the 4-bit
-// decode would otherwise take about 160 and leave one block, a fifth slower at T=4096. The others
-// are left unbounded (0).
+// The large tiles are held to 16 warps a multiprocessor (128 registers a thread: two blocks of 8
+// warps, or one of 16): the 4-bit decode would otherwise take about 160 and leave one block of 8,
+// a fifth slower at T=4096. The others are left unbounded (0).
+// Blocks a multiprocessor for the launch bounds: 16 warps for the large tiles (128 registers a
+// thread), unless E4M3's two sets of accumulators need more than 64 of them; others unbounded (0).
+template <class S, wfmt WF>
+constexpr int min_blocks() {
+  if (S::BM < 128) return 0;
+  if (WF == wfmt::e4m3 && 2 * S::WTM * S::WTN / 32 > 64) return 1;
+  return 512 / S::threads;
+}
+
 template <class S, bool GEMM1, wfmt WF>
-__global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm(const gemm_params p) {
-  constexpr bool Q4 = WF != wfmt::bf16;
+__global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(const gemm_params p) {
+  constexpr bool Q4 = WF == wfmt::mxfp4 || WF == wfmt::nvfp4;
+  constexpr bool Q8 = WF == wfmt::e4m3;
+  static_assert(!Q4 || (S::BK % 64 == 0 && (S::BN * S::QCPR) % S::threads == 0), "4-bit stages of whole 64-k units");
+  static_assert(!Q8 || S::BK == 64, "E4M3 stages of one 128-k block");
   constexpr int SB = WF == wfmt::mxfp4 ? 2 : 4;  // scale_bytes(WF), a host function
   extern __shared__ __align__(16) unsigned char smem_raw[];
   std::uint16_t* sA = reinterpret_cast<std::uint16_t*>(smem_raw);
@@ -536,6 +694,9 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
   // 4-bit: packed rows [STAGES, BN, LDB] bytes, then scale codes [STAGES, KC, BN, SB]
   unsigned char* sQ = reinterpret_cast<unsigned char*>(sB);
   unsigned char* sS = sQ + S::STAGES * S::BN * S::LDB;
+  // E4M3: the scales of each stage's 128 k, [STAGES, BM] of A's rows then [STAGES, BN/8] of W's
+  float* sSA = reinterpret_cast<float*>(sB + S::STAGES * S::BN * S::LDS);
+  float* sSW = sSA + S::STAGES * S::BM;
 
   // GEMM 1 reads the tile map of the kernel just before it. GEMM 2 reads it before waiting for
   // GEMM 1: the map was complete when GEMM 1's blocks passed their own wait, before any of them let
@@ -554,6 +715,7 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
   const long long base = ti.y;
   const int n0 = (p.rows_on_y ? blockIdx.x : blockIdx.y) * S::BN;
   const int K = p.K;
+  const int KU = Q8 ? K / 2 : K;  // a row of A (and of bf16 or E4M3 weights) in 16-byte chunks' 2-byte units
   const int tid = threadIdx.x;
 
   constexpr int B_N = Q4 ? S::QB_PER : S::B_PER;
@@ -569,17 +731,19 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
       b_src[q] = W + static_cast<long long>(r) * (K / 2) + c * 16;
     }
   } else {
-    const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + (static_cast<long long>(e) * p.N + n0) * K;
+    const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + (static_cast<long long>(e) * p.N + n0) * KU;
 #pragma unroll
     for (int q = 0; q < B_N; ++q) {
       const int idx = tid + q * S::threads;
       const int r = idx / S::CPR, c = idx % S::CPR;
       b_dst[q] = (r * S::LDS + c * 8) * 2;
-      b_src[q] = reinterpret_cast<const unsigned char*>(W + static_cast<long long>(r) * K + c * 8);
+      b_src[q] = reinterpret_cast<const unsigned char*>(W + static_cast<long long>(r) * KU + c * 8);
     }
   }
   // 4-bit: the scale codes of the BN rows for each 64-k unit are contiguous ([E, K/64, N])
   const unsigned char* s_src = Q4 ? p.S + (static_cast<long long>(e) * (K / 64) * p.N + n0) * SB : nullptr;
+  const int nkb = K / 128;  // E4M3: 128-k blocks (one a stage)
+  const float* sw_src = Q8 ? p.SW + (static_cast<long long>(e) * nkb * p.N + n0) / 8 : nullptr;
   auto load_b = [&](int stage, int kt) {
     if constexpr (Q4) {
       unsigned char* b = sQ + stage * S::BN * S::LDB;
@@ -596,9 +760,13 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
       unsigned char* b = reinterpret_cast<unsigned char*>(sB + stage * S::BN * S::LDS);
 #pragma unroll
       for (int q = 0; q < B_N; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * S::BK * 2, true);
+      if constexpr (Q8)
+        for (int idx = tid; idx < S::BN / 32; idx += S::threads)
+          cp_async16(sSW + stage * (S::BN / 8) + idx * 4, sw_src + static_cast<long long>(kt) * (p.N / 8) + idx * 4, true);
     }
   };
-  const int KT = K / S::BK;
+  const int KT = KU / S::BK;
+
   // The prologue's weights first, as one group with the rows below: the first iteration waits for
   // the whole prologue, later ones for their stage alone.
 #pragma unroll
@@ -620,7 +788,13 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
     a_dst[q] = r * S::LDS + c * 8;
     long long row = 0;
     if (a_ok[q]) row = GEMM1 ? p.sorted_pair[base + r] / p.k : base + r;
-    a_src[q] = p.A + row * K + c * 8;
+    a_src[q] = p.A + row * KU + c * 8;
+  }
+  // E4M3: the scales of row `tid` of the tile (A is [rows, K/128]), loaded with each stage
+  const float* sa_src = nullptr;
+  if constexpr (Q8) {
+    if (tid < S::BM && tid < rows)
+      sa_src = p.SA + (GEMM1 ? static_cast<long long>(p.sorted_pair[base + tid] / p.k) : base + tid) * nkb;
   }
   auto load_a = [&](int stage, int kt) {
     std::uint16_t* a = sA + stage * S::BM * S::LDS;
@@ -628,6 +802,8 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
 #pragma unroll
     for (int q = 0; q < S::A_PER; ++q)
       if (tid + q * S::threads < S::BM * S::CPR) cp_async16(a + a_dst[q], a_src[q] + k0, a_ok[q]);
+    if constexpr (Q8)
+      if (tid < S::BM) cp_async4(sSA + stage * S::BM + tid, sa_src ? sa_src + kt : p.SA, sa_src != nullptr);
   };
   auto load_stage = [&](int stage, int kt) {
     load_a(stage, kt);
@@ -658,6 +834,10 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
     for (int ni = 0; ni < S::NI; ++ni)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
+  // E4M3: the products of each 128 k are summed in `part` on the tensor cores, then added to acc
+  // times the scales of A's row and W's column for those 128 k (in fp32 on the CUDA cores).
+  constexpr int QMI = Q8 ? S::MI : 1, QNI = Q8 ? S::NI : 1;
+  float part[QMI][QNI][4];
 
   for (int kt = 0; kt < KT; ++kt) {
     if (kt == 0) cp_async_wait<0>();
@@ -710,10 +890,40 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
           bf[2 * nj + 1][1] = r[3];
         }
       }
+      if constexpr (Q8) {
 #pragma unroll
-      for (int mi = 0; mi < S::MI; ++mi)
+        for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < S::NI; ++ni) mma_bf16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+          for (int ni = 0; ni < S::NI; ++ni) {
+            if (kk == 0) mma_e4m3_first(part[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+            else mma_e4m3(part[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+          }
+        if (kk == 3) {  // the stage's 128 k: its sums times the scales of their row and n8 block
+          const float* sa = sSA + (kt % S::STAGES) * S::BM + wm * S::WTM + (lane >> 2);
+          const float* sw = sSW + (kt % S::STAGES) * (S::BN / 8) + wn * (S::WTN / 8);
+          float wsc[S::NI];
+#pragma unroll
+          for (int ni = 0; ni < S::NI; ++ni) wsc[ni] = sw[ni];
+#pragma unroll
+          for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const float asc = sa[mi * 16 + half * 8];
+#pragma unroll
+              for (int ni = 0; ni < S::NI; ++ni) {
+                const float sc = asc * wsc[ni];
+#pragma unroll
+                for (int c = 0; c < 2; ++c)
+                  acc[mi][ni][half * 2 + c] = fmaf(part[mi][ni][half * 2 + c], sc, acc[mi][ni][half * 2 + c]);
+              }
+            }
+        }
+      } else {
+#pragma unroll
+        for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < S::NI; ++ni) mma_bf16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+      }
     }
   }
   cp_async_wait<0>();
@@ -754,7 +964,8 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
               v[c] = gated(p.act, g, u, p.alpha, p.limit);
             }
             const int j = (n0 + wn * S::WTN + nj * 16) / 2 + (lane & 3) * 2;
-            *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
+            if constexpr (Q8) *reinterpret_cast<float2*>(p.hf + row * p.ldh + j) = make_float2(v[0], v[1]);
+            else *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
           }
         } else {
 #pragma unroll
@@ -767,7 +978,8 @@ __global__ void __launch_bounds__(S::threads, S::BM >= 128 ? 2 : 0) grouped_gemm
               if (bias) x += bias[j + c];
               v[c] = plain(p.act, x);
             }
-            *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
+            if constexpr (Q8) *reinterpret_cast<float2*>(p.hf + row * p.ldh + j) = make_float2(v[0], v[1]);
+            else *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
           }
         }
       } else {
@@ -843,6 +1055,7 @@ __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ po
 
 template <class S, wfmt WF>
 constexpr size_t smem_of() {
+  if constexpr (WF == wfmt::e4m3) return S::smem + sizeof(float) * S::STAGES * (S::BM + S::BN / 8);
   return WF == wfmt::bf16 ? S::smem : S::smem_q(scale_bytes(WF));
 }
 
@@ -858,7 +1071,7 @@ cudaError_t prepare_gemm_shape() {
 
 template <tiles T, bool GEMM1, wfmt WF>
 cudaError_t prepare_gemm() {
-  return prepare_gemm_shape<typename shape_of<T>::type, GEMM1, WF>();
+  return prepare_gemm_shape<typename shape_of<T, WF>::type, GEMM1, WF>();
 }
 
 template <wfmt WF>
@@ -893,7 +1106,7 @@ template <tiles TILES, wfmt WF>
 cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
                       cudaStream_t stream, const char** step) {
   const long long pairs = static_cast<long long>(a.tokens) * a.k;
-  using S = typename shape_of<TILES>::type;
+  using S = typename shape_of<TILES, WF>::type;
   const int tiles_max = max_row_tiles(TILES, pairs, g.experts);
   gemm_params p{};
   p.k = a.k;
@@ -915,11 +1128,25 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p1.K = g.hp;
   p1.h = ws.h;
   p1.ldh = g.ip;
+  if constexpr (WF == wfmt::e4m3) {
+    p1.SA = ws.xs;
+    p1.SW = w.t13;
+    p1.hf = ws.hf;
+  }
   *step = "GEMM 1 (grouped_gemm)";
   cudaError_t err = launch_gemm<S, true, WF>(p1, tiles_max, stream);
   if (err != cudaSuccess) return err;
 
   gemm_params p2 = p;
+  if constexpr (WF == wfmt::e4m3) {  // the intermediate rows of each row tile to E4M3
+    const quant_rows q{ws.hf, false, true, g.ip, g.inter, g.ip, w.act_group == 0, nullptr,
+                       reinterpret_cast<std::uint8_t*>(ws.h), ws.hs};
+    *step = "quantize_tiles";
+    err = launch_pdl(quantize_tiles, dim3(tiles_max), dim3(256), 0, stream, q, static_cast<const int*>(ws.tile_info));
+    if (err != cudaSuccess) return err;
+    p2.SA = ws.hs;
+    p2.SW = w.t2;
+  }
   p2.A = ws.h;
   p2.W = w.w2;
   p2.S = w.s2;
@@ -947,6 +1174,7 @@ cudaError_t run_gemms_of(tiles t, wfmt f, const geometry& g, const weights_view&
   switch (f) {
     case wfmt::mxfp4: return run_gemms_in<wfmt::mxfp4>(t, g, w, ws, a, stream, step);
     case wfmt::nvfp4: return run_gemms_in<wfmt::nvfp4>(t, g, w, ws, a, stream, step);
+    case wfmt::e4m3: return run_gemms_in<wfmt::e4m3>(t, g, w, ws, a, stream, step);
     default: return run_gemms_in<wfmt::bf16>(t, g, w, ws, a, stream, step);
   }
 }
@@ -962,6 +1190,7 @@ cudaError_t prepare_kernels() {
   cudaError_t err = prepare_format<wfmt::bf16>();
   if (err == cudaSuccess) err = prepare_format<wfmt::mxfp4>();
   if (err == cudaSuccess) err = prepare_format<wfmt::nvfp4>();
+  if (err == cudaSuccess) err = prepare_format<wfmt::e4m3>();
   return err;
 }
 
@@ -997,8 +1226,21 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   in.hp = g.hp;
   in.weights = a.weight_on_input ? a.weights : nullptr;
   in.x = ws.x;
-  const long long items = static_cast<long long>(a.tokens) * (g.hp / 8);
+  // e4m3: the input rows as codes and scales instead (one warp a quant item)
+  const bool quant = w.format == wfmt::e4m3;
+  const quant_rows qin{a.hidden,
+                       a.hidden_bf16,
+                       addr % (a.hidden_bf16 ? 8 : 16) == 0 && a.ld_hidden % 4 == 0,
+                       a.ld_hidden,
+                       g.hidden,
+                       g.hp,
+                       w.act_group == 0,
+                       in.weights,
+                       reinterpret_cast<std::uint8_t*>(ws.x), ws.xs};
+  const long long items = quant ? (w.act_group == 0 ? a.tokens : static_cast<long long>(a.tokens) * (g.hp / 128))
+                                : static_cast<long long>(a.tokens) * (g.hp / 8);
   constexpr int kItemThreads = 256;
+  const long long item_threads = quant ? items * 32 : items;
 
   if (blocks == 1) {
     // One launch: routing (a few tokens), sort, tile map and input rows.
@@ -1025,8 +1267,10 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
     p.sorted_pair = ws.sorted_pair;
     p.pos_of_pair = ws.pos_of_pair;
     p.in = in;
+    p.qin = qin;
+    p.quant = quant;
     p.items = items;
-    const long long item_blocks = (items + kItemThreads - 1) / kItemThreads;
+    const long long item_blocks = (item_threads + kItemThreads - 1) / kItemThreads;
     const int grid = 1 + static_cast<int>(item_blocks < 65535 ? item_blocks : 65535);
     *step = "decode_prep";
     err = launch_pdl(decode_prep, dim3(grid), dim3(kSortThreads), fuse_route && route_smem > sort_smem ? route_smem : sort_smem,
@@ -1047,8 +1291,14 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
     err = launch_pdl(sort_scatter, dim3(blocks), dim3(kSortThreads), sizeof(int) * (1 + kSortWarps) * E, stream, a.ids,
                      pairs, E, ws.hist, ws.offsets, ws.sorted_pair, ws.pos_of_pair);
     if (err != cudaSuccess) return err;
-    *step = "make_inputs";
-    err = launch_pdl(make_inputs, dim3(grid_for(items, kItemThreads)), dim3(kItemThreads), 0, stream, in, items);
+    if (quant) {
+      *step = "quantize_rows";
+      err = launch_pdl(quantize_rows, dim3(grid_for(item_threads, kItemThreads)), dim3(kItemThreads), 0, stream, qin,
+                       items);
+    } else {
+      *step = "make_inputs";
+      err = launch_pdl(make_inputs, dim3(grid_for(items, kItemThreads)), dim3(kItemThreads), 0, stream, in, items);
+    }
   }
   if (err != cudaSuccess) return err;
   err = run_gemms_of(t, w.format, g, w, ws, a, stream, step);
@@ -1057,6 +1307,16 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   return launch_pdl(topk_sum, dim3(grid_for(static_cast<long long>(a.tokens) * g.hidden, 256)), dim3(256), 0, stream,
                     ws.y, ws.pos_of_pair, a.tokens, a.k, g.hidden, a.out, a.ld_out, a.out_bf16, a.accumulate,
                     a.keep_uncomputed);
+}
+
+cudaError_t launch_quantize_e4m3(const void* src, bool src_bf16, long long ld_src, int rows, int cols, int group,
+                                 std::uint8_t* codes, int cp, float* scales, cudaStream_t stream) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(src);
+  const quant_rows r{src, src_bf16, addr % (src_bf16 ? 8 : 16) == 0 && ld_src % 4 == 0, ld_src, cols, cp, group == 0,
+                     nullptr, codes, scales};
+  const long long items = group == 0 ? rows : static_cast<long long>(rows) * (cp / 128);
+  if (items == 0) return cudaSuccess;
+  return launch_pdl(quantize_rows, dim3(grid_for(items * 32, 256)), dim3(256), 0, stream, r, items);
 }
 
 __global__ void masked_slots(const std::int32_t* __restrict__ masked_m, int experts, int capacity,

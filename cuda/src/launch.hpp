@@ -37,7 +37,13 @@ struct geometry {
 ///     s13 [E, hp/64, r13p] and s2 [E, ip/64, hp]: the block scale codes of each row's 64 k,
 ///     2 bytes (mxfp4: E8M0 of the two blocks of 32) or 4 (nvfp4: E4M3 of the four blocks of 16);
 ///     nvfp4: g13 [E] and g2 [E] the per-expert scale_2, applied to the sums.
-enum class wfmt : int { bf16, mxfp4, nvfp4 };
+///   e4m3: E4M3 codes, one a byte, rows as above (w13 [E, r13p, hp] bytes, w2 [E, hp, ip]), with
+///     t13 [E, hp/128, r13p/8] and t2 [E, ip/128, hp/8]: the fp32 scale of each 8 rows' 128 k (a
+///     DeepSeek block's weight_scale_inv, or the projection's one scale: both the same for the 8
+///     rows of a group, gate and up interleaved or not); the GEMMs' inputs are
+///     E4M3 codes too, quantized on the device per row in groups of act_group columns (0: the whole
+///     row), and the products of each 128 k are summed on the fp8 tensor cores, then scaled.
+enum class wfmt : int { bf16, mxfp4, nvfp4, e4m3 };
 
 /// Bytes of block scale codes per row per 64 k of a 4-bit format.
 [[nodiscard]] constexpr int scale_bytes(wfmt f) { return f == wfmt::mxfp4 ? 2 : 4; }
@@ -50,6 +56,9 @@ struct weights_view {
   const std::uint8_t* s2 = nullptr;
   const float* g13 = nullptr;
   const float* g2 = nullptr;
+  const float* t13 = nullptr;
+  const float* t2 = nullptr;
+  int act_group = 128;  ///< e4m3: columns of an activation scale (0: one scale a row)
   const float* b13 = nullptr;
   const float* b2 = nullptr;
 };
@@ -64,9 +73,13 @@ struct workspace_view {
                                ///< first sorted row, rows, 0; written by the sort
   int* sorted_pair = nullptr;  ///< [pairs] pair index t·k + j of each sorted row
   int* pos_of_pair = nullptr;  ///< [pairs] sorted row of each pair, -1 for a slot not computed
-  std::uint16_t* x = nullptr;  ///< [tokens, hp] bf16 expert input rows
-  std::uint16_t* h = nullptr;  ///< [pairs, ip] bf16 intermediate rows, in sorted order
+  std::uint16_t* x = nullptr;  ///< [tokens, hp] bf16 expert input rows (e4m3: [tokens, hp] codes)
+  std::uint16_t* h = nullptr;  ///< [pairs, ip] bf16 intermediate rows, in sorted order (e4m3: codes)
   float* y = nullptr;          ///< [pairs, H] fp32 expert outputs (weighted), in sorted order
+  // e4m3 only (null otherwise)
+  float* xs = nullptr;         ///< [tokens, hp/128] scales of x's codes, per 128 columns
+  float* hf = nullptr;         ///< [pairs, ip] fp32 intermediate rows, before their quantization
+  float* hs = nullptr;         ///< [pairs, ip/128] scales of h's codes
 };
 
 struct routing_args {
@@ -127,6 +140,15 @@ cudaError_t launch_shared_slot(const void* hidden, bool hidden_bf16, long long l
 /// dst [rows, cols] bf16 = src [rows, cols] fp32 rounded to nearest even (row strides ld_*).
 cudaError_t launch_to_bf16(const float* src, long long ld_src, std::uint16_t* dst, long long ld_dst, int rows, int cols,
                            cudaStream_t stream);
+
+/// E4M3 codes of rows of src (fp32, or bf16 bits when src_bf16; row r at r · ld_src, `cols`
+/// columns) as the fp8 schemes define them (polymoe/quantize/fp8.hpp): per group of `group`
+/// columns (0: the whole row), s = amax / 448 (1 for an all-zero group) and code =
+/// e4m3_satfinite(x / s), both in fp32 round-to-nearest; a group holding a NaN or an infinity gets
+/// codes 0 and scale NaN. codes [rows, cp] (cp a multiple of 128 >= cols; columns past cols are
+/// code 0), scales [rows, cp/128] (a row's one scale repeated when group is 0).
+cudaError_t launch_quantize_e4m3(const void* src, bool src_bf16, long long ld_src, int rows, int cols, int group,
+                                 std::uint8_t* codes, int cp, float* scales, cudaStream_t stream);
 
 /// The masked format as tokens of one slot: row e · capacity + i is expert e's when i <
 /// min(masked_m[e], capacity), else no slot (id -1); weights 1.

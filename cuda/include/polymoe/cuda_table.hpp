@@ -12,9 +12,12 @@ namespace polymoe {
 
 namespace table_rows {
 /// kernel::cuda's row, for tables that add it to others (e.g. pairing::extend<mpi_table, cuda_kernel>).
-// bf16 mma.sync on the device; the W4A16 schemes' 4-bit weights are decoded to bf16 in registers
-using cuda_kernel = pairing::kernel_row<kernel::cuda, pairing::natives<format::standard, format::masked>,
-                                        pairing::schemes<quant::bf16, quant::mxfp4_w4a16, quant::nvfp4_w4a16>>;
+// bf16 mma.sync on the device; the W4A16 schemes' 4-bit weights are decoded to bf16 in registers;
+// the fp8 schemes run E4M3 x E4M3 on the fp8 tensor cores
+using cuda_kernel =
+    pairing::kernel_row<kernel::cuda, pairing::natives<format::standard, format::masked>,
+                        pairing::schemes<quant::bf16, quant::mxfp4_w4a16, quant::nvfp4_w4a16, quant::fp8_block,
+                                         quant::fp8>>;
 }  // namespace table_rows
 
 struct cuda_table : pairing::extend<core_table, table_rows::cuda_kernel> {};

@@ -19,12 +19,16 @@
 #include <cuda_runtime_api.h>
 
 #include <polymoe/codecs/bf16.hpp>
+#include <polymoe/codecs/e4m3.hpp>
 #include <polymoe/core/routing.hpp>
 #include <polymoe/cuda/experts.hpp>
 #include <polymoe/cuda_table.hpp>
 #include <polymoe/kernels/reference_experts.hpp>
 #include <polymoe/quant/bf16.hpp>
+#include <polymoe/quant/fp8.hpp>
+#include <polymoe/quant/fp8_block.hpp>
 #include <polymoe/quant/mxfp4.hpp>
+#include <polymoe/quantize/fp8.hpp>
 #include <polymoe/quant/nvfp4.hpp>
 
 namespace {
@@ -114,8 +118,55 @@ TEST(CudaRouting, MatchesCpu) {
 // 4-bit weights decode to the same values on both sides (exact in bf16), except NVFP4's scale_2:
 // the reference multiplies each weight by it (one rounding a weight), the GPU multiplies the sums
 // (one rounding a sum); one more term in each gamma covers both.
-
+//
+// The fp8 schemes (E4M3 activations and weights) differ in kind:
+//  (4) the input rows' codes and scales are the CPU's bit for bit (CudaQuantizeE4m3 checks it);
+//  (5) the GPU sums the exact products of each 128 k on the fp8 tensor cores, whose accumulator
+//      keeps 13 fraction bits (truncated at each k32 step; DeepSeek-V3's report and public models
+//      of Hopper's tensor cores), then adds them times the two scales in fp32; the reference
+//      multiplies dequantized fp32 values. Bound: 4 steps a 128 k, each off by at most 2^-12 of
+//      the magnitudes summed, plus gamma with 4 more terms (the reference's two dequantizing
+//      roundings, the scales' product and the fold);
+//  (6) the intermediate is quantized from fp32 values that differ by (1)-(2): its scale and each
+//      code may land elsewhere; the bound takes the extreme codes and scales over the error box.
 double gamma_n(index_t n) { return 2.0 * static_cast<double>(n) * std::ldexp(1.0, -24); }
+template <class Q>
+constexpr bool e4m3_scheme = std::is_same_v<Q, quant::fp8_block> || std::is_same_v<Q, quant::fp8>;
+template <class Q>
+double gemm_gamma(index_t n) {
+  if constexpr (e4m3_scheme<Q>) return gamma_n(n + 4) + 4.0 * std::ldexp(1.0, -12);
+  return gamma_n(n + (std::is_same_v<typename Q::weights, quant::nvfp4::weights> ? 1 : 0));
+}
+
+// (6): for the values f (fp32, each within df of the GPU's) in groups of `group`, the CPU's
+// quantized values h and a bound dh on |GPU's - h| for each.
+void e4m3_box(const std::vector<float>& f, const std::vector<double>& df, index_t group, std::vector<double>& h,
+              std::vector<double>& dh) {
+  namespace kq = polymoe::quantize;
+  const index_t n = static_cast<index_t>(f.size());
+  for (index_t g0 = 0; g0 < n; g0 += group) {
+    const index_t g1 = std::min(n, g0 + group);
+    double amax = 0.0, d = 0.0;
+    for (index_t q = g0; q < g1; ++q) amax = std::max(amax, std::fabs(double(f[q]))), d = std::max(d, df[q]);
+    const float s = kq::e4m3_scale(static_cast<float>(amax));
+    const float s_lo = kq::e4m3_scale(static_cast<float>(std::max(0.0, amax - d)));
+    const float s_hi = kq::e4m3_scale(std::nextafter(static_cast<float>(amax + d), INFINITY));
+    for (index_t q = g0; q < g1; ++q) {
+      const float c = codecs::e4m3_to_float(codecs::float_to_e4m3_sat(f[q] / s));
+      h[q] = static_cast<double>(c * s);
+      double worst = 0.0;
+      const float x_lo = static_cast<float>(f[q] - df[q]), x_hi = static_cast<float>(f[q] + df[q]);
+      float r_lo = INFINITY, r_hi = -INFINITY;
+      for (float x : {x_lo, x_hi})
+        for (float sc : {s_lo, s_hi}) r_lo = std::min(r_lo, x / sc), r_hi = std::max(r_hi, x / sc);
+      for (float r : {r_lo, r_hi})
+        for (float sc : {s_lo, s_hi})
+          worst = std::max(worst, std::fabs(double(codecs::e4m3_to_float(codecs::float_to_e4m3_sat(r))) * sc - h[q]));
+      dh[q] = worst + std::ldexp(std::fabs(h[q]) + worst, -23);  // the GPU's fp32 product rounded
+    }
+  }
+}
+
 double ulp_bf16(double v) {
   v = std::fabs(v);
   if (v == 0.0) return 0.0;
@@ -181,11 +232,11 @@ Problem<Q> make_problem(const Case& c, std::uint32_t seed) {
 template <class Q>
 Matrix error_bound(const Case& c, const Problem<Q>& p) {
   const index_t H = c.H, I = c.I, R = is_gated(c.act) ? 2 * I : I;
-  constexpr index_t extra = std::is_same_v<typename Q::weights, quant::nvfp4::weights> ? 1 : 0;
   Matrix bound = Matrix::Zero(c.T, H);
   kernels::DenseExpert dense;
   std::vector<float> x(static_cast<std::size_t>(H)), pre(static_cast<std::size_t>(R)), eps(static_cast<std::size_t>(R));
-  std::vector<double> h(static_cast<std::size_t>(I)), dh(static_cast<std::size_t>(I));
+  std::vector<double> h(static_cast<std::size_t>(I)), dh(static_cast<std::size_t>(I)), df(static_cast<std::size_t>(I));
+  std::vector<float> f(static_cast<std::size_t>(I));
   ActivationParams ap;
   ap.kind = c.act;
   auto f_at = [&](index_t j, float g, float u) {
@@ -216,7 +267,7 @@ Matrix error_bound(const Case& c, const Problem<Q>& p) {
           a += std::fabs(v);
         }
         pre[r] = static_cast<float>(s) + (dense.b13 ? dense.b13[r] : 0.0f);
-        eps[r] = static_cast<float>(gamma_n(H + extra) * a + 2.0 * std::ldexp(std::fabs(pre[r]), -24));
+        eps[r] = static_cast<float>(gemm_gamma<Q>(H) * a + 2.0 * std::ldexp(std::fabs(pre[r]), -24));
       }
       for (index_t q = 0; q < I; ++q) {
         const float g = pre[q], u = is_gated(c.act) ? pre[I + q] : 0.0f;
@@ -225,10 +276,12 @@ Matrix error_bound(const Case& c, const Problem<Q>& p) {
         double dev = 0.0;
         for (float sg : {-1.0f, 0.0f, 1.0f})
           for (float su : {-1.0f, 0.0f, 1.0f}) dev = std::max(dev, std::fabs(double(f_at(q, g + sg * eg, u + su * eu)) - f0));
-        const double df = 2.0 * dev + 8.0 * std::ldexp(std::fabs(f0), -24);
+        f[q] = f0;
+        df[q] = 2.0 * dev + 8.0 * std::ldexp(std::fabs(f0), -24);
         h[q] = codecs::bf16_to_float(codecs::float_to_bf16(f0));
-        dh[q] = df + ulp_bf16(std::fabs(f0) + df);
+        dh[q] = df[q] + ulp_bf16(std::fabs(f0) + df[q]);
       }
+      if constexpr (e4m3_scheme<Q>) e4m3_box(f, df, std::is_same_v<Q, quant::fp8> ? I : 128, h, dh);
       const double w_out = c.weight_on_input ? 1.0 : std::fabs(wt);
       for (index_t r = 0; r < H; ++r) {
         double e1 = 0.0, a = 0.0, y = 0.0;
@@ -239,7 +292,7 @@ Matrix error_bound(const Case& c, const Problem<Q>& p) {
           y += static_cast<double>(dense.w2(r, q)) * h[q];
         }
         y += dense.b2 ? dense.b2[r] : 0.0f;
-        const double err = (e1 + gamma_n(I + extra) * a + 2.0 * std::ldexp(std::fabs(y), -24)) * w_out +
+        const double err = (e1 + gemm_gamma<Q>(I) * a + 2.0 * std::ldexp(std::fabs(y), -24)) * w_out +
                            2.0 * std::ldexp(std::fabs(y) * w_out, -24);
         acc[r] += err;
         mag[r] += std::fabs(y) * w_out + err;
@@ -377,6 +430,130 @@ TEST(CudaExperts, MatchesReferenceNvfp4W4A16) {
   check_4bit<quant::nvfp4_w4a16>(500);
 }
 
+template <class F>
+void expect_error(F&& f, const std::string& part);
+
+// The fp8 schemes (E4M3 weights and activations on the fp8 tensor cores): every tile shape, K
+// not a multiple of 128 (partial blocks and groups), biases and the clamp, weight on the input
+// (quantized after the weight, as the reference does), slots computed elsewhere, long K loops.
+template <class Q>
+void check_e4m3(std::uint32_t seed) {
+  Case cases[] = {
+      {8, 128, 128, 2, 7},
+      {8, 200, 72, 2, 64},    // H: one block of 128 and a partial one; I: one partial block
+      {64, 96, 136, 8, 300},
+      {8, 136, 200, 8, 64},
+      {8, 72, 40, 4, 300, Activation::swiglu_oai, true},
+      {64, 200, 88, 8, 64, Activation::swiglu_oai, true},
+      {8, 72, 200, 1, 7, Activation::relu2, true},
+      {16, 1024, 384, 4, 64},  // 8 and 3 blocks of 128 along K
+      {64, 128, 96, 8, 1},     // T = 1
+      {8, 128, 128, 1, 64, Activation::silu_gated, false, true},  // weight on the input
+  };
+  for (const Case& c : cases) check_against_reference<Q>(c, seed++);
+  Case big{8, 136, 72, 2, 64};
+  big.w2_scale = 0x1p40f;
+  check_against_reference<Q>(big, seed++);
+  Case routes{64, 96, 136, 8, 64};
+  routes.ids_pattern = 2;
+  check_against_reference<Q>(routes, seed++);
+}
+
+TEST(CudaExperts, MatchesReferenceFp8Block) {
+  REQUIRE_GPU();
+  check_e4m3<quant::fp8_block>(600);
+}
+
+TEST(CudaExperts, MatchesReferenceFp8) {
+  REQUIRE_GPU();
+  check_e4m3<quant::fp8>(700);
+}
+
+// The device quantizer against the CPU's (polymoe/quantize/fp8.hpp): codes and scales bit for bit,
+// in groups of 128 and per row, from float32 and bfloat16 rows with a row stride; all-zero, tiny
+// (subnormal codes), huge, non-finite and single-value groups.
+TEST(CudaQuantizeE4m3, BitExactWithTheCpu) {
+  REQUIRE_GPU();
+  namespace kq = polymoe::quantize;
+  std::mt19937 rng(31);
+  for (const bool bf16 : {false, true})
+    for (const index_t cols : {index_t{1}, index_t{128}, index_t{200}, index_t{300}})
+      for (const index_t group : {index_t{128}, index_t{0}}) {
+        SCOPED_TRACE(detail::concat("bf16=", bf16, " cols=", cols, " group=", group));
+        const index_t rows = 9, ld = cols + 3, cp = cuda::e4m3_columns(cols), G = cp / 128;
+        Matrix x = randn(rows, ld, 1.0f, rng);
+        for (index_t c = 0; c < ld; ++c) {
+          x(1, c) = 0.0f;                  // all zero
+          x(2, c) *= 0x1p-20f;             // subnormal codes
+          x(3, c) *= 0x1p60f;              // huge
+          x(5, c) = c % 2 ? -0.0f : 0.0f;  // signed zeros
+        }
+        x(4, cols - 1) = INFINITY;  // non-finite: its group
+        x(6, cols / 2) = NAN;
+        x(7, 0) = 3.0f;             // one value far above the rest
+        if (bf16)
+          for (index_t i = 0; i < x.size(); ++i) x.data()[i] = codecs::bf16_to_float(codecs::float_to_bf16(x.data()[i]));
+        // expected: the CPU quantizer on each group of the row
+        std::vector<std::uint8_t> want(static_cast<std::size_t>(rows * cp), 0);
+        std::vector<float> want_s(static_cast<std::size_t>(rows * G));
+        for (index_t r = 0; r < rows; ++r) {
+          const index_t gl = group == 0 ? cols : group;
+          for (index_t g0 = 0; g0 < cols; g0 += gl) {
+            const index_t n = std::min(gl, cols - g0);
+            const float a = kq::amax_if_finite(&x(r, g0), n);
+            const float sc = std::isnan(a) ? NAN : kq::e4m3_scale(a);
+            if (!std::isnan(a)) kq::quantize_e4m3(&x(r, g0), n, sc, want.data() + r * cp + g0);
+            for (index_t b = g0 / 128; b < (group == 0 ? G : g0 / 128 + 1); ++b) want_s[static_cast<std::size_t>(r * G + b)] = sc;
+          }
+        }
+        const int d = cuda::current_device();
+        cuda::device_array<float> src32(static_cast<std::size_t>(rows * ld)), scales(want_s.size());
+        cuda::device_array<std::uint16_t> src16(static_cast<std::size_t>(rows * ld));
+        cuda::device_array<std::uint8_t> codes(want.size());
+        device_view src;
+        if (bf16) {
+          std::vector<std::uint16_t> b(static_cast<std::size_t>(rows * ld));
+          for (std::size_t i = 0; i < b.size(); ++i) b[i] = codecs::float_to_bf16(x.data()[i]);
+          src16.upload(b);
+          src = device_view::of_bf16(src16.data(), rows, cols, d);
+        } else {
+          src32.upload({x.data(), static_cast<std::size_t>(x.size())});
+          src = device_view::of(src32.data(), rows, cols, d);
+        }
+        src.row_stride = ld;
+        cuda::quantize_e4m3(src, codes.data(), scales.data(), group, nullptr);
+        cuda::synchronize(nullptr);
+        std::vector<std::uint8_t> got(want.size());
+        std::vector<float> got_s(want_s.size());
+        codes.download(got);
+        scales.download(got_s);
+        for (index_t r = 0; r < rows; ++r) {
+          for (index_t c = 0; c < cp; ++c)
+            ASSERT_EQ(int(got[r * cp + c]), int(want[r * cp + c])) << "code of row " << r << " column " << c;
+          for (index_t b = 0; b < G; ++b) {
+            const float gs = got_s[r * G + b], ws = want_s[r * G + b];
+            if (std::isnan(ws)) EXPECT_TRUE(std::isnan(gs)) << "scale of row " << r << " group " << b;
+            else EXPECT_EQ(std::memcmp(&gs, &ws, 4), 0) << "scale of row " << r << " group " << b << ": " << gs << " vs " << ws;
+          }
+        }
+      }
+}
+
+TEST(CudaQuantizeE4m3, BadInput) {
+  REQUIRE_GPU();
+  cuda::device_array<float> src(4096 * 16), scales(4);
+  cuda::device_array<std::uint8_t> codes(256);
+  std::vector<float> host(64);
+  const int d = cuda::current_device();
+  const device_view v = device_view::of(src.data(), 2, 32, d);
+  expect_error([&] { cuda::quantize_e4m3(v, codes.data(), scales.data(), 64, nullptr); }, "group must be 128 or 0");
+  expect_error([&] { cuda::quantize_e4m3(device_view::of(host.data(), 2, 32, d), codes.data(), scales.data(), 128, nullptr); },
+               "is not device memory");
+  expect_error([&] { cuda::quantize_e4m3(device_view::of(src.data(), 4096, 16, d), codes.data(), scales.data(), 128, nullptr); },
+               "quantize_e4m3: codes (its last byte)");
+  expect_error([&] { cuda::quantize_e4m3(v, codes.data(), src.data(), 128, nullptr); }, "must not share memory");
+}
+
 TEST(CudaExperts, FourBitWeightsStayFourBit) {
   REQUIRE_GPU();
   const Case c{8, 128, 128, 2, 7};
@@ -385,6 +562,8 @@ TEST(CudaExperts, FourBitWeightsStayFourBit) {
   EXPECT_EQ(mx.weight_format(), "mxfp4");
   EXPECT_EQ(nv.weight_format(), "nvfp4");
   EXPECT_EQ(bf.weight_format(), "bf16");
+  EXPECT_EQ(cuda::Experts(make_problem<quant::fp8_block>(c, 1).w).weight_format(), "fp8_block");
+  EXPECT_EQ(cuda::Experts(make_problem<quant::fp8>(c, 1).w).weight_format(), "fp8");
 }
 
 // A bfloat16 out: the fp32 sum rounded once; accumulating adds out's value in fp32, then rounds.

@@ -5,6 +5,7 @@
 // eager result; bad input refused before any launch, with no CUDA error left behind. Each test is
 // skipped, with the reason, where no usable GPU is present.
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -202,7 +203,9 @@ TEST(CudaLayer, EverySchemeOfItsRowAgreesWithTheReference) {
       const Matrix x = test::random_matrix(rng, s.T, s.H), z = test::random_matrix(rng, s.T, s.E);
       const std::string what = detail::concat(Q::name, " H=", s.H, " I=", s.I, " E=", s.E, " T=", s.T);
       const Matrix got = gpu.forward(x, z), want = ref.forward(x, z);
-      EXPECT_LE(test::kernel_agreement_error<Q>(got, want), test::kernel_tolerance<Q>) << what;
+      const double err = test::kernel_agreement_error<Q>(got, want);
+      std::printf("  %s: agreement error %.3g (tolerance %.3g)\n", what.c_str(), err, test::kernel_tolerance<Q>);
+      EXPECT_LE(err, test::kernel_tolerance<Q>) << what;
       EXPECT_NE(gpu.describe().find(detail::concat("local / ", Q::name, " / cuda (")), std::string::npos)
           << gpu.describe();
     }

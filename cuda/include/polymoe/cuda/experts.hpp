@@ -1,8 +1,10 @@
 #pragma once
 // polymoe::cuda — the routed experts of a layer on an NVIDIA GPU, the optional CUDA component
-// (CMake target polymoe::cuda). Weights are bf16 (quant::bf16) or 4-bit E2M1 with their block
+// (CMake target polymoe::cuda). Weights are bf16 (quant::bf16); 4-bit E2M1 with their block
 // scales (quant::mxfp4::weights, quant::nvfp4::weights), kept 4-bit on the device and decoded to
-// bf16 in registers: the W4A16 schemes quant::mxfp4_w4a16 and quant::nvfp4_w4a16.
+// bf16 in registers: the W4A16 schemes quant::mxfp4_w4a16 and quant::nvfp4_w4a16; or E4M3 with
+// their scales (quant::fp8_block, quant::fp8), whose activations are quantized to E4M3 on the
+// device and multiplied on the fp8 tensor cores.
 //
 // This header needs no CUDA header and no CUDA compiler: a stream is CUDA's cudaStream_t, declared
 // here through CUDA's own incomplete type (struct CUstream_st), and device memory is a plain
@@ -12,10 +14,12 @@
 //   cuda::Router router(cfg.router, cfg.num_experts);                               // uploads the bias
 //   experts.forward(d_hidden, T, d_logits, router, d_out, stream);                  // all on the device
 //
-// forward and forward_routed compute what kernel::reference computes with quant::bf16 (or the W4A16
-// scheme of the weights) for the standard format: each input row rounded to bf16, GEMM 1 (bf16
-// products, fp32 accumulation, bias; NVFP4's scale_2 multiplies the sums), the activation, the intermediate rounded to bf16, GEMM 2 (+ bias) times the routing
-// weight (or the input times it, ExpertMlp::weight_on_input), and the fp32 sum over the k slots
+// forward and forward_routed compute what kernel::reference computes with quant::bf16 (or the
+// scheme of the weights) for the standard format: each input row rounded to bf16 (fp8: quantized
+// to E4M3), GEMM 1 (exact products, fp32 sums, bias; NVFP4's scale_2 multiplies the sums; fp8:
+// the sums of each 128 k, at the fp8 tensor cores' precision, times their two scales), the activation, the intermediate rounded to bf16
+// (fp8: quantized from fp32), GEMM 2 (+ bias) times the routing weight (or the input times it,
+// ExpertMlp::weight_on_input), and the fp32 sum over the k slots
 // in slot order. Results are bitwise the same from run to run. After the first call at a batch
 // size (or reserve()), a forward allocates nothing and never waits for the device: it can be
 // captured in a CUDA graph. Every CUDA error becomes a polymoe::error naming the call.
@@ -31,6 +35,8 @@
 #include <polymoe/core/formats.hpp>
 #include <polymoe/core/routing.hpp>
 #include <polymoe/quant/bf16.hpp>
+#include <polymoe/quant/fp8.hpp>
+#include <polymoe/quant/fp8_block.hpp>
 #include <polymoe/quant/mxfp4.hpp>
 #include <polymoe/quant/nvfp4.hpp>
 
@@ -102,6 +108,18 @@ void require_on_device(const device_view& v, std::string_view what, int device);
 /// the same shape (row strides of their own).
 void to_bf16(const device_view& src, const device_view& dst, stream_t stream);
 
+/// Columns of the E4M3 codes of rows of `cols` values: cols rounded up to a multiple of 128.
+[[nodiscard]] constexpr index_t e4m3_columns(index_t cols) noexcept { return (cols + 127) / 128 * 128; }
+
+/// E4M3 codes of src's rows (float32 or bfloat16 [rows, cols], any row stride) on `stream`, as the
+/// fp8 schemes quantize activations (polymoe/quantize/fp8.hpp): per group of `group` columns
+/// (128: quant::fp8_block; 0: the whole row, quant::fp8), s = amax / 448 (1 for an all-zero
+/// group) and code = e4m3(x / s), saturated to ±448, both in fp32 round-to-nearest-even. codes:
+/// device memory of [rows, e4m3_columns(cols)] bytes, packed (codes past cols are 0); scales:
+/// [rows, e4m3_columns(cols) / 128] floats, packed (with group 0, a row's scale in each). A group
+/// holding a NaN or an infinity gets codes 0 and scale NaN (its values cannot be E4M3 codes).
+void quantize_e4m3(const device_view& src, std::uint8_t* codes, float* scales, index_t group, stream_t stream);
+
 /// The shared expert's one slot per token on `stream`: ids [T] = 0 and weights [T] =
 /// sigmoid(hidden[t] · gate) (the dot product in double), or 1 where gate is null. hidden is
 /// float32 or bfloat16 [T, H]; gate a device array of H floats.
@@ -169,6 +187,14 @@ class Experts {
   explicit Experts(const quant::mxfp4::weights& w);
   Experts(const quant::nvfp4::weights& w, const ExpertMlp& mlp);
   explicit Experts(const quant::nvfp4::weights& w);
+  /// E4M3 weights with their scales (DeepSeek's 128x128 blocks, or one a projection): the
+  /// schemes quant::fp8_block and quant::fp8, whose activations are quantized to E4M3 on the
+  /// device (per token in groups of 128, or per token) and multiplied on the fp8 tensor cores.
+  /// fp8_block weights always run fp8_block here, never fp8_block_weight_only.
+  Experts(const quant::fp8_block::weights& w, const ExpertMlp& mlp);
+  explicit Experts(const quant::fp8_block::weights& w);
+  Experts(const quant::fp8::weights& w, const ExpertMlp& mlp);
+  explicit Experts(const quant::fp8::weights& w);
   ~Experts();
   Experts(Experts&&) noexcept;
   Experts& operator=(Experts&&) noexcept;
@@ -197,7 +223,7 @@ class Experts {
   /// Grows the workspace now for `tokens` tokens of `top_k` slots (forward grows it when needed).
   void reserve(index_t tokens, index_t top_k);
   void set_tiles(TileChoice t) noexcept;
-  /// "bf16", "mxfp4" or "nvfp4": how the weights are held.
+  /// "bf16", "mxfp4", "nvfp4", "fp8_block" or "fp8": how the weights are held.
   [[nodiscard]] std::string_view weight_format() const noexcept;
 
  private:

@@ -153,7 +153,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   }
 
   [[nodiscard]] const MoeConfig& config() const noexcept { return cfg_; }
-  /// "local / bf16 / cuda (NVIDIA H100 80GB HBM3 (sm_90), bf16 mma.sync)".
+  /// "local / bf16 / cuda (NVIDIA H100 80GB HBM3 (sm_90), mma.sync)".
   [[nodiscard]] std::string describe() const {
     return polymoe::detail::concat(A2A::name, " / ", Quant::name, " / ", Kernel::name, " (", kernel_.path(), ")");
   }
