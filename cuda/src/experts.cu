@@ -499,29 +499,28 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s));
 }
+// One m16n8 tile, D = A·B + C in place: bf16 m16n8k16, or m16n8k32 on E4M3 codes, whose fragments
+// hold the same bytes as m16n8k16's on bf16 (four codes a register where bf16 holds two values), so
+// the same ldmatrix addresses load them.
+#define POLYMOE_MMA_SYNC(SHAPE_AND_TYPES)                                                                  \
+  asm volatile("mma.sync.aligned." SHAPE_AND_TYPES " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "     \
+               "{%0, %1, %2, %3};\n"                                                                       \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  POLYMOE_MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32");
 }
-// m16n8k32 on E4M3 codes: the fragments hold the same bytes as m16n8k16's on bf16 (four codes a
-// register where bf16 holds two values), so the same ldmatrix addresses load them. mma_e4m3_first
-// starts the sums (C = 0).
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  POLYMOE_MMA_SYNC("m16n8k32.row.col.f32.e4m3.e4m3.f32");
+}
+#undef POLYMOE_MMA_SYNC
+// The first k32 step of E4M3 sums (C = 0).
 __device__ __forceinline__ void mma_e4m3_first(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%10, %10, %10, %10};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
-__device__ __forceinline__ void mma_e4m3(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // ---------------------------------------------------------------------------------------------
