@@ -56,6 +56,14 @@ void require_device_pointer(const void* p, std::string_view what, int device) {
           device);
 }
 
+// Throws unless the `bytes` bytes from p are device (or managed) memory of `device`: the first and
+// the last, so that a range longer than its allocation is refused where the runtime can tell.
+void require_device_bytes(const void* p, std::size_t bytes, std::string_view what, int device) {
+  require_device_pointer(p, what, device);
+  require_device_pointer(static_cast<const char*>(p) + bytes - 1, polymoe::detail::concat(what, " (its last byte)"),
+                         device);
+}
+
 void require_runnable() {
   const cudaError_t err = detail::probe_kernels();
   if (err == cudaSuccess) return;
@@ -108,10 +116,7 @@ std::string device_name(int device) {
 void require_on_device(const device_view& v, std::string_view what, int device) {
   if (v.empty()) return;
   require(v.device == device, "cuda: ", what, " says device ", v.device, ", the layer is on device ", device);
-  require_device_pointer(v.data, what, device);
-  // the last element too: a view longer than its allocation is refused where the runtime can tell
-  const char* last = static_cast<const char*>(v.data) + v.extent_bytes() - 1;
-  require_device_pointer(last, what, device);
+  require_device_bytes(v.data, static_cast<std::size_t>(v.extent_bytes()), what, device);
 }
 
 void to_bf16(const device_view& src, const device_view& dst, stream_t stream) {
@@ -135,12 +140,9 @@ void quantize_e4m3(const device_view& src, std::uint8_t* codes, float* scales, i
   if (rows == 0 || src.cols == 0) return;
   const int d = current_device();
   require_on_device(src, "quantize_e4m3: src", d);
-  // the first and the last byte of each output
   const auto n_codes = static_cast<std::size_t>(rows * cp), n_scales = static_cast<std::size_t>(rows * (cp / 128));
-  require_device_pointer(codes, "quantize_e4m3: codes", d);
-  require_device_pointer(codes + n_codes - 1, "quantize_e4m3: codes (its last byte)", d);
-  require_device_pointer(scales, "quantize_e4m3: scales", d);
-  require_device_pointer(reinterpret_cast<const char*>(scales + n_scales) - 1, "quantize_e4m3: scales (its last byte)", d);
+  require_device_bytes(codes, n_codes, "quantize_e4m3: codes", d);
+  require_device_bytes(scales, n_scales * 4, "quantize_e4m3: scales", d);
   const auto overlap = [](const void* a, std::size_t na, const void* b, std::size_t nb) {
     const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
     return x < y + nb && y < x + na;
@@ -451,7 +453,6 @@ template <class S13, class S2>
 void Experts::impl::upload_e4m3(const std::uint8_t* w13, const std::uint8_t* w2, S13&& scale13, S2&& scale2,
                                 int act_group, const quant::ExpertStore& store) {
   const index_t E = shape.experts, H = shape.hidden, I = shape.intermediate, R = shape.rows13();
-  const index_t kbH = (H + 127) / 128, kbI = (I + 127) / 128;
   const std::size_t n13 = static_cast<std::size_t>(g.r13p) * g.hp, n2 = static_cast<std::size_t>(g.hp) * g.ip;
   // one scale for 8 rows: the schemes' scales are constant over each aligned group of 8 (checked)
   const std::size_t s13 = static_cast<std::size_t>(g.hp / 128) * (g.r13p / 8),
@@ -469,33 +470,34 @@ void Experts::impl::upload_e4m3(const std::uint8_t* w13, const std::uint8_t* w2,
   std::vector<std::uint8_t> q(std::max(n13, n2));
   std::vector<float> t(std::max(s13, s2));
   std::vector<char> set(t.size());
-  // the scale of row r's 128 k number kb into the table of `groups` groups of 8 rows a kb
-  auto put = [&](index_t r, index_t kb, index_t groups, float v) {
-    const std::size_t at = static_cast<std::size_t>(kb * groups + r / 8);
-    require(!set[at] || t[at] == v, "cuda::Experts: E4M3 weight scales differ within an aligned group of 8 rows");
-    t[at] = v, set[at] = 1;
+  // One projection of an expert: `rows` padded rows of Kp codes (stored row src(r) of K codes, or
+  // zeros when src(r) < 0) at byte q_at, and the scale of each 8 rows' 128 k (scale(stored row, kb))
+  // at byte t_at.
+  auto project = [&](const std::uint8_t* codes, int rows, int Kp, index_t K, auto&& src, auto&& scale,
+                     std::size_t q_at, std::size_t t_at) {
+    const index_t groups = rows / 8;
+    std::fill(q.begin(), q.end(), std::uint8_t{0});
+    std::fill(t.begin(), t.end(), 0.0f);
+    std::fill(set.begin(), set.end(), 0);
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t s = src(r);
+      if (s < 0) continue;
+      std::copy_n(codes + s * K, K, q.begin() + r * Kp);
+      for (index_t kb = 0; kb * 128 < K; ++kb) {
+        const std::size_t at = static_cast<std::size_t>(kb * groups + r / 8);
+        const float v = scale(s, kb);
+        require(!set[at] || t[at] == v, "cuda::Experts: E4M3 weight scales differ within an aligned group of 8 rows");
+        t[at] = v, set[at] = 1;
+      }
+    }
+    weights.upload(q.data(), static_cast<std::size_t>(rows) * Kp, q_at);
+    weights.upload(t.data(), static_cast<std::size_t>(Kp / 128) * groups * 4, t_at);
   };
   for (index_t e = 0; e < E; ++e) {
-    std::fill(q.begin(), q.end(), std::uint8_t{0});
-    std::fill(t.begin(), t.end(), 0.0f);
-    std::fill(set.begin(), set.end(), 0);
-    for (index_t r = 0; r < g.r13p; ++r) {
-      const index_t s = src13(r);
-      if (s < 0) continue;
-      std::copy_n(w13 + (e * R + s) * H, H, q.begin() + r * g.hp);
-      for (index_t kb = 0; kb < kbH; ++kb) put(r, kb, g.r13p / 8, scale13(e, s, kb));
-    }
-    weights.upload(q.data(), n13, e * n13);
-    weights.upload(t.data(), s13 * 4, b_w13 + b_w2 + e * s13 * 4);
-    std::fill(q.begin(), q.end(), std::uint8_t{0});
-    std::fill(t.begin(), t.end(), 0.0f);
-    std::fill(set.begin(), set.end(), 0);
-    for (index_t r = 0; r < H; ++r) {
-      std::copy_n(w2 + (e * H + r) * I, I, q.begin() + r * g.ip);
-      for (index_t kb = 0; kb < kbI; ++kb) put(r, kb, g.hp / 8, scale2(e, r, kb));
-    }
-    weights.upload(q.data(), n2, b_w13 + e * n2);
-    weights.upload(t.data(), s2 * 4, b_w13 + b_w2 + b_t13 + e * s2 * 4);
+    project(w13 + e * R * H, g.r13p, g.hp, H, [&](index_t r) { return src13(r); },
+            [&](index_t s, index_t kb) { return scale13(e, s, kb); }, e * n13, b_w13 + b_w2 + e * s13 * 4);
+    project(w2 + e * H * I, g.hp, g.ip, I, [&](index_t r) { return r < H ? r : index_t{-1}; },
+            [&](index_t s, index_t kb) { return scale2(e, s, kb); }, b_w13 + e * n2, b_w13 + b_w2 + b_t13 + e * s2 * 4);
   }
   upload_biases(store, b_w13 + b_w2 + b_t13 + b_t2);
 }
@@ -725,10 +727,12 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
     case TileChoice::large: t = detail::tiles::large; break;
     case TileChoice::automatic: {  // by the mean rows an expert
       const index_t rows = tokens * top_k;
-      t = rows >= 32 * E ? detail::tiles::large : rows >= 8 * E ? detail::tiles::small : detail::tiles::tiny;
       // E4M3 streams half the bytes a row: the small tiles' wider column tiles keep enough in
-      // flight at every batch (docs/decisions.md#cuda-e4m3-tiles)
-      if (t == detail::tiles::tiny && m.wv.format == detail::wfmt::e4m3) t = detail::tiles::small;
+      // flight at every batch, never the tiny ones (docs/decisions.md#cuda-e4m3-tiles)
+      const bool e4m3 = m.wv.format == detail::wfmt::e4m3;
+      t = rows >= 32 * E ? detail::tiles::large
+          : rows >= 8 * E || e4m3 ? detail::tiles::small
+                                  : detail::tiles::tiny;
       break;
     }
   }

@@ -338,17 +338,23 @@ __device__ void quant_item(const quant_rows& r, long long item, int lane) {
   }
 }
 
-__device__ __forceinline__ long long quant_items(const quant_rows& r, long long rows) {
+// Items of `rows` rows: a row each, or a row's groups of 128.
+__host__ __device__ __forceinline__ long long quant_items(const quant_rows& r, long long rows) {
   return r.per_row ? rows : rows * (r.cp / 128);
+}
+
+// The items by the warps of `blocks` blocks from block `first` on, one warp an item at a time.
+__device__ __forceinline__ void quant_by_warps(const quant_rows& r, long long items, int first, int blocks) {
+  const long long warps = static_cast<long long>(blocks) * (blockDim.x >> 5);
+  for (long long q = (static_cast<long long>(blockIdx.x - first) * blockDim.x + threadIdx.x) >> 5; q < items;
+       q += warps)
+    quant_item(r, q, threadIdx.x & 31);
 }
 
 __global__ void quantize_rows(const quant_rows r, long long items) {
   griddep_wait();
   griddep_launch();
-  const int lane = threadIdx.x & 31;
-  const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x >> 5);
-  for (long long q = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; q < items; q += warps)
-    quant_item(r, q, lane);
+  quant_by_warps(r, items, 0, gridDim.x);
 }
 
 // GEMM 2's input rows: the intermediate rows of each row tile of the map (rows the routing leaves
@@ -393,10 +399,7 @@ __global__ void __launch_bounds__(kSortThreads) decode_prep(const prep_params p)
   griddep_launch();
   if (blockIdx.x > 0) {
     if (p.quant) {
-      const long long warps = static_cast<long long>(gridDim.x - 1) * (blockDim.x >> 5);
-      for (long long q = (static_cast<long long>(blockIdx.x - 1) * blockDim.x + threadIdx.x) >> 5; q < p.items;
-           q += warps)
-        quant_item(p.qin, q, threadIdx.x & 31);
+      quant_by_warps(p.qin, p.items, 1, gridDim.x - 1);
       return;
     }
     for (long long q = static_cast<long long>(blockIdx.x - 1) * blockDim.x + threadIdx.x; q < p.items;
@@ -668,11 +671,10 @@ constexpr int bm_of(tiles t) {
 static_assert(e4m3_tiny_tiles::BM == tiny_tiles::BM && e4m3_large_tiles::BM == large_tiles::BM,
               "one row tile height a tile choice, whatever the format: the sort lays out the rows");
 
-// The large tiles are held to 16 warps a multiprocessor (128 registers a thread: two blocks of 8
-// warps, or one of 16): the 4-bit decode would otherwise take about 160 and leave one block of 8,
-// a fifth slower at T=4096. The others are left unbounded (0).
-// Blocks a multiprocessor for the launch bounds: 16 warps for the large tiles (128 registers a
-// thread), unless E4M3's two sets of accumulators need more than 64 of them; others unbounded (0).
+// Blocks a multiprocessor for the launch bounds. The large tiles are held to 16 warps (128
+// registers a thread: two blocks of 8 warps, or one of 16): the 4-bit decode would otherwise take
+// about 160 and leave one block of 8, a fifth slower at T=4096; E4M3 tiles whose two sets of
+// accumulators need more than 64 registers get one block. The others are left unbounded (0).
 template <class S, wfmt WF>
 constexpr int min_blocks() {
   if (S::BM < 128) return 0;
@@ -834,7 +836,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
   // E4M3: the products of each 128 k are summed in `part` on the tensor cores, then added to acc
-  // times the scales of A's row and W's column for those 128 k (in fp32 on the CUDA cores).
+  // times the scales of A's row and W's 8 rows for those 128 k (in fp32 on the CUDA cores).
   constexpr int QMI = Q8 ? S::MI : 1, QNI = Q8 ? S::NI : 1;
   float part[QMI][QNI][4];
 
@@ -1236,8 +1238,7 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
                        w.act_group == 0,
                        in.weights,
                        reinterpret_cast<std::uint8_t*>(ws.x), ws.xs};
-  const long long items = quant ? (w.act_group == 0 ? a.tokens : static_cast<long long>(a.tokens) * (g.hp / 128))
-                                : static_cast<long long>(a.tokens) * (g.hp / 8);
+  const long long items = quant ? quant_items(qin, a.tokens) : static_cast<long long>(a.tokens) * (g.hp / 8);
   constexpr int kItemThreads = 256;
   const long long item_threads = quant ? items * 32 : items;
 
@@ -1313,7 +1314,7 @@ cudaError_t launch_quantize_e4m3(const void* src, bool src_bf16, long long ld_sr
   const auto addr = reinterpret_cast<std::uintptr_t>(src);
   const quant_rows r{src, src_bf16, addr % (src_bf16 ? 8 : 16) == 0 && ld_src % 4 == 0, ld_src, cols, cp, group == 0,
                      nullptr, codes, scales};
-  const long long items = group == 0 ? rows : static_cast<long long>(rows) * (cp / 128);
+  const long long items = quant_items(r, rows);
   if (items == 0) return cudaSuccess;
   return launch_pdl(quantize_rows, dim3(grid_for(items * 32, 256)), dim3(256), 0, stream, r, items);
 }

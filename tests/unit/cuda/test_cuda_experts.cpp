@@ -393,22 +393,26 @@ TEST(CudaExperts, MatchesReferenceRoutingPatterns) {
   check_against_reference(c, seed++);
 }
 
-// 4-bit weights (kept 4-bit on the device): every tile shape, K not a multiple of the blocks (the
-// padded codes), odd N, biases and the clamp (GPT-OSS), and block scales far from 1 both ways.
+// The shapes every quantized scheme runs (each tile shape as well): K not a multiple of the blocks
+// (the padded codes; for fp8_block, partial blocks and groups of 128), odd N, biases and the clamp
+// (GPT-OSS), long K loops, T = 1.
+const Case quantized_cases[] = {
+    {8, 128, 128, 2, 7},
+    {8, 200, 72, 2, 64},          // H: 6 blocks of 32 and a partial one; I: 2 and a partial
+    {64, 96, 136, 8, 300},
+    {8, 136, 200, 8, 64},         // NVFP4: H = 8.5 blocks of 16
+    {8, 72, 40, 4, 300, Activation::swiglu_oai, true},
+    {64, 200, 88, 8, 64, Activation::swiglu_oai, true},
+    {8, 72, 200, 1, 7, Activation::relu2, true},
+    {16, 1024, 384, 4, 64},       // long K loops in both GEMMs (fp8_block: 8 and 3 blocks of 128)
+    {64, 128, 96, 8, 1},          // T = 1
+};
+
+// 4-bit weights (kept 4-bit on the device): the quantized cases, and block scales far from 1 both
+// ways.
 template <class Q>
 void check_4bit(std::uint32_t seed) {
-  Case cases[] = {
-      {8, 128, 128, 2, 7},
-      {8, 200, 72, 2, 64},          // H: 6 blocks of 32 and a partial one; I: 2 and a partial
-      {64, 96, 136, 8, 300},
-      {8, 136, 200, 8, 64},         // NVFP4: H = 8.5 blocks of 16
-      {8, 72, 40, 4, 300, Activation::swiglu_oai, true},
-      {64, 200, 88, 8, 64, Activation::swiglu_oai, true},
-      {8, 72, 200, 1, 7, Activation::relu2, true},
-      {16, 1024, 384, 4, 64},       // long K loops in both GEMMs
-      {64, 128, 96, 8, 1},          // T = 1
-  };
-  for (const Case& c : cases) check_against_reference<Q>(c, seed++);
+  for (const Case& c : quantized_cases) check_against_reference<Q>(c, seed++);
   Case big{8, 136, 72, 2, 64};
   big.w2_scale = 0x1p40f;  // E8M0 codes near 167: scales above 2^1
   check_against_reference<Q>(big, seed++);
@@ -433,24 +437,13 @@ TEST(CudaExperts, MatchesReferenceNvfp4W4A16) {
 template <class F>
 void expect_error(F&& f, const std::string& part);
 
-// The fp8 schemes (E4M3 weights and activations on the fp8 tensor cores): every tile shape, K
-// not a multiple of 128 (partial blocks and groups), biases and the clamp, weight on the input
-// (quantized after the weight, as the reference does), slots computed elsewhere, long K loops.
+// The fp8 schemes (E4M3 weights and activations on the fp8 tensor cores): the quantized cases,
+// the weight on the input (quantized after the weight, as the reference does), a large w2 and
+// slots computed elsewhere.
 template <class Q>
 void check_e4m3(std::uint32_t seed) {
-  Case cases[] = {
-      {8, 128, 128, 2, 7},
-      {8, 200, 72, 2, 64},    // H: one block of 128 and a partial one; I: one partial block
-      {64, 96, 136, 8, 300},
-      {8, 136, 200, 8, 64},
-      {8, 72, 40, 4, 300, Activation::swiglu_oai, true},
-      {64, 200, 88, 8, 64, Activation::swiglu_oai, true},
-      {8, 72, 200, 1, 7, Activation::relu2, true},
-      {16, 1024, 384, 4, 64},  // 8 and 3 blocks of 128 along K
-      {64, 128, 96, 8, 1},     // T = 1
-      {8, 128, 128, 1, 64, Activation::silu_gated, false, true},  // weight on the input
-  };
-  for (const Case& c : cases) check_against_reference<Q>(c, seed++);
+  for (const Case& c : quantized_cases) check_against_reference<Q>(c, seed++);
+  check_against_reference<Q>(Case{8, 128, 128, 1, 64, Activation::silu_gated, false, true}, seed++);
   Case big{8, 136, 72, 2, 64};
   big.w2_scale = 0x1p40f;
   check_against_reference<Q>(big, seed++);
