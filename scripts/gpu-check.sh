@@ -10,7 +10,10 @@
 # $POLYMOE_BENCH_TOKENS (default 1,64,4096), more options in $POLYMOE_BENCH_ARGS (e.g. --iters 10).
 # Where the Python component is configured (pybind11, DLPack), the module and the tool are built too
 # and the Python tests run (ctest -L python: with PyTorch, CUDA tensors, the custom op and
-# transformers' MoE blocks as oracles); POLYMOE_GPU_CHECK_PYTHON=0 skips them.
+# transformers' MoE blocks as oracles); POLYMOE_GPU_CHECK_PYTHON=0 skips them. Where the NCCL
+# component is configured (MPI and NCCL found), its tests run under mpirun (on 2 and 4 GPUs, where
+# the machine has them) and, on a machine of 2 or more GPUs, polymoe_nccl_bench on all of them
+# (options in $POLYMOE_NCCL_BENCH_ARGS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -37,12 +40,19 @@ cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
   -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${POLYMOE_CUDA_ARCHITECTURES:-90a}" \
   -DPOLYMOE_WARNINGS_AS_ERRORS=OFF > "$build.configure.log" 2>&1 || { tail -40 "$build.configure.log"; exit 1; }
 grep "polymoe: CUDA" "$build.configure.log" || true
-cmake --build "$build" --target polymoe_cuda test_cuda_experts test_cuda_layer polymoe_cuda_bench polymoe_cli -j"$(nproc)" > "$build.build.log" 2>&1 ||
+targets=(polymoe_cuda test_cuda_experts test_cuda_layer polymoe_cuda_bench polymoe_cli)
+# the NCCL component where it is configured (MPI and NCCL found): its tests run at 2 and 4 ranks
+# where there are that many GPUs (skipped otherwise), its bench on every GPU of the machine
+nccl=0
+grep -q "polymoe: NCCL component:" "$build.configure.log" && nccl=1 && targets+=(test_nccl_dispatchers polymoe_nccl_bench)
+grep -E "polymoe: NCCL" "$build.configure.log" || true
+cmake --build "$build" --target "${targets[@]}" -j"$(nproc)" > "$build.build.log" 2>&1 ||
   { grep -E "error|Error" -A3 "$build.build.log" | head -80; exit 1; }
 echo "gpu-check: configured and built in $(( $(date +%s) - start )) s"
 status=0
 ctest --test-dir "$build" -L cuda -V > "$build.ctest.log" 2>&1 || status=1
 grep -E "^[0-9]+: +(E=|  E=)|rel\. error" "$build.ctest.log" | sed 's/^[0-9]*: *//' | head -60 || true
+grep -E "^[0-9]+: (nccl |\[FAILED\]|rank [0-9]+: FAILED|SKIPPED|[0-9]+ passed)" "$build.ctest.log" | sed 's/^[0-9]*: *//' | head -20 || true
 grep -E -A6 ": Failure$" "$build.ctest.log" | head -60 || true
 grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|Not Run|Skipped|Failure|FAILED" "$build.ctest.log" | head -40 || true
 if command -v compute-sanitizer > /dev/null; then
@@ -75,4 +85,8 @@ else
   grep "polymoe: Python" "$build.configure.log" || true
 fi
 "$build/bench/polymoe_cuda_bench" --hidden 2048 --inter 768 --experts 128 --top-k 8 --tokens ${POLYMOE_BENCH_TOKENS:-1,64,4096} ${POLYMOE_BENCH_ARGS:-} || status=1
+gpus=$(nvidia-smi -L 2> /dev/null | grep -c "^GPU" || true)
+if [ "$nccl" = 1 ] && [ "${gpus:-0}" -ge 2 ]; then
+  mpirun --allow-run-as-root --oversubscribe -np "$gpus" "$build/bench/polymoe_nccl_bench" ${POLYMOE_NCCL_BENCH_ARGS:-} || status=1
+fi
 exit $status

@@ -276,7 +276,8 @@ if(TARGET polymoe_bench)
                        "polymoe_bench: --kernel: unknown 'nope'; valid: [^\n]*reference")
 endif()
 # every program answers --version with the commit of this build and the ISA paths compiled in
-foreach(program polymoe_bench bench_tiled bench_amx bench_ratio bench_mpi_dispatch polymoe_cuda_bench)
+foreach(program polymoe_bench bench_tiled bench_amx bench_ratio bench_mpi_dispatch polymoe_cuda_bench
+                polymoe_nccl_bench)
   if(TARGET ${program})
     tool_test(version.${program} COMMAND $<TARGET_FILE:${program}> --version)
     set_tests_properties(tool.version.${program} PROPERTIES PASS_REGULAR_EXPRESSION

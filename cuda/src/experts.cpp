@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "host_check.hpp"
 #include "launch.hpp"
 
 #ifndef POLYMOE_CUDA_ARCHITECTURES
@@ -18,31 +19,8 @@
 namespace polymoe::cuda {
 namespace {
 
-[[noreturn]] void fail(cudaError_t err, const char* call) {
-  throw error(polymoe::detail::concat("cuda: ", call, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
-void check(cudaError_t err, const char* call) {
-  if (err != cudaSuccess) [[unlikely]]
-    fail(err, call);
-}
-
-// Makes `device` current for a scope, and the caller's device current again after it.
-class device_scope {
- public:
-  explicit device_scope(int device) {
-    check(cudaGetDevice(&saved_), "cudaGetDevice");
-    if (saved_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~device_scope() {
-    int now = saved_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != saved_) (void)cudaSetDevice(saved_);
-  }
-  device_scope(const device_scope&) = delete;
-  device_scope& operator=(const device_scope&) = delete;
-
- private:
-  int saved_ = 0;
-};
+using detail::check;
+using detail::device_scope;
 
 // Throws unless p is device (or managed) memory of `device`: a host pointer, or memory of another
 // device, is refused before any launch.

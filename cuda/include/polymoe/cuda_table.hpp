@@ -4,6 +4,7 @@
 // this kernel is a layer of this table, polymoe::CudaMoeLayer<A2A, Quant, Kernel>. kernel::cuda
 // computes in CUDA memory: it pairs with the dispatchers that carry it (a2a::local), and a
 // dispatcher that does not (the MPI ones, host memory) is one compile error naming both spaces.
+// The dispatchers that carry CUDA memory between GPUs are in polymoe::nccl_table (<polymoe/nccl.hpp>).
 #include <polymoe/cuda/layer.hpp>
 #include <polymoe/kernel/cuda.hpp>
 #include <polymoe/pairing_table.hpp>
@@ -15,7 +16,7 @@ namespace table_rows {
 // bf16 mma.sync on the device; the W4A16 schemes' 4-bit weights are decoded to bf16 in registers;
 // the fp8 schemes run E4M3 x E4M3 on the fp8 tensor cores
 using cuda_kernel =
-    pairing::kernel_row<kernel::cuda, pairing::natives<format::standard, format::masked>,
+    pairing::kernel_row<kernel::cuda, pairing::natives<format::standard, format::ragged, format::masked>,
                         pairing::schemes<quant::bf16, quant::mxfp4_w4a16, quant::nvfp4_w4a16, quant::fp8_block,
                                          quant::fp8>>;
 }  // namespace table_rows

@@ -86,6 +86,13 @@ struct CombineInput<format::standard, space::cuda> {
 };
 
 template <>
+struct DispatchOutput<format::ragged, space::cuda> : DispatchOutput<format::standard, space::cuda> {
+  std::span<const index_t> counts;  ///< [num_experts] rows routed to each local expert (host memory)
+};
+template <>
+struct CombineInput<format::ragged, space::cuda> : CombineInput<format::standard, space::cuda> {};
+
+template <>
 struct DispatchOutput<format::masked, space::cuda> {
   device_view hidden;    ///< [num_experts·capacity, H] float32 or bfloat16
   device_view masked_m;  ///< [num_experts] int32 valid rows per expert

@@ -56,50 +56,63 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   /// out [T, H] = the layer of hidden [T, H] (float32 or bfloat16), routed on the device from
   /// router_logits [T, E] float32 (packed rows). out is float32, or bfloat16: the fp32 sum of the
   /// routed experts and the shared expert rounded once. All on `stream`, on the layer's device.
+  /// With a dispatcher that communicates, every rank calls it (a rank with no tokens too), and
+  /// one rank's bad input is every rank's error.
   void forward(const device_view& hidden, const device_view& router_logits, const device_view& out,
                cuda_stream stream) {
     const index_t T = hidden.rows;
-    check_io(hidden, out);
-    require_view(router_logits, "router_logits", T, cfg_.num_experts, {element_type::f32});
-    require(router_logits.row_stride == router_logits.cols, "router_logits must be packed rows (row stride ",
-            router_logits.row_stride, ", expected ", router_logits.cols, ")");
-    if (T == 0) return;
-    require_on_device(hidden, out);  // every view before the first launch
-    polymoe::cuda::require_on_device(router_logits, "router_logits", device_);
-    grow(T);
+    agree_on(a2a_, [&] {
+      check_io(hidden, out);
+      require_view(router_logits, "router_logits", T, cfg_.num_experts, {element_type::f32});
+      require(router_logits.row_stride == router_logits.cols, "router_logits must be packed rows (row stride ",
+              router_logits.row_stride, ", expected ", router_logits.cols, ")");
+      grow(T);
+      if (T == 0) return;
+      require_on_device(hidden, out);  // every view before the first launch
+      polymoe::cuda::require_on_device(router_logits, "router_logits", device_);
+    });
+    if (T == 0 && !is_collective<A2A>) return;
     const device_view ids = device_view::of(route_ids_.data(), T, cfg_.top_k(), device_);
     const device_view w = device_view::of(route_w_.data(), T, cfg_.top_k(), device_);
-    router_->route(router_logits.as<const float>(), T, ids.as<std::int32_t>(), w.as<float>(), stream);
+    if (T > 0) router_->route(router_logits.as<const float>(), T, ids.as<std::int32_t>(), w.as<float>(), stream);
     run_into(hidden, ids, w, out, stream);
   }
 
   /// Caller-supplied routing: ids [T, k] int32 (an id outside [0, num_experts) is a slot not
   /// computed, as -1; the device does not check them) and weights [T, k] float32, packed rows.
+  /// With a dispatcher that communicates, the width must be the layer's top_k (a rank with no
+  /// tokens may pass any).
   void forward_routed(const device_view& hidden, const device_view& topk_ids, const device_view& topk_weights,
                       const device_view& out, cuda_stream stream) {
-    check_io(hidden, out);
     const index_t T = hidden.rows;
-    require_view(topk_ids, "topk_ids", T, -1, {element_type::i32});
-    require_view(topk_weights, "topk_weights", T, topk_ids.cols, {element_type::f32});
-    require(T == 0 || (topk_ids.cols >= 1 && topk_ids.cols <= cfg_.num_experts), "top-k width ", topk_ids.cols,
-            " must be in [1, num_experts=", cfg_.num_experts, "]");
-    require(!cfg_.router_weight_on_input || topk_ids.cols == 1, "router_weight_on_input needs top_k == 1, got ",
-            topk_ids.cols);
-    if (T == 0) return;
-    require_on_device(hidden, out);
-    polymoe::cuda::require_on_device(topk_ids, "topk_ids", device_);
-    polymoe::cuda::require_on_device(topk_weights, "topk_weights", device_);
-    grow(T);
-    run_into(hidden, topk_ids, topk_weights, out, stream);
+    agree_on(a2a_, [&] {
+      check_io(hidden, out);
+      require_view(topk_ids, "topk_ids", T, -1, {element_type::i32});
+      require_view(topk_weights, "topk_weights", T, topk_ids.cols, {element_type::f32});
+      check_width(T, topk_ids.cols);
+      grow(T);
+      if (T == 0) return;
+      require_on_device(hidden, out);
+      polymoe::cuda::require_on_device(topk_ids, "topk_ids", device_);
+      polymoe::cuda::require_on_device(topk_weights, "topk_weights", device_);
+    });
+    if (T > 0) {
+      run_into(hidden, topk_ids, topk_weights, out, stream);
+    } else if constexpr (is_collective<A2A>) {  // this rank's part of the exchange
+      run_into(hidden, device_view::of(route_ids_.data(), 0, cfg_.top_k(), device_),
+               device_view::of(route_w_.data(), 0, cfg_.top_k(), device_), out, stream);
+    }
   }
 
   // ---- host-memory conveniences: copies each way, synchronous -------------------------------
 
   Matrix forward(const MatrixCRef& hidden, const MatrixCRef& router_logits) {
-    require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
-    require(router_logits.rows() == hidden.rows() && router_logits.cols() == cfg_.num_experts, "router_logits is [",
-            router_logits.rows(), ", ", router_logits.cols(), "], expected [", hidden.rows(), ", ", cfg_.num_experts,
-            "]");
+    agree_on(a2a_, [&] {
+      require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+      require(router_logits.rows() == hidden.rows() && router_logits.cols() == cfg_.num_experts, "router_logits is [",
+              router_logits.rows(), ", ", router_logits.cols(), "], expected [", hidden.rows(), ", ",
+              cfg_.num_experts, "]");
+    });
     const index_t T = hidden.rows();
     polymoe::cuda::device_array<float> dh(host_size(T, cfg_.hidden)), dz(host_size(T, cfg_.num_experts)),
         dout(host_size(T, cfg_.hidden));
@@ -119,8 +132,10 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   }
   /// The router logits from the layer's router weight (and bias), on the host, then as above.
   Matrix forward(const MatrixCRef& hidden) {
-    require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
-    require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+    agree_on(a2a_, [&] {
+      require(router_weight_.size() > 0, "forward(hidden): the layer has no router weight; pass router_logits");
+      require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+    });
     Matrix logits = hidden * router_weight_.transpose();
     if (router_bias_.size()) logits.rowwise() += router_bias_.transpose();
     return forward(hidden, logits);
@@ -128,17 +143,21 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   /// Whether the layer has a router weight (forward(hidden) needs one).
   [[nodiscard]] bool has_router() const noexcept { return router_weight_.size() > 0; }
   Matrix forward_routed(const MatrixCRef& hidden, const IdMatrixCRef& topk_ids, const MatrixCRef& topk_weights) {
-    require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
     const index_t T = hidden.rows(), k = topk_ids.cols(), E = cfg_.num_experts;
-    require(topk_ids.rows() == T && topk_weights.rows() == T && topk_weights.cols() == k, "topk_ids is [",
-            topk_ids.rows(), ", ", k, "] and topk_weights [", topk_weights.rows(), ", ", topk_weights.cols(),
-            "], expected [", T, ", k] both");
-    for (index_t t = 0; t < T; ++t)  // the host can check what the device does not
-      for (index_t j = 0; j < k; ++j) {
-        const auto id = topk_ids(t, j);
-        require(id >= 0 && id < E, "topk_ids[", t, ", ", j, "] = ", id, " is outside [0, num_experts=", E, ")");
-        for (index_t i = 0; i < j; ++i) require(topk_ids(t, i) != id, "topk_ids[", t, "] lists expert ", id, " twice");
-      }
+    agree_on(a2a_, [&] {
+      require(hidden.cols() == cfg_.hidden, "hidden has ", hidden.cols(), " columns, expected hidden=", cfg_.hidden);
+      require(topk_ids.rows() == T && topk_weights.rows() == T && topk_weights.cols() == k, "topk_ids is [",
+              topk_ids.rows(), ", ", k, "] and topk_weights [", topk_weights.rows(), ", ", topk_weights.cols(),
+              "], expected [", T, ", k] both");
+      check_width(T, k);
+      for (index_t t = 0; t < T; ++t)  // the host can check what the device does not
+        for (index_t j = 0; j < k; ++j) {
+          const auto id = topk_ids(t, j);
+          require(id >= 0 && id < E, "topk_ids[", t, ", ", j, "] = ", id, " is outside [0, num_experts=", E, ")");
+          for (index_t i = 0; i < j; ++i)
+            require(topk_ids(t, i) != id, "topk_ids[", t, "] lists expert ", id, " twice");
+        }
+    });
     polymoe::cuda::device_array<float> dh(host_size(T, cfg_.hidden)), dw(host_size(T, k)),
         dout(host_size(T, cfg_.hidden));
     polymoe::cuda::device_array<std::int32_t> di(host_size(T, k));
@@ -168,23 +187,42 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
   [[nodiscard]] A2A& dispatcher() noexcept { return a2a_; }
 
  private:
+  // One agreed step (with a dispatcher that communicates): one rank's bad config or weights, or a
+  // failed upload, is every rank's error; then the ranks' layers are compared and connected.
   template <class W, class ToStore>
   void build(W& w, ToStore to_store) {
-    check_layer_inputs(cfg_, w);
-    if constexpr (requires { a2a_.configure(cfg_); }) a2a_.configure(cfg_);
-    if (const std::string why = polymoe::cuda::unavailable_reason(); !why.empty())
-      throw error(polymoe::detail::concat(Kernel::name, ": no usable GPU: ", why));
-    device_ = polymoe::cuda::current_device();
-    router_.emplace(cfg_.router, cfg_.num_experts);
-    prepared_.emplace(kernel_.template prepare<Quant>(to_store(w.experts)));
-    if (w.shared) shared_.emplace(shared_kernel_.template prepare<Quant>(to_store(*w.shared)));
-    if (cfg_.shared_expert_gate) {
-      shared_gate_ = polymoe::cuda::device_array<float>(static_cast<std::size_t>(cfg_.hidden));
-      shared_gate_.upload({w.shared_gate.data(), static_cast<std::size_t>(cfg_.hidden)});
-    }
-    mlp_ = ExpertMlp{ActivationParams{cfg_.activation, cfg_.swiglu_alpha, cfg_.swiglu_limit}, cfg_.router_weight_on_input};
-    router_weight_ = w.router_weight;
-    router_bias_ = w.router_bias;
+    agree_on(a2a_, [&] {
+      check_layer_inputs(cfg_, w);
+      if constexpr (requires { a2a_.configure(cfg_); }) a2a_.configure(cfg_);
+      if constexpr (requires { a2a_.agree_on_layer(); })  // noted before the weights move
+        a2a_.template describe_layer<A2A, Quant, Kernel>(cfg_, w);
+      if (const std::string why = polymoe::cuda::unavailable_reason(); !why.empty())
+        throw error(polymoe::detail::concat(Kernel::name, ": no usable GPU: ", why));
+      device_ = polymoe::cuda::current_device();
+      router_.emplace(cfg_.router, cfg_.num_experts);
+      prepared_.emplace(kernel_.template prepare<Quant>(to_store(w.experts)));
+      if (w.shared) shared_.emplace(shared_kernel_.template prepare<Quant>(to_store(*w.shared)));
+      if (cfg_.shared_expert_gate) {
+        shared_gate_ = polymoe::cuda::device_array<float>(static_cast<std::size_t>(cfg_.hidden));
+        shared_gate_.upload({w.shared_gate.data(), static_cast<std::size_t>(cfg_.hidden)});
+      }
+      mlp_ = ExpertMlp{ActivationParams{cfg_.activation, cfg_.swiglu_alpha, cfg_.swiglu_limit},
+                       cfg_.router_weight_on_input};
+      router_weight_ = w.router_weight;
+      router_bias_ = w.router_bias;
+    });
+    if constexpr (requires { a2a_.agree_on_layer(); }) a2a_.agree_on_layer();
+    if constexpr (requires { a2a_.connect(device_); }) a2a_.connect(device_);
+  }
+
+  // The top-k width of caller-supplied routing.
+  void check_width(index_t T, index_t k) const {
+    require(T == 0 || (k >= 1 && k <= cfg_.num_experts), "top-k width ", k, " must be in [1, num_experts=",
+            cfg_.num_experts, "]");
+    if constexpr (is_collective<A2A>)
+      require(T == 0 || k == cfg_.top_k(), "top-k width ", k, " differs from MoeConfig.router.top_k=", cfg_.top_k(),
+              " (", A2A::name, " exchanges records of top_k slots between ranks)");
+    require(!cfg_.router_weight_on_input || T == 0 || k == 1, "router_weight_on_input needs top_k == 1, got ", k);
   }
 
   void check_io(const device_view& hidden, const device_view& out) const {
@@ -203,6 +241,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
 
   /// Grow-only device scratch for T tokens: the routing and the shared expert's slot.
   void grow(index_t T) {
+    if constexpr (requires { a2a_.reserve(T); }) a2a_.reserve(T);
     const auto n = static_cast<std::size_t>(T);
     if (n <= capacity_) return;
     const auto k = static_cast<std::size_t>(cfg_.top_k());
@@ -233,7 +272,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     auto c = a2a_.combine_input(d, out);
     kernel_.template run<Quant>(d, *prepared_, mlp_, c);
     a2a_.combine(c, out);
-    if (!shared_) return;
+    if (!shared_ || T == 0) return;
     polymoe::cuda::shared_slot(hidden, cfg_.shared_expert_gate ? shared_gate_.data() : nullptr, shared_ids_.data(),
                                shared_w_.data(), stream);
     DispatchOutput<format::standard, space::cuda> sd{hidden, device_view::of(shared_ids_.data(), T, 1, device_),

@@ -1,0 +1,105 @@
+#pragma once
+// polymoe::cuda's expert-parallel exchange over NCCL (CMake target polymoe::nccl): a rank's tokens
+// carried in CUDA memory to the ranks that own their experts, and each slot's result carried
+// back, as the NCCL dispatchers (<polymoe/a2a/nccl_ragged.hpp>) run it. Needs no CUDA or NCCL
+// header.
+//
+// Dispatch (DeepEP's normal mode): a token travels once to each rank that owns one of its slots,
+// as a record [its slots' local ids there (-1 for the others)][their routing weights][its row as
+// it came, fp32 or bf16: the kernel's own rounding or quantization of a received row is then that
+// of the row itself]; the counts travel first (the host waits for them: it sizes the rows' exchange),
+// then the records, as one group of ncclSend/ncclRecv. The receiver expands each record into one
+// row per slot it serves there (ids [n, 1], weights [n, 1]), in (source rank, record, slot) order.
+//
+// Combine: each slot row's result (the kernel's weighted output of that one slot) goes back to
+// the token's rank, which sums a token's slots in slot order from zero, as one device's top-k sum
+// does: with a kernel whose rows do not depend on the rows batched with them, the routed sum is
+// bitwise the single-device one.
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <polymoe/core/device_view.hpp>
+#include <polymoe/core/types.hpp>
+#include <polymoe/cuda/experts.hpp>
+
+namespace polymoe::cuda {
+
+/// An NCCL communicator over the ranks of one expert-parallel group, on the device current at
+/// its construction. Shared by the dispatchers of a model's layers.
+class nccl_comm {
+ public:
+  /// NCCL's unique id (ncclUniqueId's 128 bytes): made on one rank, given to the others.
+  using unique_id = std::array<char, 128>;
+  [[nodiscard]] static unique_id new_id();
+
+  /// Collective over the `size` ranks that pass the same id; on the current device.
+  nccl_comm(const unique_id& id, int rank, int size);
+  ~nccl_comm();
+  nccl_comm(const nccl_comm&) = delete;
+  nccl_comm& operator=(const nccl_comm&) = delete;
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] int device() const noexcept { return device_; }
+  /// The ncclComm_t.
+  [[nodiscard]] void* get() const noexcept { return comm_; }
+
+ private:
+  void* comm_ = nullptr;
+  int rank_ = 0, size_ = 1, device_ = 0;
+};
+
+/// NCCL's version, "2.28.3", or why the library cannot be asked.
+[[nodiscard]] std::string nccl_version();
+
+/// One layer's exchange: its buffers (grow-only) and the steps of a forward, in order: plan
+/// (collective: the counts), reserve_rows, exchange (collective: the rows), the kernel on
+/// slot_rows() into results(), combine (collective: the results).
+class ep_exchange {
+ public:
+  ep_exchange(std::shared_ptr<const nccl_comm> comm, index_t local_experts);
+  ~ep_exchange();
+  ep_exchange(ep_exchange&&) noexcept;
+  ep_exchange& operator=(ep_exchange&&) noexcept;
+
+  /// Grows the plan's buffers for `tokens` tokens of `top_k` slots (plan grows them too; calling
+  /// this first lets a failure be agreed on before any rank enters the exchange).
+  void reserve_plan(index_t tokens, index_t top_k);
+
+  /// Plans ids [T, k] (int32, packed; global expert ids, one outside [0, ranks · local_experts) a
+  /// slot not computed) on `stream`, exchanges the counts and waits for them. `hidden` gives the
+  /// rows' width and element type (what the records will carry).
+  void plan(const device_view& ids, index_t hidden, element_type rows, stream_t stream);
+  /// Grows the buffers the planned exchange needs.
+  void reserve_rows();
+
+  struct received {
+    device_view hidden;               ///< [n, H] one row per slot served here, fp32 or bf16
+    device_view ids;                  ///< [n, 1] int32 local expert ids
+    device_view weights;              ///< [n, 1] float32 routing weights
+    std::span<const index_t> counts;  ///< [local experts] rows of each
+  };
+  /// Packs hidden's rows (the planned ids, weights [T, k] float32 packed) into records, exchanges
+  /// them and expands them, on `stream`.
+  received exchange(const device_view& hidden, const device_view& ids, const device_view& weights, stream_t stream);
+
+  /// [n, H] float32: where the kernel writes each received slot row's result.
+  [[nodiscard]] device_view results() const noexcept;
+  /// Returns the results to their tokens' ranks and sums each token's slots into out [T, H]
+  /// (float32 or bfloat16, any row stride), on `stream`.
+  void combine(const device_view& out, stream_t stream);
+
+  /// Bytes this rank sent to other ranks in the last dispatch (records) and combine (fp32 rows).
+  [[nodiscard]] std::size_t dispatch_bytes() const noexcept;
+  [[nodiscard]] std::size_t combine_bytes() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace polymoe::cuda

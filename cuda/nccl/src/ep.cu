@@ -1,0 +1,238 @@
+// The device side of the expert-parallel exchange (ep_launch.hpp): the plan of a rank's tokens
+// (counts, one scan, the per-destination counts), the records packed for the wire, the received
+// records expanded into one row per slot, and each token's returned slot rows summed in slot order.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "ep_launch.hpp"
+
+namespace polymoe::cuda::detail {
+namespace {
+
+constexpr int kScanThreads = 1024;
+
+// Blocks of a grid-stride loop over n items.
+unsigned strided_blocks(long long n, int threads) {
+  const long long b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
+}
+
+__device__ __forceinline__ bool served(int id, const ep_geometry& g) {
+  return id >= 0 && id < g.ranks * g.local_experts;
+}
+
+// Per (destination, token): rec_pos = 1 when the token has a slot there, slot_pos = its slots
+// there; expert_counts gets each slot. One thread a token.
+__global__ void ep_count(const ep_geometry g, const std::int32_t* __restrict__ ids, int tokens, ep_plan_view p) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const std::int32_t* row = ids + static_cast<long long>(t) * g.k;
+  for (int d = 0; d < g.ranks; ++d) {
+    int n = 0;
+    for (int j = 0; j < g.k; ++j) {
+      const int id = row[j];
+      if (served(id, g) && id / g.local_experts == d) ++n;
+    }
+    const long long at = static_cast<long long>(d) * tokens + t;
+    p.rec_pos[at] = n > 0;
+    p.slot_pos[at] = n;
+  }
+  for (int j = 0; j < g.k; ++j)
+    if (served(row[j], g)) atomicAdd(p.expert_counts + row[j], 1);
+}
+
+// Exclusive scan of rec_pos and slot_pos [n] in place, totals at [n]: one block, each thread a
+// contiguous run.
+__global__ void __launch_bounds__(kScanThreads) ep_scan(int* __restrict__ a, int* __restrict__ b, int n) {
+  __shared__ int sa[kScanThreads], sb[kScanThreads];
+  const int tid = threadIdx.x;
+  const int per = (n + kScanThreads - 1) / kScanThreads;
+  const int lo = min(n, tid * per), hi = min(n, lo + per);
+  int ta = 0, tb = 0;
+  for (int i = lo; i < hi; ++i) ta += a[i], tb += b[i];
+  sa[tid] = ta;
+  sb[tid] = tb;
+  __syncthreads();
+  for (int off = 1; off < kScanThreads; off <<= 1) {
+    const int va = tid >= off ? sa[tid - off] : 0, vb = tid >= off ? sb[tid - off] : 0;
+    __syncthreads();
+    sa[tid] += va;
+    sb[tid] += vb;
+    __syncthreads();
+  }
+  int ea = sa[tid] - ta, eb = sb[tid] - tb;
+  for (int i = lo; i < hi; ++i) {
+    const int x = a[i], y = b[i];
+    a[i] = ea;
+    b[i] = eb;
+    ea += x;
+    eb += y;
+  }
+  if (tid == kScanThreads - 1) a[n] = sa[tid], b[n] = sb[tid];
+}
+
+// send_counts per destination d: records, slot rows, the rows' element bytes, k, then the El
+// expert counts.
+__global__ void ep_send_counts(const ep_geometry g, int tokens, ep_plan_view p) {
+  const int w = ep_count_fields + g.local_experts;
+  for (int q = threadIdx.x; q < g.ranks * w; q += blockDim.x) {
+    const int d = q / w, f = q - d * w;
+    const long long lo = static_cast<long long>(d) * tokens, hi = lo + tokens;
+    p.send_counts[q] = f == 0   ? p.rec_pos[hi] - p.rec_pos[lo]
+                       : f == 1 ? p.slot_pos[hi] - p.slot_pos[lo]
+                       : f == 2 ? g.elem_bytes
+                       : f == 3 ? g.k
+                                : p.expert_counts[d * g.local_experts + f - ep_count_fields];
+  }
+}
+
+// Copies `bytes` (a multiple of 2) from src to dst with the block's threads: 16 bytes at a time
+// where both are 16-byte aligned.
+__device__ __forceinline__ void copy_row(unsigned char* __restrict__ dst, const unsigned char* __restrict__ src,
+                                         long long bytes) {
+  if (((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) & 15) == 0) {
+    const long long n16 = bytes / 16;
+    for (long long i = threadIdx.x; i < n16; i += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    for (long long i = n16 * 8 + threadIdx.x; i < bytes / 2; i += blockDim.x)
+      reinterpret_cast<std::uint16_t*>(dst)[i] = reinterpret_cast<const std::uint16_t*>(src)[i];
+  } else {
+    for (long long i = threadIdx.x; i < bytes / 2; i += blockDim.x)
+      reinterpret_cast<std::uint16_t*>(dst)[i] = reinterpret_cast<const std::uint16_t*>(src)[i];
+  }
+}
+
+// One block a token: its record for each destination that serves one of its slots, and the slot
+// row each of its slots comes back in.
+__global__ void ep_pack(const ep_geometry g, const unsigned char* __restrict__ hidden, long long ld_bytes,
+                        const std::int32_t* __restrict__ ids, const float* __restrict__ weights, int tokens,
+                        ep_plan_view p, unsigned char* __restrict__ send) {
+  const int t = blockIdx.x;
+  if (t >= tokens) return;
+  const std::int32_t* id = ids + static_cast<long long>(t) * g.k;
+  const float* w = weights + static_cast<long long>(t) * g.k;
+  for (int j = threadIdx.x; j < g.k; j += blockDim.x) {
+    int pos = -1;
+    if (served(id[j], g)) {
+      const int d = id[j] / g.local_experts;
+      int before = 0;
+      for (int i = 0; i < j; ++i) before += served(id[i], g) && id[i] / g.local_experts == d;
+      pos = p.slot_pos[static_cast<long long>(d) * tokens + t] + before;
+    }
+    p.pos_of_pair[static_cast<long long>(t) * g.k + j] = pos;
+  }
+  for (int d = 0; d < g.ranks; ++d) {
+    const long long at = static_cast<long long>(d) * tokens + t;
+    if (p.rec_pos[at + 1] == p.rec_pos[at]) continue;  // no slot of this token on d
+    unsigned char* rec = send + static_cast<long long>(p.rec_pos[at]) * g.rec_bytes;
+    auto* head = reinterpret_cast<std::int32_t*>(rec);
+    if (threadIdx.x == 0) head[0] = p.slot_pos[at] - p.slot_pos[static_cast<long long>(d) * tokens];
+    for (int j = threadIdx.x; j < g.k; j += blockDim.x) {
+      const int e = id[j];
+      head[1 + j] = served(e, g) && e / g.local_experts == d ? e - d * g.local_experts : -1;
+      reinterpret_cast<float*>(head + 1 + g.k)[j] = w[j];
+    }
+    copy_row(rec + g.hdr_bytes, hidden + t * ld_bytes, static_cast<long long>(g.hidden) * g.elem_bytes);
+  }
+}
+
+__global__ void ep_offsets(const ep_geometry g, const int* __restrict__ recv_counts, int* __restrict__ rec_off,
+                           int* __restrict__ slot_off) {
+  if (threadIdx.x != 0) return;
+  int r = 0, s = 0;
+  for (int q = 0; q < g.ranks; ++q) {
+    rec_off[q] = r, slot_off[q] = s;
+    r += recv_counts[q * (ep_count_fields + g.local_experts)];
+    s += recv_counts[q * (ep_count_fields + g.local_experts) + 1];
+  }
+  rec_off[g.ranks] = r, slot_off[g.ranks] = s;
+}
+
+// One block a received record: a row for each slot it serves here.
+__global__ void ep_expand(const ep_geometry g, const unsigned char* __restrict__ recv, int records,
+                          const int* __restrict__ rec_off, const int* __restrict__ slot_off,
+                          unsigned char* __restrict__ rows, std::int32_t* __restrict__ ids,
+                          float* __restrict__ weights) {
+  const int r = blockIdx.x;
+  if (r >= records) return;
+  int s = 0;
+  while (s + 1 < g.ranks && rec_off[s + 1] <= r) ++s;
+  const unsigned char* rec = recv + static_cast<long long>(r) * g.rec_bytes;
+  const auto* head = reinterpret_cast<const std::int32_t*>(rec);
+  const float* w = reinterpret_cast<const float*>(head + 1 + g.k);
+  long long row = static_cast<long long>(slot_off[s]) + head[0];
+  for (int j = 0; j < g.k; ++j) {
+    const int e = head[1 + j];
+    if (e < 0) continue;
+    if (threadIdx.x == 0) ids[row] = e, weights[row] = w[j];
+    copy_row(rows + row * g.row_bytes, rec + g.hdr_bytes, static_cast<long long>(g.hidden) * g.elem_bytes);
+    ++row;
+  }
+}
+
+// out[t] = Σ_j back[pos_of_pair[t · k + j]] in slot order, fp32 from 0, as the single-device
+// top-k sum adds its slots.
+__global__ void ep_sum(const ep_geometry g, const float* __restrict__ back, const int* __restrict__ pos_of_pair,
+                       int tokens, void* __restrict__ out, long long ld_out, bool out_bf16) {
+  const long long n = static_cast<long long>(tokens) * g.hidden;
+  for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
+       q += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long t = q / g.hidden;
+    const long long c = q - t * g.hidden;
+    float acc = 0.0f;
+    for (int j = 0; j < g.k; ++j) {
+      const int pos = pos_of_pair[t * g.k + j];
+      if (pos >= 0) acc += back[static_cast<long long>(pos) * g.hidden + c];
+    }
+    if (out_bf16)
+      static_cast<__nv_bfloat16*>(out)[t * ld_out + c] = __float2bfloat16_rn(acc);
+    else
+      static_cast<float*>(out)[t * ld_out + c] = acc;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_ep_plan(const ep_geometry& g, const std::int32_t* ids, int tokens, const ep_plan_view& p,
+                           cudaStream_t stream) {
+  cudaError_t err = cudaMemsetAsync(p.expert_counts, 0, sizeof(int) * g.ranks * g.local_experts, stream);
+  if (err != cudaSuccess) return err;
+  if (tokens > 0) ep_count<<<static_cast<unsigned>((tokens + 127) / 128), 128, 0, stream>>>(g, ids, tokens, p);
+  ep_scan<<<1, kScanThreads, 0, stream>>>(p.rec_pos, p.slot_pos, g.ranks * tokens);
+  ep_send_counts<<<1, 256, 0, stream>>>(g, tokens, p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ep_pack(const ep_geometry& g, const void* hidden, long long ld_hidden, const std::int32_t* ids,
+                           const float* weights, int tokens, const ep_plan_view& p, unsigned char* send,
+                           cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  ep_pack<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(g, static_cast<const unsigned char*>(hidden),
+                                                              ld_hidden * g.elem_bytes, ids, weights, tokens, p, send);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ep_offsets(const ep_geometry& g, const int* recv_counts, int* rec_off, int* slot_off,
+                              cudaStream_t stream) {
+  ep_offsets<<<1, 32, 0, stream>>>(g, recv_counts, rec_off, slot_off);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ep_expand(const ep_geometry& g, const unsigned char* recv, int records, const int* rec_off,
+                             const int* slot_off, void* rows, std::int32_t* ids, float* weights, cudaStream_t stream) {
+  if (records == 0) return cudaSuccess;
+  ep_expand<<<static_cast<unsigned>(records), 128, 0, stream>>>(g, recv, records, rec_off, slot_off,
+                                                                 static_cast<unsigned char*>(rows), ids, weights);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ep_sum(const ep_geometry& g, const float* back, const int* pos_of_pair, int tokens, void* out,
+                          long long ld_out, bool out_bf16, cudaStream_t stream) {
+  const long long n = static_cast<long long>(tokens) * g.hidden;
+  if (n == 0) return cudaSuccess;
+  ep_sum<<<strided_blocks(n, 256), 256, 0, stream>>>(g, back, pos_of_pair, tokens, out, ld_out, out_bf16);
+  return cudaGetLastError();
+}
+
+}  // namespace polymoe::cuda::detail

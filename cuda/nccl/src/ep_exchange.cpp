@@ -1,0 +1,303 @@
+// The host side of the expert-parallel exchange (polymoe/cuda/ep_exchange.hpp): the NCCL
+// communicator, the grow-only buffers, and the order of a forward's launches and NCCL groups.
+#include <polymoe/cuda/ep_exchange.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "ep_launch.hpp"
+#include "host_check.hpp"
+
+namespace polymoe::cuda {
+namespace {
+
+using detail::check;
+
+void nccl_check(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess) [[unlikely]]
+    throw error(polymoe::detail::concat("nccl: ", call, " failed: ", ncclGetErrorString(r)));
+}
+
+ncclComm_t comm_of(const nccl_comm& c) { return static_cast<ncclComm_t>(c.get()); }
+
+// A grow-only device array.
+template <class T>
+void grow(device_array<T>& a, std::size_t n) {
+  if (a.size() >= n) return;
+  a = {};
+  a = device_array<T>(std::max<std::size_t>(n, 1));
+}
+
+long long round16(long long b) { return (b + 15) / 16 * 16; }
+
+// One group of NCCL sends and receives, each peer's block of `unit` bytes per counted item.
+struct group_exchange {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  void run(const unsigned char* send, const std::vector<int>& send_n, const std::vector<long long>& send_off,
+           unsigned char* recv, const std::vector<int>& recv_n, const std::vector<long long>& recv_off,
+           long long unit, const char* what) const {
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    const int S = static_cast<int>(send_n.size());
+    for (int p = 0; p < S; ++p) {
+      if (send_n[p] > 0)
+        nccl_check(ncclSend(send + send_off[p] * unit, static_cast<std::size_t>(send_n[p] * unit), ncclUint8, p, comm,
+                            stream),
+                   what);
+      if (recv_n[p] > 0)
+        nccl_check(ncclRecv(recv + recv_off[p] * unit, static_cast<std::size_t>(recv_n[p] * unit), ncclUint8, p, comm,
+                            stream),
+                   what);
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+};
+
+std::vector<long long> exclusive_sums(const std::vector<int>& n) {
+  std::vector<long long> off(n.size() + 1, 0);
+  for (std::size_t i = 0; i < n.size(); ++i) off[i + 1] = off[i] + n[i];
+  return off;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+nccl_comm::unique_id nccl_comm::new_id() {
+  static_assert(sizeof(ncclUniqueId) == sizeof(unique_id), "ncclUniqueId is 128 bytes");
+  ncclUniqueId id;
+  nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  unique_id out;
+  std::memcpy(out.data(), &id, sizeof id);
+  return out;
+}
+
+nccl_comm::nccl_comm(const unique_id& id, int rank, int size) : rank_(rank), size_(size) {
+  require(size >= 1 && rank >= 0 && rank < size, "nccl: rank ", rank, " of ", size);
+  check(cudaGetDevice(&device_), "cudaGetDevice");
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), sizeof nid);
+  ncclComm_t c = nullptr;
+  nccl_check(ncclCommInitRank(&c, size, nid, rank), "ncclCommInitRank");
+  comm_ = c;
+}
+
+nccl_comm::~nccl_comm() {
+  if (comm_) (void)ncclCommDestroy(static_cast<ncclComm_t>(comm_));
+}
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown (ncclGetVersion failed)";
+  return polymoe::detail::concat(v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct ep_exchange::impl {
+  std::shared_ptr<const nccl_comm> comm;
+  int S = 1, rank = 0;
+  index_t El = 1;
+  detail::ep_geometry g;
+  index_t tokens = 0;
+
+  // the plan (device), sized for plan_tokens tokens of plan_k slots
+  index_t plan_tokens = -1, plan_k = 0;
+  device_array<int> rec_pos, slot_pos, expert_counts, counts, pos_of_pair, offsets;
+  int* host_counts = nullptr;  // pinned: this rank's send counts, then its received counts
+
+  // the rows (device)
+  device_array<unsigned char> send, recv, rows;
+  device_array<std::int32_t> ids;
+  device_array<float> weights, results, back;
+
+  // from the counts
+  std::vector<int> send_recs, send_slots, recv_recs, recv_slots;
+  std::vector<long long> send_rec_off, send_slot_off, recv_rec_off, recv_slot_off;
+  std::vector<index_t> expert_rows;
+  std::size_t dispatch_bytes = 0, combine_bytes = 0;
+
+  [[nodiscard]] int fields() const { return detail::ep_count_fields + static_cast<int>(El); }
+  [[nodiscard]] detail::ep_plan_view plan_view() const {
+    return {rec_pos.data(), slot_pos.data(), expert_counts.data(), counts.data(), pos_of_pair.data()};
+  }
+  [[nodiscard]] group_exchange group(cudaStream_t stream) const { return {comm_of(*comm), stream}; }
+
+  ~impl() {
+    if (host_counts) (void)cudaFreeHost(host_counts);
+  }
+};
+
+ep_exchange::ep_exchange(std::shared_ptr<const nccl_comm> comm, index_t local_experts) : impl_(std::make_unique<impl>()) {
+  require(comm != nullptr, "nccl: an exchange needs a communicator");
+  require(local_experts >= 1, "nccl: local_experts must be >= 1, got ", local_experts);
+  impl_->comm = std::move(comm);
+  impl_->S = impl_->comm->size();
+  impl_->rank = impl_->comm->rank();
+  impl_->El = local_experts;
+  detail::device_scope scope(impl_->comm->device());
+  const auto n = static_cast<std::size_t>(2 * impl_->S * impl_->fields());
+  check(cudaMallocHost(reinterpret_cast<void**>(&impl_->host_counts), n * sizeof(int)), "cudaMallocHost");
+  impl_->counts = device_array<int>(n);
+  impl_->expert_counts = device_array<int>(static_cast<std::size_t>(impl_->S * local_experts));
+  impl_->offsets = device_array<int>(2 * static_cast<std::size_t>(impl_->S + 1));
+}
+ep_exchange::~ep_exchange() = default;
+ep_exchange::ep_exchange(ep_exchange&&) noexcept = default;
+ep_exchange& ep_exchange::operator=(ep_exchange&&) noexcept = default;
+
+void ep_exchange::reserve_plan(index_t tokens, index_t top_k) {
+  impl& m = *impl_;
+  require(tokens >= 0 && top_k >= 1, "nccl: reserve_plan(", tokens, ", ", top_k, ")");
+  require(m.S * tokens < (index_t{1} << 31) && tokens * top_k < (index_t{1} << 31), "nccl: ", tokens,
+          " tokens are too many to plan over ", m.S, " ranks");
+  if (tokens <= m.plan_tokens && top_k <= m.plan_k) return;
+  detail::device_scope scope(m.comm->device());
+  const auto n = static_cast<std::size_t>(m.S * tokens + 1);
+  grow(m.rec_pos, n);
+  grow(m.slot_pos, n);
+  grow(m.pos_of_pair, static_cast<std::size_t>(tokens * top_k));
+  m.plan_tokens = std::max(m.plan_tokens, tokens);
+  m.plan_k = std::max(m.plan_k, top_k);
+}
+
+void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows, stream_t stream) {
+  impl& m = *impl_;
+  const index_t T = ids.rows, k = ids.cols;
+  require(ids.type == element_type::i32 && (T == 0 || ids.row_stride == k), "nccl: topk_ids must be packed int32 rows");
+  require(rows == element_type::f32 || rows == element_type::bf16, "nccl: hidden rows are ", to_string(rows),
+          ", expected float32 or bfloat16");
+  require(hidden >= 1 && hidden < (index_t{1} << 28), "nccl: hidden=", hidden);
+  reserve_plan(T, k);
+  detail::device_scope scope(m.comm->device());
+  m.tokens = T;
+  m.g.ranks = m.S;
+  m.g.local_experts = static_cast<int>(m.El);
+  m.g.k = static_cast<int>(k);
+  m.g.hidden = static_cast<int>(hidden);
+  m.g.elem_bytes = static_cast<int>(element_bytes(rows));
+  m.g.hdr_bytes = round16(4 * (1 + 2 * k));
+  m.g.row_bytes = round16(hidden * m.g.elem_bytes);
+  m.g.rec_bytes = m.g.hdr_bytes + m.g.row_bytes;
+  const auto s = static_cast<cudaStream_t>(stream);
+  check(detail::launch_ep_plan(m.g, ids.as<const std::int32_t>(), static_cast<int>(T), m.plan_view(), s),
+        "launch of the expert-parallel plan");
+  const int w = m.fields();
+  int* send_counts = m.counts.data();
+  int* recv_counts = send_counts + m.S * w;
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  for (int p = 0; p < m.S; ++p) {
+    nccl_check(ncclSend(send_counts + p * w, static_cast<std::size_t>(w), ncclInt32, p, comm_of(*m.comm), s),
+               "ncclSend (counts)");
+    nccl_check(ncclRecv(recv_counts + p * w, static_cast<std::size_t>(w), ncclInt32, p, comm_of(*m.comm), s),
+               "ncclRecv (counts)");
+  }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  int* off = m.offsets.data();
+  check(detail::launch_ep_offsets(m.g, recv_counts, off, off + m.S + 1, s), "launch of the expert-parallel offsets");
+  check(cudaMemcpyAsync(m.host_counts, send_counts, sizeof(int) * 2 * m.S * w, cudaMemcpyDeviceToHost, s),
+        "cudaMemcpyAsync (counts)");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize (counts)");
+  const int* hs = m.host_counts;
+  const int* hr = hs + m.S * w;
+  m.send_recs.assign(static_cast<std::size_t>(m.S), 0);
+  m.send_slots = m.recv_recs = m.recv_slots = m.send_recs;
+  m.expert_rows.assign(static_cast<std::size_t>(m.El), 0);
+  for (int p = 0; p < m.S; ++p) {
+    m.send_recs[p] = hs[p * w], m.send_slots[p] = hs[p * w + 1];
+    m.recv_recs[p] = hr[p * w], m.recv_slots[p] = hr[p * w + 1];
+    for (index_t e = 0; e < m.El; ++e) m.expert_rows[e] += hr[p * w + detail::ep_count_fields + e];
+  }
+  // Every rank sees every rank's counts: each refuses a mix of element types or widths alike,
+  // before any row moves.
+  const auto type_name = [](int bytes) { return bytes == 2 ? "bfloat16" : "float32"; };
+  for (int p = 0; p < m.S; ++p) {
+    require(hr[p * w + 2] == hr[2], "nccl: rank ", p, " passes ", type_name(hr[p * w + 2]), " hidden rows and rank 0 ",
+            type_name(hr[2]), "; the ranks of an expert-parallel layer must pass one element type");
+    require(hr[p * w + 3] == hr[3], "nccl: rank ", p, " routes ", hr[p * w + 3], " slots a token and rank 0 ", hr[3],
+            "; the ranks of an expert-parallel layer must route alike");
+  }
+  m.send_rec_off = exclusive_sums(m.send_recs);
+  m.send_slot_off = exclusive_sums(m.send_slots);
+  m.recv_rec_off = exclusive_sums(m.recv_recs);
+  m.recv_slot_off = exclusive_sums(m.recv_slots);
+}
+
+void ep_exchange::reserve_rows() {
+  impl& m = *impl_;
+  detail::device_scope scope(m.comm->device());
+  const auto rec = static_cast<std::size_t>(m.g.rec_bytes);
+  const auto H = static_cast<std::size_t>(m.g.hidden);
+  const auto n_in = static_cast<std::size_t>(m.recv_slot_off[m.S]);
+  grow(m.send, static_cast<std::size_t>(m.send_rec_off[m.S]) * rec);
+  grow(m.recv, static_cast<std::size_t>(m.recv_rec_off[m.S]) * rec);
+  grow(m.rows, n_in * static_cast<std::size_t>(m.g.row_bytes));
+  grow(m.ids, n_in);
+  grow(m.weights, n_in);
+  grow(m.results, n_in * H);
+  grow(m.back, static_cast<std::size_t>(m.send_slot_off[m.S]) * H);
+}
+
+ep_exchange::received ep_exchange::exchange(const device_view& hidden, const device_view& ids,
+                                            const device_view& weights, stream_t stream) {
+  impl& m = *impl_;
+  require(hidden.rows == m.tokens && ids.rows == m.tokens && weights.rows == m.tokens &&
+              hidden.cols == m.g.hidden && element_bytes(hidden.type) == m.g.elem_bytes,
+          "nccl: exchange of rows other than the planned ones");
+  require(m.tokens == 0 || (weights.type == element_type::f32 && weights.row_stride == m.g.k),
+          "nccl: topk_weights must be packed float32 rows");
+  reserve_rows();
+  detail::device_scope scope(m.comm->device());
+  const auto s = static_cast<cudaStream_t>(stream);
+  check(detail::launch_ep_pack(m.g, hidden.data, hidden.row_stride, ids.as<const std::int32_t>(),
+                               weights.as<const float>(), static_cast<int>(m.tokens), m.plan_view(), m.send.data(), s),
+        "launch of the expert-parallel pack");
+  m.group(s).run(m.send.data(), m.send_recs, m.send_rec_off, m.recv.data(), m.recv_recs, m.recv_rec_off,
+                 m.g.rec_bytes, "ncclSend/ncclRecv (records)");
+  const int* off = m.offsets.data();
+  const auto records = static_cast<int>(m.recv_rec_off[m.S]);
+  check(detail::launch_ep_expand(m.g, m.recv.data(), records, off, off + m.S + 1, m.rows.data(), m.ids.data(),
+                                 m.weights.data(), s),
+        "launch of the expert-parallel expand");
+  m.dispatch_bytes = 0;
+  for (int p = 0; p < m.S; ++p)
+    if (p != m.rank) m.dispatch_bytes += static_cast<std::size_t>(m.send_recs[p]) * static_cast<std::size_t>(m.g.rec_bytes);
+  const index_t n = m.recv_slot_off[m.S];
+  const int d = m.comm->device();
+  device_view rows{m.rows.data(), hidden.type, n, m.g.hidden, m.g.row_bytes / m.g.elem_bytes, d};
+  return {rows, device_view::of(m.ids.data(), n, 1, d), device_view::of(m.weights.data(), n, 1, d), m.expert_rows};
+}
+
+device_view ep_exchange::results() const noexcept {
+  const impl& m = *impl_;
+  const index_t n = m.recv_slot_off.empty() ? 0 : m.recv_slot_off[m.S];
+  return device_view::of(m.results.data(), n, m.g.hidden, m.comm->device());
+}
+
+void ep_exchange::combine(const device_view& out, stream_t stream) {
+  impl& m = *impl_;
+  require(out.rows == m.tokens && out.cols == m.g.hidden &&
+              (out.type == element_type::f32 || out.type == element_type::bf16),
+          "nccl: combine into a view other than the planned tokens' [", m.tokens, ", ", m.g.hidden, "] rows");
+  detail::device_scope scope(m.comm->device());
+  const auto s = static_cast<cudaStream_t>(stream);
+  const long long row = 4LL * m.g.hidden;
+  m.group(s).run(reinterpret_cast<const unsigned char*>(m.results.data()), m.recv_slots, m.recv_slot_off,
+                 reinterpret_cast<unsigned char*>(m.back.data()), m.send_slots, m.send_slot_off, row,
+                 "ncclSend/ncclRecv (results)");
+  check(detail::launch_ep_sum(m.g, m.back.data(), m.pos_of_pair.data(), static_cast<int>(m.tokens), out.data,
+                              out.row_stride, out.type == element_type::bf16, s),
+        "launch of the expert-parallel sum");
+  m.combine_bytes = 0;
+  for (int p = 0; p < m.S; ++p)
+    if (p != m.rank) m.combine_bytes += static_cast<std::size_t>(m.recv_slots[p]) * static_cast<std::size_t>(row);
+}
+
+std::size_t ep_exchange::dispatch_bytes() const noexcept { return impl_->dispatch_bytes; }
+std::size_t ep_exchange::combine_bytes() const noexcept { return impl_->combine_bytes; }
+
+}  // namespace polymoe::cuda
