@@ -182,7 +182,7 @@ int main(int argc, char** argv) try {
     auto forward = [&] {
       auto d = ep.dispatch(xv, iv, wv, cfg, s);
       auto c = ep.combine_input(d, ov);
-      mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false}, mlp, s);
+      mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s);
       ep.combine(c, ov);
     };
     for (int i = 0; i < 2; ++i) forward();  // sizes the buffers
@@ -195,7 +195,7 @@ int main(int argc, char** argv) try {
     for (int r = 0; r < reps; ++r) {
       td.push_back(time_us(s, 1, [&] { d = ep.dispatch(xv, iv, wv, cfg, s); }));
       c = ep.combine_input(d, ov);
-      tm.push_back(time_us(s, 1, [&] { mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false}, mlp, s); }));
+      tm.push_back(time_us(s, 1, [&] { mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s); }));
       tc.push_back(time_us(s, 1, [&] { ep.combine(c, ov); }));
     }
     const double t_d = median(td), t_m = median(tm), t_c = median(tc);

@@ -659,7 +659,15 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
   require_view(c.hidden, "cuda::Experts: hidden", tokens, m.shape.hidden, {element_type::f32, element_type::bf16});
   require_view(c.ids, "cuda::Experts: topk_ids", tokens, top_k, {element_type::i32});
   require_view(c.weights, "cuda::Experts: topk_weights", tokens, top_k, {element_type::f32});
-  require_view(c.out, "cuda::Experts: out", tokens, m.shape.hidden, {element_type::f32, element_type::bf16});
+  const bool pair_mode = !c.pair_rows.empty() || c.pair_rows.data != nullptr;
+  if (pair_mode) {
+    require_view(c.pair_rows, "cuda::Experts: pair_rows", tokens, top_k, {element_type::i32});
+    require(c.pair_rows.row_stride == top_k, "cuda::Experts: pair_rows must be packed rows (row stride = top_k)");
+    require(!c.accumulate, "cuda::Experts: pair_rows writes each pair's row; it does not accumulate");
+  }
+  require_view(c.out, "cuda::Experts: out", pair_mode ? c.out.rows : tokens, m.shape.hidden,
+               pair_mode ? std::initializer_list<element_type>{element_type::f32}
+                         : std::initializer_list<element_type>{element_type::f32, element_type::bf16});
   require(c.ids.row_stride == top_k && c.weights.row_stride == top_k,
           "cuda::Experts: topk_ids and topk_weights must be packed rows (row stride = top_k)");
   require(!mlp.weight_on_input || top_k == 1, "cuda::Experts: weight_on_input needs top_k == 1, got top_k=", top_k);
@@ -674,7 +682,9 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
     require_on_device(c.weights, "topk_weights", m.device);
   }
   require_on_device(c.out, "out", m.device);
-  require(!c.out.overlaps(c.hidden) && !c.out.overlaps(c.ids) && !c.out.overlaps(c.weights),
+  if (pair_mode) require_on_device(c.pair_rows, "pair_rows", m.device);
+  require(!c.out.overlaps(c.hidden) && !c.out.overlaps(c.ids) && !c.out.overlaps(c.weights) &&
+              !c.out.overlaps(c.pair_rows),
           "cuda::Experts: out shares memory with an input");
   m.grow(tokens, top_k);
   detail::forward_args a;
@@ -687,6 +697,7 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
   a.out_bf16 = c.out.type == element_type::bf16;
   a.ld_out = c.out.row_stride;
   a.accumulate = c.accumulate;
+  a.pair_rows = pair_mode ? c.pair_rows.as<const int>() : nullptr;
   a.keep_uncomputed = keep_uncomputed;
   a.tokens = static_cast<int>(tokens);
   a.k = static_cast<int>(top_k);

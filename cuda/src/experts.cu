@@ -612,6 +612,8 @@ struct gemm_params {
   // GEMM 2
   float* y;
   int H;
+  long long ldy;
+  const int* y_row;      ///< [T·k] the row of y of each pair (pair mode), or null: y's rows are the sorted rows
   const float* weights;  ///< [T·k] routing weights, or null when they multiplied the input
 };
 
@@ -984,7 +986,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
           }
         }
       } else {
-        float* yrow = p.y + row * p.H;
+        float* yrow = p.y + (p.y_row ? static_cast<long long>(p.y_row[p.sorted_pair[row]]) : row) * p.ldy;
         const float wrow = kEarlyWeights ? wt[mi][half] : p.weights ? p.weights[p.sorted_pair[row]] : 1.0f;
 #pragma unroll
         for (int ni = 0; ni < S::NI; ++ni) {
@@ -1155,8 +1157,10 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p2.bias = w.b2;
   p2.N = g.hp;
   p2.K = g.ip;
-  p2.y = ws.y;
+  p2.y = a.pair_rows ? static_cast<float*>(a.out) : ws.y;
   p2.H = g.hidden;
+  p2.ldy = a.pair_rows ? a.ld_out : g.hidden;
+  p2.y_row = a.pair_rows;
   p2.weights = a.weight_on_input ? nullptr : a.weights;
   *step = "GEMM 2 (grouped_gemm)";
   return launch_gemm<S, false, WF>(p2, tiles_max, stream);
@@ -1302,7 +1306,7 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   }
   if (err != cudaSuccess) return err;
   err = run_gemms_of(t, w.format, g, w, ws, a, stream, step);
-  if (err != cudaSuccess) return err;
+  if (err != cudaSuccess || a.pair_rows) return err;  // pair mode: GEMM 2 wrote each pair's row of out
   *step = "topk_sum";
   return launch_pdl(topk_sum, dim3(grid_for(static_cast<long long>(a.tokens) * g.hidden, 256)), dim3(256), 0, stream,
                     ws.y, ws.pos_of_pair, a.tokens, a.k, g.hidden, a.out, a.ld_out, a.out_bf16, a.accumulate,

@@ -101,6 +101,9 @@ struct forward_args {
   bool out_bf16 = false;
   long long ld_out = 0;
   bool accumulate = false;            ///< out += the sum instead of out = the sum
+  /// Pair mode: [T, k] the row of out (fp32) that gets each computed pair's own weighted result;
+  /// no top-k sum. Null: out gets each token's sum.
+  const int* pair_rows = nullptr;
   bool keep_uncomputed = false;       ///< leave out's rows of tokens with no slot computed as they are
   int tokens = 0, k = 0;
   act_kind act = act_kind::silu_gated;

@@ -1,6 +1,6 @@
 // The device side of the expert-parallel exchange (ep_launch.hpp): the plan of a rank's tokens
-// (counts, one scan, the per-destination counts), the records packed for the wire, the received
-// records expanded into one row per slot, and each token's returned slot rows summed in slot order.
+// (counts, one scan, the per-destination counts), the records packed for the wire, the row each
+// received slot's result goes to, and each token's returned slot rows summed in slot order.
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -107,7 +107,7 @@ __device__ __forceinline__ void copy_row(unsigned char* __restrict__ dst, const 
 // row each of its slots comes back in.
 __global__ void ep_pack(const ep_geometry g, const unsigned char* __restrict__ hidden, long long ld_bytes,
                         const std::int32_t* __restrict__ ids, const float* __restrict__ weights, int tokens,
-                        ep_plan_view p, unsigned char* __restrict__ send) {
+                        ep_plan_view p, ep_records send) {
   const int t = blockIdx.x;
   if (t >= tokens) return;
   const std::int32_t* id = ids + static_cast<long long>(t) * g.k;
@@ -125,15 +125,14 @@ __global__ void ep_pack(const ep_geometry g, const unsigned char* __restrict__ h
   for (int d = 0; d < g.ranks; ++d) {
     const long long at = static_cast<long long>(d) * tokens + t;
     if (p.rec_pos[at + 1] == p.rec_pos[at]) continue;  // no slot of this token on d
-    unsigned char* rec = send + static_cast<long long>(p.rec_pos[at]) * g.rec_bytes;
-    auto* head = reinterpret_cast<std::int32_t*>(rec);
-    if (threadIdx.x == 0) head[0] = p.slot_pos[at] - p.slot_pos[static_cast<long long>(d) * tokens];
+    const long long r = p.rec_pos[at];
+    if (threadIdx.x == 0) send.first[r] = p.slot_pos[at] - p.slot_pos[static_cast<long long>(d) * tokens];
     for (int j = threadIdx.x; j < g.k; j += blockDim.x) {
       const int e = id[j];
-      head[1 + j] = served(e, g) && e / g.local_experts == d ? e - d * g.local_experts : -1;
-      reinterpret_cast<float*>(head + 1 + g.k)[j] = w[j];
+      send.ids[r * g.k + j] = served(e, g) && e / g.local_experts == d ? e - d * g.local_experts : -1;
+      send.weights[r * g.k + j] = w[j];
     }
-    copy_row(rec + g.hdr_bytes, hidden + t * ld_bytes, static_cast<long long>(g.hidden) * g.elem_bytes);
+    copy_row(send.rows + r * g.row_bytes, hidden + t * ld_bytes, static_cast<long long>(g.hidden) * g.elem_bytes);
   }
 }
 
@@ -149,25 +148,17 @@ __global__ void ep_offsets(const ep_geometry g, const int* __restrict__ recv_cou
   rec_off[g.ranks] = r, slot_off[g.ranks] = s;
 }
 
-// One block a received record: a row for each slot it serves here.
-__global__ void ep_expand(const ep_geometry g, const unsigned char* __restrict__ recv, int records,
-                          const int* __restrict__ rec_off, const int* __restrict__ slot_off,
-                          unsigned char* __restrict__ rows, std::int32_t* __restrict__ ids,
-                          float* __restrict__ weights) {
-  const int r = blockIdx.x;
+// One thread a received record: the slot row of each of its slots served here.
+__global__ void ep_pair_rows(const ep_geometry g, ep_records recv, int records, const int* __restrict__ rec_off,
+                             const int* __restrict__ slot_off, std::int32_t* __restrict__ pair_rows) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= records) return;
   int s = 0;
   while (s + 1 < g.ranks && rec_off[s + 1] <= r) ++s;
-  const unsigned char* rec = recv + static_cast<long long>(r) * g.rec_bytes;
-  const auto* head = reinterpret_cast<const std::int32_t*>(rec);
-  const float* w = reinterpret_cast<const float*>(head + 1 + g.k);
-  long long row = static_cast<long long>(slot_off[s]) + head[0];
+  int row = slot_off[s] + recv.first[r];
   for (int j = 0; j < g.k; ++j) {
-    const int e = head[1 + j];
-    if (e < 0) continue;
-    if (threadIdx.x == 0) ids[row] = e, weights[row] = w[j];
-    copy_row(rows + row * g.row_bytes, rec + g.hdr_bytes, static_cast<long long>(g.hidden) * g.elem_bytes);
-    ++row;
+    const long long q = static_cast<long long>(r) * g.k + j;
+    pair_rows[q] = recv.ids[q] >= 0 ? row++ : -1;
   }
 }
 
@@ -205,7 +196,7 @@ cudaError_t launch_ep_plan(const ep_geometry& g, const std::int32_t* ids, int to
 }
 
 cudaError_t launch_ep_pack(const ep_geometry& g, const void* hidden, long long ld_hidden, const std::int32_t* ids,
-                           const float* weights, int tokens, const ep_plan_view& p, unsigned char* send,
+                           const float* weights, int tokens, const ep_plan_view& p, const ep_records& send,
                            cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   ep_pack<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(g, static_cast<const unsigned char*>(hidden),
@@ -219,11 +210,11 @@ cudaError_t launch_ep_offsets(const ep_geometry& g, const int* recv_counts, int*
   return cudaGetLastError();
 }
 
-cudaError_t launch_ep_expand(const ep_geometry& g, const unsigned char* recv, int records, const int* rec_off,
-                             const int* slot_off, void* rows, std::int32_t* ids, float* weights, cudaStream_t stream) {
+cudaError_t launch_ep_pair_rows(const ep_geometry& g, const ep_records& recv, int records, const int* rec_off,
+                                const int* slot_off, std::int32_t* pair_rows, cudaStream_t stream) {
   if (records == 0) return cudaSuccess;
-  ep_expand<<<static_cast<unsigned>(records), 128, 0, stream>>>(g, recv, records, rec_off, slot_off,
-                                                                 static_cast<unsigned char*>(rows), ids, weights);
+  ep_pair_rows<<<static_cast<unsigned>((records + 127) / 128), 128, 0, stream>>>(g, recv, records, rec_off, slot_off,
+                                                                                 pair_rows);
   return cudaGetLastError();
 }
 

@@ -34,28 +34,32 @@ void grow(device_array<T>& a, std::size_t n) {
 
 long long round16(long long b) { return (b + 15) / 16 * 16; }
 
-// One group of NCCL sends and receives, each peer's block of `unit` bytes per counted item.
-struct group_exchange {
-  ncclComm_t comm;
-  cudaStream_t stream;
-  void run(const unsigned char* send, const std::vector<int>& send_n, const std::vector<long long>& send_off,
-           unsigned char* recv, const std::vector<int>& recv_n, const std::vector<long long>& recv_off,
-           long long unit, const char* what) const {
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
-    const int S = static_cast<int>(send_n.size());
-    for (int p = 0; p < S; ++p) {
+// An array exchanged by items: each peer's block of items, `unit` bytes each.
+struct column {
+  const void* send;
+  void* recv;
+  long long unit;
+};
+
+// One group of NCCL sends and receives of every column's blocks.
+void exchange_columns(ncclComm_t comm, cudaStream_t stream, std::initializer_list<column> columns,
+                      const std::vector<int>& send_n, const std::vector<long long>& send_off,
+                      const std::vector<int>& recv_n, const std::vector<long long>& recv_off, const char* what) {
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  const int S = static_cast<int>(send_n.size());
+  for (int p = 0; p < S; ++p)
+    for (const column& c : columns) {
       if (send_n[p] > 0)
-        nccl_check(ncclSend(send + send_off[p] * unit, static_cast<std::size_t>(send_n[p] * unit), ncclUint8, p, comm,
-                            stream),
+        nccl_check(ncclSend(static_cast<const unsigned char*>(c.send) + send_off[p] * c.unit,
+                            static_cast<std::size_t>(send_n[p] * c.unit), ncclUint8, p, comm, stream),
                    what);
       if (recv_n[p] > 0)
-        nccl_check(ncclRecv(recv + recv_off[p] * unit, static_cast<std::size_t>(recv_n[p] * unit), ncclUint8, p, comm,
-                            stream),
+        nccl_check(ncclRecv(static_cast<unsigned char*>(c.recv) + recv_off[p] * c.unit,
+                            static_cast<std::size_t>(recv_n[p] * c.unit), ncclUint8, p, comm, stream),
                    what);
     }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-  }
-};
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+}
 
 std::vector<long long> exclusive_sums(const std::vector<int>& n) {
   std::vector<long long> off(n.size() + 1, 0);
@@ -110,10 +114,21 @@ struct ep_exchange::impl {
   device_array<int> rec_pos, slot_pos, expert_counts, counts, pos_of_pair, offsets;
   int* host_counts = nullptr;  // pinned: this rank's send counts, then its received counts
 
-  // the rows (device)
-  device_array<unsigned char> send, recv, rows;
-  device_array<std::int32_t> ids;
-  device_array<float> weights, results, back;
+  // the records (device): sent, received; where each received slot's result goes
+  struct records {
+    device_array<unsigned char> rows;
+    device_array<std::int32_t> ids, first;
+    device_array<float> weights;
+    [[nodiscard]] detail::ep_records view() const { return {rows.data(), ids.data(), weights.data(), first.data()}; }
+    void grow_to(std::size_t n, const detail::ep_geometry& g) {
+      grow(rows, n * static_cast<std::size_t>(g.row_bytes));
+      grow(ids, n * static_cast<std::size_t>(g.k));
+      grow(weights, n * static_cast<std::size_t>(g.k));
+      grow(first, n);
+    }
+  } send, recv;
+  device_array<std::int32_t> pair_rows;
+  device_array<float> results, back;
 
   // from the counts
   std::vector<int> send_recs, send_slots, recv_recs, recv_slots;
@@ -125,7 +140,6 @@ struct ep_exchange::impl {
   [[nodiscard]] detail::ep_plan_view plan_view() const {
     return {rec_pos.data(), slot_pos.data(), expert_counts.data(), counts.data(), pos_of_pair.data()};
   }
-  [[nodiscard]] group_exchange group(cudaStream_t stream) const { return {comm_of(*comm), stream}; }
 
   ~impl() {
     if (host_counts) (void)cudaFreeHost(host_counts);
@@ -180,9 +194,7 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   m.g.k = static_cast<int>(k);
   m.g.hidden = static_cast<int>(hidden);
   m.g.elem_bytes = static_cast<int>(element_bytes(rows));
-  m.g.hdr_bytes = round16(4 * (1 + 2 * k));
   m.g.row_bytes = round16(hidden * m.g.elem_bytes);
-  m.g.rec_bytes = m.g.hdr_bytes + m.g.row_bytes;
   const auto s = static_cast<cudaStream_t>(stream);
   check(detail::launch_ep_plan(m.g, ids.as<const std::int32_t>(), static_cast<int>(T), m.plan_view(), s),
         "launch of the expert-parallel plan");
@@ -230,15 +242,12 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
 void ep_exchange::reserve_rows() {
   impl& m = *impl_;
   detail::device_scope scope(m.comm->device());
-  const auto rec = static_cast<std::size_t>(m.g.rec_bytes);
   const auto H = static_cast<std::size_t>(m.g.hidden);
-  const auto n_in = static_cast<std::size_t>(m.recv_slot_off[m.S]);
-  grow(m.send, static_cast<std::size_t>(m.send_rec_off[m.S]) * rec);
-  grow(m.recv, static_cast<std::size_t>(m.recv_rec_off[m.S]) * rec);
-  grow(m.rows, n_in * static_cast<std::size_t>(m.g.row_bytes));
-  grow(m.ids, n_in);
-  grow(m.weights, n_in);
-  grow(m.results, n_in * H);
+  const auto recs_in = static_cast<std::size_t>(m.recv_rec_off[m.S]);
+  m.send.grow_to(static_cast<std::size_t>(m.send_rec_off[m.S]), m.g);
+  m.recv.grow_to(recs_in, m.g);
+  grow(m.pair_rows, recs_in * static_cast<std::size_t>(m.g.k));
+  grow(m.results, static_cast<std::size_t>(m.recv_slot_off[m.S]) * H);
   grow(m.back, static_cast<std::size_t>(m.send_slot_off[m.S]) * H);
 }
 
@@ -254,22 +263,28 @@ ep_exchange::received ep_exchange::exchange(const device_view& hidden, const dev
   detail::device_scope scope(m.comm->device());
   const auto s = static_cast<cudaStream_t>(stream);
   check(detail::launch_ep_pack(m.g, hidden.data, hidden.row_stride, ids.as<const std::int32_t>(),
-                               weights.as<const float>(), static_cast<int>(m.tokens), m.plan_view(), m.send.data(), s),
+                               weights.as<const float>(), static_cast<int>(m.tokens), m.plan_view(), m.send.view(), s),
         "launch of the expert-parallel pack");
-  m.group(s).run(m.send.data(), m.send_recs, m.send_rec_off, m.recv.data(), m.recv_recs, m.recv_rec_off,
-                 m.g.rec_bytes, "ncclSend/ncclRecv (records)");
+  const detail::ep_records out = m.send.view(), in = m.recv.view();
+  const long long k = m.g.k;
+  exchange_columns(comm_of(*m.comm), s,
+                   {{out.rows, in.rows, m.g.row_bytes},
+                    {out.ids, in.ids, 4 * k},
+                    {out.weights, in.weights, 4 * k},
+                    {out.first, in.first, 4}},
+                   m.send_recs, m.send_rec_off, m.recv_recs, m.recv_rec_off, "ncclSend/ncclRecv (records)");
   const int* off = m.offsets.data();
-  const auto records = static_cast<int>(m.recv_rec_off[m.S]);
-  check(detail::launch_ep_expand(m.g, m.recv.data(), records, off, off + m.S + 1, m.rows.data(), m.ids.data(),
-                                 m.weights.data(), s),
-        "launch of the expert-parallel expand");
+  const auto records = static_cast<index_t>(m.recv_rec_off[m.S]);
+  check(detail::launch_ep_pair_rows(m.g, in, static_cast<int>(records), off, off + m.S + 1, m.pair_rows.data(), s),
+        "launch of the expert-parallel pair rows");
   m.dispatch_bytes = 0;
+  const auto rec_bytes = static_cast<std::size_t>(m.g.row_bytes + 8 * k + 4);
   for (int p = 0; p < m.S; ++p)
-    if (p != m.rank) m.dispatch_bytes += static_cast<std::size_t>(m.send_recs[p]) * static_cast<std::size_t>(m.g.rec_bytes);
-  const index_t n = m.recv_slot_off[m.S];
+    if (p != m.rank) m.dispatch_bytes += static_cast<std::size_t>(m.send_recs[p]) * rec_bytes;
   const int d = m.comm->device();
-  device_view rows{m.rows.data(), hidden.type, n, m.g.hidden, m.g.row_bytes / m.g.elem_bytes, d};
-  return {rows, device_view::of(m.ids.data(), n, 1, d), device_view::of(m.weights.data(), n, 1, d), m.expert_rows};
+  const device_view rows{in.rows, hidden.type, records, m.g.hidden, m.g.row_bytes / m.g.elem_bytes, d};
+  return {rows, device_view::of(in.ids, records, k, d), device_view::of(in.weights, records, k, d), m.expert_rows,
+          device_view::of(m.pair_rows.data(), records, k, d)};
 }
 
 device_view ep_exchange::results() const noexcept {
@@ -286,9 +301,8 @@ void ep_exchange::combine(const device_view& out, stream_t stream) {
   detail::device_scope scope(m.comm->device());
   const auto s = static_cast<cudaStream_t>(stream);
   const long long row = 4LL * m.g.hidden;
-  m.group(s).run(reinterpret_cast<const unsigned char*>(m.results.data()), m.recv_slots, m.recv_slot_off,
-                 reinterpret_cast<unsigned char*>(m.back.data()), m.send_slots, m.send_slot_off, row,
-                 "ncclSend/ncclRecv (results)");
+  exchange_columns(comm_of(*m.comm), s, {{m.results.data(), m.back.data(), row}}, m.recv_slots, m.recv_slot_off,
+                   m.send_slots, m.send_slot_off, "ncclSend/ncclRecv (results)");
   check(detail::launch_ep_sum(m.g, m.back.data(), m.pos_of_pair.data(), static_cast<int>(m.tokens), out.data,
                               out.row_stride, out.type == element_type::bf16, s),
         "launch of the expert-parallel sum");

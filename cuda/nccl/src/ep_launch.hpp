@@ -7,9 +7,10 @@
 // one rank that owns at least one of its slots: ordered by destination, then token. Its slots
 // there are "slot rows", ordered the same way and then by slot; they come back in that order.
 //
-// A record is rec_bytes bytes: a header of hdr_bytes, [int32 first slot row of the record within
-// its destination's block][k int32 local ids, -1 for the slots not served there][k fp32 routing
-// weights], then the token's row as it came (fp32 or bf16), padded to 16 bytes.
+// A record travels in four arrays, each in record order, so that the receiver's are the kernel's
+// input as they arrive: the token's row as it came (fp32 or bf16, row_bytes apart, a multiple of
+// 16), its k local ids there (int32, -1 for the slots not served there), its k routing weights
+// (fp32), and the index of its first slot row within its destination's block (int32).
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -24,9 +25,7 @@ struct ep_geometry {
   int ranks = 1, local_experts = 1, k = 1;
   int hidden = 0;
   int elem_bytes = 4;         ///< of the rows on the wire: 4 fp32, 2 bf16
-  long long hdr_bytes = 0;    ///< header of a record
   long long row_bytes = 0;    ///< a row, padded to 16 bytes
-  long long rec_bytes = 0;    ///< hdr_bytes + row_bytes
 };
 
 /// The plan's device arrays (T tokens).
@@ -43,10 +42,18 @@ struct ep_plan_view {
 cudaError_t launch_ep_plan(const ep_geometry& g, const std::int32_t* ids, int tokens, const ep_plan_view& p,
                            cudaStream_t stream);
 
+/// A block of records: rows [n, row_bytes], ids and weights [n, k], first slot rows [n].
+struct ep_records {
+  unsigned char* rows = nullptr;
+  std::int32_t* ids = nullptr;
+  float* weights = nullptr;
+  std::int32_t* first = nullptr;
+};
+
 /// The records of `tokens` rows of hidden (row t at t · ld_hidden elements) into send (rec_pos
 /// from the plan gives each its place), and pos_of_pair.
 cudaError_t launch_ep_pack(const ep_geometry& g, const void* hidden, long long ld_hidden, const std::int32_t* ids,
-                           const float* weights, int tokens, const ep_plan_view& p, unsigned char* send,
+                           const float* weights, int tokens, const ep_plan_view& p, const ep_records& send,
                            cudaStream_t stream);
 
 /// Offsets of the received blocks: recv_counts (as send_counts, from each source)
@@ -54,10 +61,10 @@ cudaError_t launch_ep_pack(const ep_geometry& g, const void* hidden, long long l
 cudaError_t launch_ep_offsets(const ep_geometry& g, const int* recv_counts, int* rec_off, int* slot_off,
                               cudaStream_t stream);
 
-/// One slot row per (received record, slot served here), in (source, record, slot) order: rows
-/// [slots, row_bytes / elem_bytes] of the wire's element type, ids [slots] local ids, weights [slots].
-cudaError_t launch_ep_expand(const ep_geometry& g, const unsigned char* recv, int records, const int* rec_off,
-                             const int* slot_off, void* rows, std::int32_t* ids, float* weights, cudaStream_t stream);
+/// pair_rows [records, k]: the slot row, in (source, record, slot) order, of each slot a received
+/// record has here (-1 for the others).
+cudaError_t launch_ep_pair_rows(const ep_geometry& g, const ep_records& recv, int records, const int* rec_off,
+                                const int* slot_off, std::int32_t* pair_rows, cudaStream_t stream);
 
 /// out [T, H] (fp32, or bf16 bits when out_bf16; row t at t · ld_out) = Σ_j back[pos_of_pair[t · k + j]]
 /// in slot order from 0 (back fp32 [slots, H] packed); a token with no slot computed gets 0.

@@ -89,8 +89,13 @@ template <>
 struct DispatchOutput<format::ragged, space::cuda> : DispatchOutput<format::standard, space::cuda> {
   std::span<const index_t> counts;  ///< [num_experts] rows routed to each local expert (host memory)
 };
+/// The kernel writes each (row, slot)'s own weighted output to row pair_rows[row, slot] of out
+/// (float32) instead of each row's sum: the dispatcher returns every slot to its token's rank,
+/// which sums them in slot order.
 template <>
-struct CombineInput<format::ragged, space::cuda> : CombineInput<format::standard, space::cuda> {};
+struct CombineInput<format::ragged, space::cuda> : CombineInput<format::standard, space::cuda> {
+  device_view pair_rows;  ///< [N, k] int32, packed
+};
 
 template <>
 struct DispatchOutput<format::masked, space::cuda> {

@@ -594,6 +594,74 @@ TEST(CudaExperts, BfloatOutput) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Pair rows (what an expert-parallel dispatcher returns): each computed pair's own weighted row,
+// where pair_rows puts it, equal to that slot alone as a top-1 forward; other rows untouched.
+
+template <class Q>
+void check_pair_rows(const Case& c, std::uint32_t seed) {
+  SCOPED_TRACE(std::string(Q::name) + " " + describe(c));
+  Problem<Q> p = make_problem<Q>(c, seed);
+  cuda::Experts experts(p.w, p.mlp);
+  experts.set_tiles(cuda::TileChoice::small);  // a row's result then does not depend on its batch
+  const int d = cuda::current_device();
+  const index_t pairs = c.T * c.k;
+  std::vector<std::int32_t> rows(static_cast<std::size_t>(pairs), -1);
+  index_t n = 0;
+  for (index_t q = 0; q < pairs; ++q) n += p.ids.data()[q] >= 0;
+  // computed pairs in reverse order, into rows [0, n); rows n..n+2 must stay as they are
+  index_t next = n;
+  for (index_t t = 0; t < c.T; ++t)
+    for (index_t j = 0; j < c.k; ++j)
+      if (p.ids(t, j) >= 0) rows[static_cast<std::size_t>(t * c.k + j)] = static_cast<std::int32_t>(--next);
+  const IdMatrix ids = p.ids;
+  cuda::device_array<float> x(static_cast<std::size_t>(c.T * c.H)), w(static_cast<std::size_t>(pairs)),
+      out(static_cast<std::size_t>((n + 3) * c.H));
+  cuda::device_array<std::int32_t> di(static_cast<std::size_t>(pairs)), dr(rows.size());
+  x.upload({p.hidden.data(), x.size()});
+  w.upload({p.weights.data(), w.size()});
+  di.upload({ids.data(), di.size()});
+  dr.upload(rows);
+  std::vector<float> got(out.size(), -7.0f);
+  out.upload(got);
+  const device_view vx = device_view::of(x.data(), c.T, c.H, d), vi = device_view::of(di.data(), c.T, c.k, d),
+                    vw = device_view::of(w.data(), c.T, c.k, d), vo = device_view::of(out.data(), n + 3, c.H, d),
+                    vr = device_view::of(dr.data(), c.T, c.k, d);
+  experts.run(cuda::routed_call{vx, vi, vw, vo, false, vr}, p.mlp, nullptr);
+  cuda::synchronize(nullptr);
+  out.download(got);
+  for (index_t j = 0; j < c.k; ++j) {
+    Matrix one(c.T, c.H);
+    experts.forward_routed(p.hidden, p.ids.col(j), p.weights.col(j), one);
+    for (index_t t = 0; t < c.T; ++t) {
+      if (p.ids(t, j) < 0) continue;
+      const float* g = got.data() + static_cast<std::size_t>(rows[static_cast<std::size_t>(t * c.k + j)] * c.H);
+      for (index_t h = 0; h < c.H; ++h)
+        ASSERT_EQ(g[h], one(t, h)) << "token " << t << " slot " << j << " column " << h;
+    }
+  }
+  for (std::size_t i = static_cast<std::size_t>(n * c.H); i < got.size(); ++i) ASSERT_EQ(got[i], -7.0f) << "element " << i;
+  // pair rows write, they do not accumulate; and they are fp32
+  expect_error([&] { experts.run(cuda::routed_call{vx, vi, vw, vo, true, vr}, p.mlp, nullptr); }, "does not accumulate");
+  cuda::device_array<std::uint16_t> o16(out.size());
+  expect_error([&] {
+    experts.run(cuda::routed_call{vx, vi, vw, device_view::of_bf16(o16.data(), n + 3, c.H, d), false, vr}, p.mlp,
+                nullptr);
+  }, "out is bfloat16, expected float32");
+}
+
+TEST(CudaExperts, PairRowsAreEachSlotsOwnRow) {
+  REQUIRE_GPU();
+  Case c{16, 136, 72, 4, 45};
+  c.ids_pattern = 2;  // some slots not computed
+  check_pair_rows<quant::bf16>(c, 21);
+  check_pair_rows<quant::fp8_block>(c, 22);
+  check_pair_rows<quant::mxfp4_w4a16>(c, 23);
+  Case woi{8, 64, 40, 1, 20};
+  woi.weight_on_input = true;  // the weight multiplies the input row: the row is still the slot's own
+  check_pair_rows<quant::bf16>(woi, 24);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Device-pointer forward: run-to-run and graph replay bitwise, routing on the device.
 
 void cuda_check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorName(e); }

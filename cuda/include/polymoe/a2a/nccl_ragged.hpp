@@ -7,11 +7,12 @@
 // Each token travels once to every rank that owns one of its experts, with the local ids and
 // routing weights of the slots it serves there, its row as the caller passed it (fp32 or bf16):
 // the counts first (the host waits for them, then sizes the rows' exchange), then the rows, one
-// group of ncclSend/ncclRecv. The kernel sees one row per (received token, local expert) with the
-// per-expert counts (ragged format); each slot's result goes back to the token's rank, which sums
-// its slots in slot order. With a kernel set so that a row's result does not depend on the rows
-// batched with it (kernel::cuda with a fixed TileChoice), every rank's output is bitwise what one
-// GPU computes for its tokens.
+// group of ncclSend/ncclRecv. The kernel sees each received token once, with the local ids of its
+// slots here (-1 for the others) and the per-expert counts (ragged format), and writes each slot's
+// own result to its row of the returned rows (CombineInput::pair_rows); each goes back to the
+// token's rank, which sums its slots in slot order. With a kernel set so that a row's result does
+// not depend on the rows batched with it (kernel::cuda with a fixed TileChoice), every rank's
+// output is bitwise what one GPU computes for its tokens.
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,12 +100,13 @@ class nccl_ragged : public detail::mpi_base {
     }
     agree(failure);
     const cuda::ep_exchange::received r = x.exchange(hidden, planned, weights, stream);
+    pair_rows_ = r.pair_rows;
     DispatchOutput<format, space::cuda> d{{r.hidden, r.ids, r.weights, local_experts_, stream}, {}};
     d.counts = r.counts;
     return d;
   }
   CombineInput<format, space::cuda> combine_input(const DispatchOutput<format, space::cuda>& d, const device_view&) {
-    return {{exchange().results(), d.stream}};
+    return {{exchange().results(), d.stream}, pair_rows_};
   }
   void combine(const CombineInput<format, space::cuda>& c, const device_view& out) { exchange().combine(out, c.stream); }
 
@@ -122,6 +124,7 @@ class nccl_ragged : public detail::mpi_base {
 
   std::shared_ptr<const cuda::nccl_comm> nccl_;
   std::optional<cuda::ep_exchange> exchange_;
+  device_view pair_rows_;
   index_t top_k_ = 1;
 };
 

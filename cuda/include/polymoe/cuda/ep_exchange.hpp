@@ -8,11 +8,11 @@
 // as a record [its slots' local ids there (-1 for the others)][their routing weights][its row as
 // it came, fp32 or bf16: the kernel's own rounding or quantization of a received row is then that
 // of the row itself]; the counts travel first (the host waits for them: it sizes the rows' exchange),
-// then the records, as one group of ncclSend/ncclRecv. The receiver expands each record into one
-// row per slot it serves there (ids [n, 1], weights [n, 1]), in (source rank, record, slot) order.
+// then the records, as one group of ncclSend/ncclRecv, into arrays the kernel reads as they are.
 //
-// Combine: each slot row's result (the kernel's weighted output of that one slot) goes back to
-// the token's rank, which sums a token's slots in slot order from zero, as one device's top-k sum
+// Combine: the kernel writes each slot's own result (its weighted output, cuda::routed_call's
+// pair_rows) to a row of results(), in (source rank, record, slot) order; each goes back to the
+// token's rank, which sums a token's slots in slot order from zero, as one device's top-k sum
 // does: with a kernel whose rows do not depend on the rows batched with them, the routed sum is
 // bitwise the single-device one.
 #include <array>
@@ -78,13 +78,14 @@ class ep_exchange {
   void reserve_rows();
 
   struct received {
-    device_view hidden;               ///< [n, H] one row per slot served here, fp32 or bf16
-    device_view ids;                  ///< [n, 1] int32 local expert ids
-    device_view weights;              ///< [n, 1] float32 routing weights
-    std::span<const index_t> counts;  ///< [local experts] rows of each
+    device_view hidden;               ///< [n, H] the received tokens' rows, fp32 or bf16
+    device_view ids;                  ///< [n, k] int32 local expert ids, -1 for slots not served here
+    device_view weights;              ///< [n, k] float32 routing weights
+    std::span<const index_t> counts;  ///< [local experts] slots of each
+    device_view pair_rows;            ///< [n, k] int32: the row of results() of each slot served here
   };
-  /// Packs hidden's rows (the planned ids, weights [T, k] float32 packed) into records, exchanges
-  /// them and expands them, on `stream`.
+  /// Packs hidden's rows (the planned ids, weights [T, k] float32 packed) into records and
+  /// exchanges them, on `stream`: the received ones are the kernel's input as they arrive.
   received exchange(const device_view& hidden, const device_view& ids, const device_view& weights, stream_t stream);
 
   /// [n, H] float32: where the kernel writes each received slot row's result.

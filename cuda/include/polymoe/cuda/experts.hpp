@@ -159,9 +159,15 @@ enum class TileChoice { automatic, tiny, small, large };
 /// sum of the experts of hidden's rows. hidden float32 or bfloat16 with any row stride; ids and
 /// weights packed [T, k]; out float32 or bfloat16 (the fp32 sum rounded once; with accumulate,
 /// out's value added in fp32 first) with any row stride.
+///
+/// With pair_rows (int32 [T, k], packed): each computed pair's own weighted result (the row the
+/// sum would add) goes to row pair_rows[t, j] of out, float32 [any rows, H], and nothing is summed
+/// (how an expert-parallel dispatcher returns each slot to its token's rank). Rows of computed
+/// pairs must be distinct and inside out; those of pairs not computed are not read.
 struct routed_call {
   device_view hidden, ids, weights, out;
   bool accumulate = false;
+  device_view pair_rows{};
 };
 
 /// One forward of the masked format (DeepEP low-latency): hidden [E · capacity, H] float32 or

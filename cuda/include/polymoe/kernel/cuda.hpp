@@ -53,11 +53,12 @@ struct cuda {
            CombineInput<format::standard, space::cuda>& c) const {
     p.run(polymoe::cuda::routed_call{d.hidden, d.ids, d.weights, c.out, c.accumulate}, mlp, d.stream);
   }
-  /// The ragged format (DeepEP normal) as the standard one: the per-expert counts are the sort's own.
+  /// The ragged format (DeepEP normal): each slot's own output to its row of c.out (the
+  /// per-expert counts are the sort's own).
   template <class Q>
   void run(const DispatchOutput<format::ragged, space::cuda>& d, const prepared<Q>& p, const ExpertMlp& mlp,
            CombineInput<format::ragged, space::cuda>& c) const {
-    p.run(polymoe::cuda::routed_call{d.hidden, d.ids, d.weights, c.out, c.accumulate}, mlp, d.stream);
+    p.run(polymoe::cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, d.stream);
   }
   /// The masked format (DeepEP low-latency) natively: no host synchronisation, graph-capturable.
   template <class Q>
