@@ -25,6 +25,7 @@
 #include <polymoe/mpi.hpp>
 
 #include "cli11_support.hpp"
+#include "mpi_ranks.hpp"
 
 using namespace polymoe;
 using clk = std::chrono::steady_clock;
@@ -32,15 +33,8 @@ using clk = std::chrono::steady_clock;
 namespace {
 int rank_ = 0, size_ = 1;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-double max_over_ranks(double x) {
-  double m = 0;
-  MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
+using bench::max_over_ranks;
+using bench::median;
 double sum_over_ranks(double x) {
   double m = 0;
   MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);

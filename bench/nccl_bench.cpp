@@ -8,8 +8,9 @@
 //   - the dispatch, the expert compute and the combine of the EP forward, each timed alone (the
 //     ranks start it together and wait for it), with the bandwidth of dispatch + combine (bytes
 //     that leave a rank / their time) against the all-to-all's;
-//   - the whole EP forward (no waits between the steps) against one GPU computing all S·T tokens
-//     with all E experts (kernel::cuda's automatic tiles on both).
+//   - the whole EP forward (no waits between the steps; in 1, 2 and 4 micro-batches, each
+//     exchanged while the kernel computes the one before) against one GPU computing all S·T
+//     tokens with all E experts (kernel::cuda's automatic tiles on both).
 // Times are medians over --reps repetitions, the slowest rank's.
 #include <mpi.h>
 
@@ -30,6 +31,7 @@
 #include <polymoe/nccl.hpp>
 
 #include "cli11_support.hpp"
+#include "mpi_ranks.hpp"
 
 using namespace polymoe;
 using clk = std::chrono::steady_clock;
@@ -45,15 +47,8 @@ void nk(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw error(polymoe::detail::concat("bench: ", what, ": ", ncclGetErrorString(r)));
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-double max_over_ranks(double x) {
-  double m = 0;
-  MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
+using bench::max_over_ranks;
+using bench::median;
 
 /// Microseconds of body(), the ranks started together, waited for on `s`; median over reps,
 /// slowest rank.
@@ -154,6 +149,13 @@ int main(int argc, char** argv) try {
   a2a::nccl_ragged ep;
   ep.configure(cfg);
   ep.connect(dev);
+  a2a::nccl_ragged ep2(ep.nccl()), ep4(ep.nccl());  // the same communicator, in micro-batches
+  ep2.micro_batches = 2;
+  ep4.micro_batches = 4;
+  for (a2a::nccl_ragged* e : {&ep2, &ep4}) {
+    e->configure(cfg);
+    e->connect(dev);
+  }
   const ExpertMlp mlp{};
   cuda::Experts mine(random_weights(El, H, I, 7u + static_cast<std::uint32_t>(rank_)), mlp);
   std::optional<cuda::Experts> all;  // rank 0: one GPU with every expert
@@ -162,7 +164,7 @@ int main(int argc, char** argv) try {
 
   if (rank_ == 0)
     std::printf("\n  T/GPU  all-to-all MB  busbw GB/s | dispatch us  compute us  combine us  d+c GB/s  of a2a |"
-                "  EP fwd us  1-GPU us (S*T)  speedup\n");
+                "  EP fwd us: 1 batch  2 batches  4 batches | 1-GPU us (S*T)  speedup\n");
   std::mt19937 rng(1234u + static_cast<unsigned>(rank_));
   for (const index_t T : tokens) {
     std::vector<std::int32_t> hid;
@@ -220,8 +222,19 @@ int main(int argc, char** argv) try {
     const double busbw = static_cast<double>(block) * (size_ - 1) / t_a / 1e3;
     const double dcbw = (bytes_d + bytes_c) / (t_d + t_c) / 1e3;
 
-    // the whole forward, and one GPU with S·T tokens
-    const double t_ep = time_us(s, reps, forward);
+    // the whole forward (in 1, 2 and 4 micro-batches), and one GPU with S·T tokens
+    double t_ep[3];
+    for (int v = 0; v < 3; ++v) {
+      a2a::nccl_ragged& e = v == 0 ? ep : v == 1 ? ep2 : ep4;
+      const auto run = [&] {
+        e.forward(xv, iv, wv, cfg, ov, s, [&](const auto& d, auto& c) {
+          mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s);
+        });
+      };
+      e.reserve(T);
+      run();
+      t_ep[v] = time_us(s, reps, run);
+    }
     double t_one = 0;
     if (rank_ == 0) {
       const index_t Ta = T * size_;
@@ -249,9 +262,10 @@ int main(int argc, char** argv) try {
       t_one = median(t);
     }
     if (rank_ == 0)
-      std::printf("%7lld  %13.1f  %10.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%% | %10.0f  %14.0f  %6.2fx\n",
+      std::printf("%7lld  %13.1f  %10.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%% | %19.0f  %9.0f  %9.0f | %14.0f  %6.2fx\n",
                   (long long)T, static_cast<double>(block) * size_ / 1e6, busbw, t_d, t_m, t_c, dcbw,
-                  100.0 * dcbw / busbw, t_ep, t_one, t_one / t_ep);
+                  100.0 * dcbw / busbw, t_ep[0], t_ep[1], t_ep[2], t_one,
+                  t_one / std::min({t_ep[0], t_ep[1], t_ep[2]}));
   }
   if (rank_ == 0)
     std::printf("(MB: what a rank sends in the all-to-all; GB/s: bytes that leave a rank / time; d+c: the dispatch's "

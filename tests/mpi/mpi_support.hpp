@@ -125,6 +125,35 @@ inline bool same_everywhere(const std::string& msg, const std::string& expect) {
   return msg == expect && lo[0] == hi[0] && lo[1] == hi[1];
 }
 
+/// The last rank passes an expert id outside [0, E): every rank gets the same error, and the
+/// layer's next forward works (no rank is left inside a collective).
+template <class Layer>
+void bad_ids_on_one_rank(Layer& layer, const std::string& label) {
+  const index_t T = 3;
+  Matrix h = Matrix::Zero(T, layer.config().hidden), w = Matrix::Constant(T, 3, 0.3f);
+  IdMatrix ids(T, 3);
+  for (index_t t = 0; t < T; ++t) ids(t, 0) = 0, ids(t, 1) = 1, ids(t, 2) = 2;
+  const int bad = size_ - 1;
+  if (rank_ == bad) ids(1, 2) = 99;
+  std::string msg;
+  try {
+    (void)layer.forward_routed(h, ids, w);
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  check(same_everywhere(msg, "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) +
+                                  ": topk_ids[1, 2] = 99 is outside [0, num_experts=" + std::to_string(E) + ")"),
+        label + ": bad ids on rank " + std::to_string(bad) + " raise the same error everywhere ('" + msg + "')");
+  ids(1, 2) = 2;
+  bool ok = true;
+  try {
+    (void)layer.forward_routed(h, ids, w);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  check(ok, label + ": the next forward after a collective error works");
+}
+
 /// MPI_Init, this rank and the rank count.
 inline void start(int& argc, char**& argv) {
   MPI_Init(&argc, &argv);

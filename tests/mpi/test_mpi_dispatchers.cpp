@@ -135,31 +135,7 @@ template <class A>
 void bad_input_on_one_rank() {
   const Problem p = make_problem({});
   MpiMoeLayer<A, quant::fp32, kernel::reference> layer(ep_config(p.cfg), local_share(p), make_dispatcher<A>());
-  const index_t T = 3;
-  Matrix h = Matrix::Zero(T, 24), w = Matrix::Constant(T, 3, 0.3f);
-  IdMatrix ids(T, 3);
-  for (index_t t = 0; t < T; ++t) ids(t, 0) = 0, ids(t, 1) = 1, ids(t, 2) = 2;
-  const int bad = size_ - 1;
-  if (rank_ == bad) ids(1, 2) = 99;
-  std::string msg;
-  try {
-    (void)layer.forward_routed(h, ids, w);
-  } catch (const error& e) {
-    msg = e.what();
-  }
-  check(same_everywhere(msg, "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) +
-                                  ": topk_ids[1, 2] = 99 is outside [0, num_experts=" + std::to_string(E) + ")"),
-        std::string(A::name) + ": bad ids on rank " + std::to_string(bad) + " raise the same error everywhere ('" +
-            msg + "')");
-  // The layer is still usable afterwards (no rank is left inside a collective).
-  ids(1, 2) = 2;
-  bool ok = true;
-  try {
-    (void)layer.forward_routed(h, ids, w);
-  } catch (const std::exception&) {
-    ok = false;
-  }
-  check(ok, std::string(A::name) + ": the next forward after a collective error works");
+  bad_ids_on_one_rank(layer, std::string(A::name));
 }
 
 void masked_capacity() {

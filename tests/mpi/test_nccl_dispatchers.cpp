@@ -63,14 +63,21 @@ Matrix download(const cuda::device_array<float>& d, index_t rows, index_t cols) 
   return m;
 }
 
+a2a::nccl_ragged dispatcher(int micro_batches) {
+  a2a::nccl_ragged d;
+  d.micro_batches = micro_batches;
+  return d;
+}
+
 template <class Q>
-void agreement(Variant v, bool even) {
+void agreement(Variant v, bool even, int micro_batches = 1) {
   const Problem p = make_problem(v);
   const Share s = share_of(p, even);
   const Matrix h = p.hidden.middleRows(s.first, s.count), logits = p.logits.middleRows(s.first, s.count);
-  const std::string name = std::string(Q::name) + v.label() + (even ? " even shares" : " last rank without tokens");
+  const std::string name = std::string(Q::name) + v.label() + (even ? " even shares" : " last rank without tokens") +
+                           (micro_batches > 1 ? ", " + std::to_string(micro_batches) + " micro-batches" : "");
   CudaMoeLayer<a2a::local, Q, kernel::cuda> single(p.cfg, p.w, {}, fixed_tiles());
-  NcclMoeLayer<a2a::nccl_ragged, Q, kernel::cuda> layer(ep_config(p.cfg), local_share(p), a2a::nccl_ragged(),
+  NcclMoeLayer<a2a::nccl_ragged, Q, kernel::cuda> layer(ep_config(p.cfg), local_share(p), dispatcher(micro_batches),
                                                          fixed_tiles());
   // fp32 rows (the host conveniences: routing on the device)
   const Matrix got = layer.forward(h, logits), want = single.forward(h, logits);
@@ -131,29 +138,7 @@ void bad_input_on_one_rank() {
   const Problem p = make_problem({});
   NcclMoeLayer<a2a::nccl_ragged, quant::bf16, kernel::cuda> layer(ep_config(p.cfg), local_share(p),
                                                                    a2a::nccl_ragged(), fixed_tiles());
-  const index_t T = 3;
-  Matrix h = Matrix::Ones(T, p.cfg.hidden), w = Matrix::Constant(T, 3, 0.3f);
-  IdMatrix ids(T, 3);
-  for (index_t t = 0; t < T; ++t) ids(t, 0) = 0, ids(t, 1) = 5, ids(t, 2) = 11;
-  const int bad = size_ - 1;
-  if (rank_ == bad) ids(1, 2) = 99;
-  std::string msg;
-  try {
-    (void)layer.forward_routed(h, ids, w);
-  } catch (const error& e) {
-    msg = e.what();
-  }
-  check(same_everywhere(msg, "polymoe: rank " + std::to_string(bad) + " of " + std::to_string(size_) +
-                                  ": topk_ids[1, 2] = 99 is outside [0, num_experts=" + std::to_string(E) + ")"),
-        "nccl_ragged: bad ids on rank " + std::to_string(bad) + " raise the same error everywhere ('" + msg + "')");
-  ids(1, 2) = 2;
-  bool ok = true;
-  try {
-    (void)layer.forward_routed(h, ids, w);
-  } catch (const std::exception&) {
-    ok = false;
-  }
-  check(ok, "nccl_ragged: the next forward after a collective error works");
+  bad_ids_on_one_rank(layer, "nccl_ragged");
 }
 
 /// Rank 0 passes bf16 rows, the others fp32: every rank refuses, with one message, before any row
@@ -191,6 +176,22 @@ void mixed_element_types() {
     ok = false;
   }
   check(ok, "nccl_ragged: the next forward after a refused exchange works");
+}
+
+/// Another count of micro-batches on the last rank: refused on every rank when the layer connects.
+void micro_batches_that_differ() {
+  if (size_ < 2) return;
+  const Problem p = make_problem({});
+  std::string msg;
+  try {
+    NcclMoeLayer<a2a::nccl_ragged, quant::bf16, kernel::cuda> layer(ep_config(p.cfg), local_share(p),
+                                                                     dispatcher(rank_ == size_ - 1 ? 2 : 1),
+                                                                     fixed_tiles());
+  } catch (const error& e) {
+    msg = e.what();
+  }
+  check(same_everywhere(msg, "polymoe: nccl_ragged: micro_batches differs between ranks (1 to 2)"),
+        "nccl_ragged: micro_batches that differ are refused together ('" + msg + "')");
 }
 
 /// Layers that differ (another top_k on the last rank): refused together when built.
@@ -237,10 +238,16 @@ int main(int argc, char** argv) {
     agreement<quant::fp8>({.shared = true, .hidden = 64}, even);
   }
   agreement<quant::bf16>({.poison = true}, true);
+  // micro-batches: each exchanged while the kernel computes the one before, the same bits
+  agreement<quant::bf16>({.shared = true}, true, 2);
+  agreement<quant::bf16>({}, false, 2);
+  agreement<quant::fp8_block>({.hidden = 256}, true, 3);
+  agreement<quant::mxfp4_w4a16>({.hidden = 64, .weight_on_input = true}, false, 4);
   all_on_one_rank<quant::bf16>();
   all_on_one_rank<quant::fp8_block>();
   bad_input_on_one_rank();
   mixed_element_types();
   layers_that_disagree();
+  micro_batches_that_differ();
   return finish();
 }

@@ -94,6 +94,35 @@ nccl_comm::~nccl_comm() {
   if (comm_) (void)ncclCommDestroy(static_cast<ncclComm_t>(comm_));
 }
 
+side_stream::side_stream() {
+  check(cudaGetDevice(&device_), "cudaGetDevice");
+  // the highest priority: the exchange's blocks are scheduled as soon as the kernel's free an SM
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
+  stream_ = s;
+  cudaEvent_t e = nullptr;
+  if (const cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess) {
+    (void)cudaStreamDestroy(s);
+    detail::fail(err, "cudaEventCreateWithFlags");
+  }
+  event_ = e;
+}
+
+side_stream::~side_stream() {
+  if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+void side_stream::order(stream_t waited, stream_t waiter) {
+  // a wait takes the event as last recorded when it is queued: one event serves every order
+  detail::device_scope scope(device_);
+  const auto e = static_cast<cudaEvent_t>(event_);
+  check(cudaEventRecord(e, waited), "cudaEventRecord");
+  check(cudaStreamWaitEvent(waiter, e, 0), "cudaStreamWaitEvent");
+}
+
 std::string nccl_version() {
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess) return "unknown (ncclGetVersion failed)";

@@ -63,6 +63,12 @@ struct device_view {
     v.rows = n;
     return v;
   }
+  /// Rows [first, first + n).
+  [[nodiscard]] device_view middle_rows(index_t first, index_t n) const noexcept {
+    device_view v = top_rows(n);
+    if (data) v.data = static_cast<char*>(data) + first * row_stride * element_bytes(type);
+    return v;
+  }
   /// The bytes from the first element to one past the last.
   [[nodiscard]] index_t extent_bytes() const noexcept {
     return empty() ? 0 : ((rows - 1) * row_stride + cols) * element_bytes(type);

@@ -13,11 +13,12 @@
 // token's rank, which sums its slots in slot order. With a kernel set so that a row's result does
 // not depend on the rows batched with it (kernel::cuda with a fixed TileChoice), every rank's
 // output is bitwise what one GPU computes for its tokens.
+#include <algorithm>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <boost/mp11/list.hpp>
 
@@ -53,6 +54,13 @@ class nccl_ragged : public detail::mpi_base {
   using memory_spaces = boost::mp11::mp_list<space::cuda>;
   static constexpr std::string_view name = "nccl_ragged";
 
+  /// Micro-batches of a layer's forward (forward(..., compute)): with 2 or more, this rank's tokens
+  /// are split into as many batches (some may be empty), each exchanged on the dispatcher's own
+  /// stream while the kernel computes the one before on the caller's; the results are the same
+  /// bits. The same on every rank (a layer that connects with another count anywhere is refused
+  /// on every rank).
+  int micro_batches = 1;
+
   /// Over `comm`'s ranks, one GPU each: the NCCL communicator is made (collectively, on the
   /// layer's device) when the layer is built.
   explicit nccl_ragged(MPI_Comm comm = MPI_COMM_WORLD) : mpi_base(comm) {}
@@ -70,28 +78,108 @@ class nccl_ragged : public detail::mpi_base {
     top_k_ = cfg.top_k();
   }
   /// Called by the layer once every rank has built its own (collective): the NCCL communicator
-  /// (made now unless given) and this layer's exchange, on `device`.
+  /// (made now unless given) and this layer's exchanges, on `device`.
   void connect(int device) {
     if (!nccl_) nccl_ = detail::nccl_over_mpi(*this);
     std::string failure;
     try {
+      require(micro_batches >= 1 && micro_batches <= 64, "nccl_ragged: micro_batches must be in [1, 64], got ",
+              micro_batches);
       require(nccl_->device() == device, "nccl_ragged: the NCCL communicator is on device ", nccl_->device(),
               ", the layer on device ", device);
-      exchange_.emplace(nccl_, local_experts_);
+      exchanges_.clear();
+      last_ = nullptr;
+      for (int i = 0; i < std::min(micro_batches, 2); ++i) exchanges_.emplace_back(nccl_, local_experts_);
+      if (micro_batches > 1) side_ = std::make_unique<cuda::side_stream>();
     } catch (const std::exception& e) {
       failure = e.what();
     }
     agree(failure);
+    // another count elsewhere would be another sequence of exchanges: every rank sees the range
+    int range[2] = {micro_batches, -micro_batches};
+    detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    require(range[0] == -range[1], "nccl_ragged: micro_batches differs between ranks (", range[0], " to ", -range[1],
+            ")");
   }
   /// Grows what the plan of `tokens` tokens needs (the layer calls it inside its agreed checks).
-  void reserve(index_t tokens) { exchange().reserve_plan(tokens, top_k_); }
+  void reserve(index_t tokens) {
+    for (cuda::ep_exchange& x : exchanges()) x.reserve_plan(tokens, top_k_);
+  }
+
+  /// The routed step of a layer: dispatch, compute(d, c) (the kernel on `stream`), combine; in
+  /// micro_batches batches, exchanged on the dispatcher's stream while the kernel computes.
+  template <class Compute>
+  void forward(const device_view& hidden, const device_view& ids, const device_view& weights, const MoeConfig& cfg,
+               const device_view& out, cuda_stream stream, Compute&& compute) {
+    if (micro_batches <= 1) {
+      auto d = dispatch(hidden, ids, weights, cfg, stream);
+      auto c = combine_input(d, out);
+      compute(d, c);
+      combine(c, out);
+      return;
+    }
+    std::vector<cuda::ep_exchange>& xs = exchanges();
+    const index_t T = hidden.rows, m = micro_batches;
+    const auto first = [&](index_t i) { return T * i / m; };
+    const auto rows = [&](const device_view& v, index_t i) { return v.middle_rows(first(i), first(i + 1) - first(i)); };
+    const cuda_stream side = side_->get();
+    side_->order(stream, side);  // the inputs are the caller's stream's work
+    batch next = exchange_on(xs[0], rows(hidden, 0), rows(ids, 0), rows(weights, 0), side);
+    for (index_t i = 0; i < m; ++i) {
+      cuda::ep_exchange& x = xs[static_cast<std::size_t>(i % 2)];
+      const batch b = next;
+      side_->order(side, stream);  // the kernel after its rows arrived
+      DispatchOutput<format, space::cuda> d = b.d;
+      d.stream = stream;
+      CombineInput<format, space::cuda> c{{x.results(), stream}, b.pair_rows};
+      compute(d, c);
+      if (i + 1 < m)  // the next batch's exchange while the kernel computes this one
+        next = exchange_on(xs[static_cast<std::size_t>((i + 1) % 2)], rows(hidden, i + 1), rows(ids, i + 1),
+                           rows(weights, i + 1), side);
+      side_->order(stream, side);  // the results back after the kernel wrote them
+      x.combine(rows(out, i), side);
+    }
+    side_->order(side, stream);  // the caller's stream goes on after the last combine
+  }
 
   DispatchOutput<format, space::cuda> dispatch(const device_view& hidden, const device_view& ids,
                                                const device_view& weights, const MoeConfig&, cuda_stream stream) {
+    const batch b = exchange_on(exchanges().front(), hidden, ids, weights, stream);
+    pair_rows_ = b.pair_rows;
+    return b.d;
+  }
+  CombineInput<format, space::cuda> combine_input(const DispatchOutput<format, space::cuda>& d, const device_view&) {
+    return {{exchanges().front().results(), d.stream}, pair_rows_};
+  }
+  void combine(const CombineInput<format, space::cuda>& c, const device_view& out) {
+    exchanges().front().combine(out, c.stream);
+  }
+
+  /// The NCCL communicator (null before the layer is built): give it to the next layer's dispatcher.
+  [[nodiscard]] const std::shared_ptr<const cuda::nccl_comm>& nccl() const noexcept { return nccl_; }
+  /// Bytes this rank sent to other ranks in the last dispatch (records) and combine (fp32 rows);
+  /// of the last micro-batch when there are several.
+  [[nodiscard]] std::size_t dispatch_bytes() const noexcept { return last_ ? last_->dispatch_bytes() : 0; }
+  [[nodiscard]] std::size_t combine_bytes() const noexcept { return last_ ? last_->combine_bytes() : 0; }
+
+ private:
+  struct batch {
+    DispatchOutput<format, space::cuda> d;
+    device_view pair_rows;
+  };
+
+  std::vector<cuda::ep_exchange>& exchanges() {
+    require(!exchanges_.empty(), "nccl_ragged: not connected (a layer connects its dispatcher when it is built)");
+    return exchanges_;
+  }
+
+  // Plans (collective: the counts), grows (agreed) and exchanges (collective: the records) the
+  // rows of one batch on `stream`.
+  batch exchange_on(cuda::ep_exchange& x, const device_view& hidden, const device_view& ids, const device_view& weights,
+                    cuda_stream stream) {
     device_view planned = ids;
     if (planned.rows == 0) planned.cols = planned.row_stride = top_k_;  // any width when there are no tokens
-    cuda::ep_exchange& x = exchange();
-    x.plan(planned, hidden.cols, hidden.type, stream);  // collective; a refusal is every rank's
+    x.plan(planned, hidden.cols, hidden.type, stream);  // a refusal there is every rank's
     std::string failure;
     try {
       x.reserve_rows();
@@ -100,30 +188,16 @@ class nccl_ragged : public detail::mpi_base {
     }
     agree(failure);
     const cuda::ep_exchange::received r = x.exchange(hidden, planned, weights, stream);
-    pair_rows_ = r.pair_rows;
-    DispatchOutput<format, space::cuda> d{{r.hidden, r.ids, r.weights, local_experts_, stream}, {}};
-    d.counts = r.counts;
-    return d;
-  }
-  CombineInput<format, space::cuda> combine_input(const DispatchOutput<format, space::cuda>& d, const device_view&) {
-    return {{exchange().results(), d.stream}, pair_rows_};
-  }
-  void combine(const CombineInput<format, space::cuda>& c, const device_view& out) { exchange().combine(out, c.stream); }
-
-  /// The NCCL communicator (null before the layer is built): give it to the next layer's dispatcher.
-  [[nodiscard]] const std::shared_ptr<const cuda::nccl_comm>& nccl() const noexcept { return nccl_; }
-  /// Bytes this rank sent to other ranks in the last dispatch (records) and combine (fp32 rows).
-  [[nodiscard]] std::size_t dispatch_bytes() const noexcept { return exchange_ ? exchange_->dispatch_bytes() : 0; }
-  [[nodiscard]] std::size_t combine_bytes() const noexcept { return exchange_ ? exchange_->combine_bytes() : 0; }
-
- private:
-  cuda::ep_exchange& exchange() {
-    require(exchange_.has_value(), "nccl_ragged: not connected (a layer connects its dispatcher when it is built)");
-    return *exchange_;
+    last_ = &x;
+    batch b{{{r.hidden, r.ids, r.weights, local_experts_, stream}, {}}, r.pair_rows};
+    b.d.counts = r.counts;
+    return b;
   }
 
   std::shared_ptr<const cuda::nccl_comm> nccl_;
-  std::optional<cuda::ep_exchange> exchange_;
+  std::vector<cuda::ep_exchange> exchanges_;  // one, or two used in turn by micro-batches
+  std::unique_ptr<cuda::side_stream> side_;
+  const cuda::ep_exchange* last_ = nullptr;
   device_view pair_rows_;
   index_t top_k_ = 1;
 };

@@ -53,6 +53,25 @@ class nccl_comm {
   int rank_ = 0, size_ = 1, device_ = 0;
 };
 
+/// A stream of its own (non-blocking, on the current device) beside the caller's, and the order
+/// of work between the two: how a dispatcher exchanges one micro-batch while the kernel computes
+/// another.
+class side_stream {
+ public:
+  side_stream();
+  ~side_stream();
+  side_stream(const side_stream&) = delete;
+  side_stream& operator=(const side_stream&) = delete;
+  [[nodiscard]] stream_t get() const noexcept { return stream_; }
+  /// Work queued on `waiter` from now on starts after the work queued on `waited` so far.
+  void order(stream_t waited, stream_t waiter);
+
+ private:
+  stream_t stream_ = nullptr;
+  void* event_ = nullptr;
+  int device_ = 0;
+};
+
 /// NCCL's version, "2.28.3", or why the library cannot be asked.
 [[nodiscard]] std::string nccl_version();
 

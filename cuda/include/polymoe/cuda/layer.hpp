@@ -8,8 +8,11 @@
 //   polymoe::CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda> layer(cfg, weights);  // uploads once
 //   layer.forward(hidden, router_logits, out, stream);   // device views; nothing waits for the device
 //
-// After the first call at a batch size, a forward allocates nothing and never synchronises with
-// the host: it can be captured in a CUDA graph. The Eigen overloads (copies each way, waiting for
+// A dispatcher with its own schedule of those steps (A2A::forward(..., compute): micro-batches
+// exchanged while the kernel computes) runs them its way. With a2a::local, after the first call
+// at a batch size, a forward allocates nothing and never synchronises with the host: it can be
+// captured in a CUDA graph (a dispatcher whose counts come back to the host, nccl_ragged, waits
+// for them). The Eigen overloads (copies each way, waiting for
 // the device) are a convenience for tools and tests.
 #include <concepts>
 #include <cstdint>
@@ -268,10 +271,15 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
       staged_ = polymoe::cuda::device_array<float>(host_size(T, cfg_.hidden));
     }
     const device_view out = staged ? device_view::of(staged_.data(), T, cfg_.hidden, device_) : out_view;
-    auto d = a2a_.dispatch(hidden, ids, weights, cfg_, stream);
-    auto c = a2a_.combine_input(d, out);
-    kernel_.template run<Quant>(d, *prepared_, mlp_, c);
-    a2a_.combine(c, out);
+    const auto compute = [&](const auto& d, auto& c) { kernel_.template run<Quant>(d, *prepared_, mlp_, c); };
+    if constexpr (requires { a2a_.forward(hidden, ids, weights, cfg_, out, stream, compute); }) {
+      a2a_.forward(hidden, ids, weights, cfg_, out, stream, compute);  // the dispatcher's own schedule
+    } else {
+      auto d = a2a_.dispatch(hidden, ids, weights, cfg_, stream);
+      auto c = a2a_.combine_input(d, out);
+      compute(d, c);
+      a2a_.combine(c, out);
+    }
     if (!shared_ || T == 0) return;
     polymoe::cuda::shared_slot(hidden, cfg_.shared_expert_gate ? shared_gate_.data() : nullptr, shared_ids_.data(),
                                shared_w_.data(), stream);
