@@ -270,6 +270,9 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
 
 void ep_exchange::reserve_rows() {
   impl& m = *impl_;
+  require(m.recv_slot_off[m.S] < (index_t{1} << 31) && m.recv_rec_off[m.S] * m.g.k < (index_t{1} << 31),
+          "nccl: this rank receives ", m.recv_slot_off[m.S], " slots of ", m.recv_rec_off[m.S],
+          " tokens, more than one exchange holds");
   detail::device_scope scope(m.comm->device());
   const auto H = static_cast<std::size_t>(m.g.hidden);
   const auto recs_in = static_cast<std::size_t>(m.recv_rec_off[m.S]);

@@ -76,8 +76,8 @@ class side_stream {
 [[nodiscard]] std::string nccl_version();
 
 /// One layer's exchange: its buffers (grow-only) and the steps of a forward, in order: plan
-/// (collective: the counts), reserve_rows, exchange (collective: the rows), the kernel on
-/// slot_rows() into results(), combine (collective: the results).
+/// (collective: the counts), reserve_rows, exchange (collective: the rows), the kernel on the
+/// received tokens into results(), combine (collective: the results).
 class ep_exchange {
  public:
   ep_exchange(std::shared_ptr<const nccl_comm> comm, index_t local_experts);
@@ -93,7 +93,8 @@ class ep_exchange {
   /// slot not computed) on `stream`, exchanges the counts and waits for them. `hidden` gives the
   /// rows' width and element type (what the records will carry).
   void plan(const device_view& ids, index_t hidden, element_type rows, stream_t stream);
-  /// Grows the buffers the planned exchange needs.
+  /// Grows the buffers the planned exchange needs (polymoe::error when they cannot be had: the
+  /// caller agrees on it with the other ranks before exchange).
   void reserve_rows();
 
   struct received {
