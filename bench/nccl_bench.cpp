@@ -180,14 +180,12 @@ int main(int argc, char** argv) try {
     w.upload(hw);
     const device_view xv = device_view::of_bf16(x.data(), T, H, dev), ov = device_view::of_bf16(out.data(), T, H, dev);
     const device_view iv = device_view::of(ids.data(), T, k, dev), wv = device_view::of(w.data(), T, k, dev);
-    ep.reserve(T);
-    auto forward = [&] {
-      auto d = ep.dispatch(xv, iv, wv, cfg, s);
-      auto c = ep.combine_input(d, ov);
+    // the kernel on a batch's received tokens, each slot's row where it returns
+    const auto compute = [&](const auto& d, auto& c) {
       mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s);
-      ep.combine(c, ov);
     };
-    for (int i = 0; i < 2; ++i) forward();  // sizes the buffers
+    ep.reserve(T);
+    for (int i = 0; i < 2; ++i) ep.forward(xv, iv, wv, cfg, ov, s, compute);  // sizes the buffers
     ck(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 
     // the steps alone
@@ -197,7 +195,7 @@ int main(int argc, char** argv) try {
     for (int r = 0; r < reps; ++r) {
       td.push_back(time_us(s, 1, [&] { d = ep.dispatch(xv, iv, wv, cfg, s); }));
       c = ep.combine_input(d, ov);
-      tm.push_back(time_us(s, 1, [&] { mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s); }));
+      tm.push_back(time_us(s, 1, [&] { compute(d, c); }));
       tc.push_back(time_us(s, 1, [&] { ep.combine(c, ov); }));
     }
     const double t_d = median(td), t_m = median(tm), t_c = median(tc);
@@ -226,11 +224,7 @@ int main(int argc, char** argv) try {
     double t_ep[3];
     for (int v = 0; v < 3; ++v) {
       a2a::nccl_ragged& e = v == 0 ? ep : v == 1 ? ep2 : ep4;
-      const auto run = [&] {
-        e.forward(xv, iv, wv, cfg, ov, s, [&](const auto& d, auto& c) {
-          mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s);
-        });
-      };
+      const auto run = [&] { e.forward(xv, iv, wv, cfg, ov, s, compute); };
       e.reserve(T);
       run();
       t_ep[v] = time_us(s, reps, run);

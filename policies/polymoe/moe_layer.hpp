@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <polymoe/core/agree.hpp>
 #include <polymoe/core/error.hpp>
 #include <polymoe/core/pairing.hpp>
 #include <polymoe/core/routing.hpp>
@@ -36,12 +37,6 @@ namespace polymoe {
 
 namespace detail {
 
-/// Dispatchers that communicate are collective: every rank must take part in every forward, and
-/// bad input on one rank must become the same error on all (dispatcher::agree). Local dispatchers
-/// have no agree(); an error there is simply thrown.
-template <class A2A>
-inline constexpr bool is_collective = requires(A2A& a, const std::string& e) { a.agree(e); };
-
 /// The kernel k set so that a row's result does not depend on the rows batched with it: its
 /// batch_invariant() where it has one, else k itself (a kernel without one is so as it is).
 template <class Kernel>
@@ -52,22 +47,17 @@ Kernel batch_invariant_of(const Kernel& k) {
     return k;
 }
 
-/// Runs `check`, which must not itself communicate. With a collective dispatcher, whatever it
-/// throws (a polymoe::error, or e.g. std::bad_alloc) becomes a collective decision: every rank
-/// throws the failing rank's message, none is left waiting in the next collective.
-template <class A2A, class Check>
-void agree_on(A2A& a2a, Check&& check) {
-  if constexpr (!is_collective<A2A>) {
-    check();
-  } else {
-    std::string failure;
-    try {
-      check();
-    } catch (const std::exception& e) {
-      failure = *e.what() ? e.what() : "unknown error";
-    }
-    a2a.agree(failure);
-  }
+/// The top-k width of caller-supplied routing for T tokens: within the experts, the layer's
+/// top_k where the dispatcher exchanges records of that width, 1 where the routing weight
+/// multiplies the input. Every layer checks it alike.
+template <class A2A>
+void check_topk_width(const MoeConfig& cfg, index_t T, index_t k) {
+  require(T == 0 || (k >= 1 && k <= cfg.num_experts), "top-k width ", k, " must be in [1, num_experts=",
+          cfg.num_experts, "]");
+  if constexpr (is_collective<A2A>)
+    require(T == 0 || k == cfg.top_k(), "top-k width ", k, " differs from MoeConfig.router.top_k=", cfg.top_k(),
+            " (", A2A::name, " exchanges records of top_k ids between ranks)");
+  require(!cfg.router_weight_on_input || k == 1, "router_weight_on_input needs top_k == 1, got ", k);
 }
 
 /// The shape an expert store stands for (fp32 weights hold it, quantized stores compute it).
@@ -308,11 +298,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     require(ids.rows() == T && w.rows() == T, "topk_ids has ", ids.rows(), " rows and topk_weights ", w.rows(),
             ", hidden has ", T);
     require(w.cols() == k, "topk_ids has ", k, " columns but topk_weights has ", w.cols());
-    require(T == 0 || (k >= 1 && k <= E), "top-k width ", k, " must be in [1, num_experts=", E, "]");
-    if constexpr (detail::is_collective<A2A>)
-      require(T == 0 || k == cfg_.top_k(), "top-k width ", k, " differs from MoeConfig.router.top_k=", cfg_.top_k(),
-              " (", A2A::name, " exchanges records of top_k ids between ranks)");
-    require(!cfg_.router_weight_on_input || k == 1, "router_weight_on_input needs top_k == 1, got ", k);
+    detail::check_topk_width<A2A>(cfg_, T, k);
     for (index_t t = 0; t < T; ++t)
       for (index_t j = 0; j < k; ++j) {
         const auto id = ids(t, j);

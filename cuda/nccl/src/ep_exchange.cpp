@@ -159,6 +159,10 @@ struct ep_exchange::impl {
   device_array<std::int32_t> pair_rows;
   device_array<float> results, back;
 
+  // one item from and to each peer, at the peer's index (the counts)
+  std::vector<int> one_each;
+  std::vector<long long> peer;
+
   // from the counts
   std::vector<int> send_recs, send_slots, recv_recs, recv_slots;
   std::vector<long long> send_rec_off, send_slot_off, recv_rec_off, recv_slot_off;
@@ -182,6 +186,8 @@ ep_exchange::ep_exchange(std::shared_ptr<const nccl_comm> comm, index_t local_ex
   impl_->S = impl_->comm->size();
   impl_->rank = impl_->comm->rank();
   impl_->El = local_experts;
+  impl_->one_each.assign(static_cast<std::size_t>(impl_->S), 1);
+  impl_->peer = exclusive_sums(impl_->one_each);
   detail::device_scope scope(impl_->comm->device());
   const auto n = static_cast<std::size_t>(2 * impl_->S * impl_->fields());
   check(cudaMallocHost(reinterpret_cast<void**>(&impl_->host_counts), n * sizeof(int)), "cudaMallocHost");
@@ -230,14 +236,8 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   const int w = m.fields();
   int* send_counts = m.counts.data();
   int* recv_counts = send_counts + m.S * w;
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
-  for (int p = 0; p < m.S; ++p) {
-    nccl_check(ncclSend(send_counts + p * w, static_cast<std::size_t>(w), ncclInt32, p, comm_of(*m.comm), s),
-               "ncclSend (counts)");
-    nccl_check(ncclRecv(recv_counts + p * w, static_cast<std::size_t>(w), ncclInt32, p, comm_of(*m.comm), s),
-               "ncclRecv (counts)");
-  }
-  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  exchange_columns(comm_of(*m.comm), s, {{send_counts, recv_counts, 4LL * w}}, m.one_each, m.peer, m.one_each, m.peer,
+                   "ncclSend/ncclRecv (counts)");
   int* off = m.offsets.data();
   check(detail::launch_ep_offsets(m.g, recv_counts, off, off + m.S + 1, s), "launch of the expert-parallel offsets");
   check(cudaMemcpyAsync(m.host_counts, send_counts, sizeof(int) * 2 * m.S * w, cudaMemcpyDeviceToHost, s),
@@ -255,7 +255,7 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   }
   // Every rank sees every rank's counts: each refuses a mix of element types or widths alike,
   // before any row moves.
-  const auto type_name = [](int bytes) { return bytes == 2 ? "bfloat16" : "float32"; };
+  const auto type_name = [](int bytes) { return to_string(bytes == 2 ? element_type::bf16 : element_type::f32); };
   for (int p = 0; p < m.S; ++p) {
     require(hr[p * w + 2] == hr[2], "nccl: rank ", p, " passes ", type_name(hr[p * w + 2]), " hidden rows and rank 0 ",
             type_name(hr[2]), "; the ranks of an expert-parallel layer must pass one element type");

@@ -23,6 +23,7 @@
 #include <boost/mp11/list.hpp>
 
 #include <polymoe/a2a/detail/mpi_base.hpp>
+#include <polymoe/core/agree.hpp>
 #include <polymoe/core/formats.hpp>
 #include <polymoe/core/memory_space.hpp>
 #include <polymoe/core/roles.hpp>
@@ -35,13 +36,9 @@ namespace detail {
 /// makes NCCL's unique id and broadcasts it over MPI. Collective.
 inline std::shared_ptr<const cuda::nccl_comm> nccl_over_mpi(const mpi_base& m) {
   cuda::nccl_comm::unique_id id{};
-  std::string failure;
-  if (m.rank() == 0) try {
-      id = cuda::nccl_comm::new_id();
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-  m.agree(failure);
+  polymoe::detail::agree_on(m, [&] {
+    if (m.rank() == 0) id = cuda::nccl_comm::new_id();
+  });
   mpi_check(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, m.comm()), "MPI_Bcast");
   return std::make_shared<const cuda::nccl_comm>(id, m.rank(), m.size());
 }
@@ -81,8 +78,7 @@ class nccl_ragged : public detail::mpi_base {
   /// (made now unless given) and this layer's exchanges, on `device`.
   void connect(int device) {
     if (!nccl_) nccl_ = detail::nccl_over_mpi(*this);
-    std::string failure;
-    try {
+    polymoe::detail::agree_on(*this, [&] {
       require(micro_batches >= 1 && micro_batches <= 64, "nccl_ragged: micro_batches must be in [1, 64], got ",
               micro_batches);
       require(nccl_->device() == device, "nccl_ragged: the NCCL communicator is on device ", nccl_->device(),
@@ -91,10 +87,7 @@ class nccl_ragged : public detail::mpi_base {
       last_ = nullptr;
       for (int i = 0; i < std::min(micro_batches, 2); ++i) exchanges_.emplace_back(nccl_, local_experts_);
       if (micro_batches > 1) side_ = std::make_unique<cuda::side_stream>();
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    agree(failure);
+    });
     // another count elsewhere would be another sequence of exchanges: every rank sees the range
     int range[2] = {micro_batches, -micro_batches};
     detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
@@ -180,13 +173,7 @@ class nccl_ragged : public detail::mpi_base {
     device_view planned = ids;
     if (planned.rows == 0) planned.cols = planned.row_stride = top_k_;  // any width when there are no tokens
     x.plan(planned, hidden.cols, hidden.type, stream);  // a refusal there is every rank's
-    std::string failure;
-    try {
-      x.reserve_rows();
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    agree(failure);
+    polymoe::detail::agree_on(*this, [&] { x.reserve_rows(); });
     const cuda::ep_exchange::received r = x.exchange(hidden, planned, weights, stream);
     last_ = &x;
     batch b{{{r.hidden, r.ids, r.weights, local_experts_, stream}, {}}, r.pair_rows};

@@ -92,7 +92,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
       check_io(hidden, out);
       require_view(topk_ids, "topk_ids", T, -1, {element_type::i32});
       require_view(topk_weights, "topk_weights", T, topk_ids.cols, {element_type::f32});
-      check_width(T, topk_ids.cols);
+      check_topk_width<A2A>(cfg_, T, topk_ids.cols);
       grow(T);
       if (T == 0) return;
       require_on_device(hidden, out);
@@ -152,7 +152,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
       require(topk_ids.rows() == T && topk_weights.rows() == T && topk_weights.cols() == k, "topk_ids is [",
               topk_ids.rows(), ", ", k, "] and topk_weights [", topk_weights.rows(), ", ", topk_weights.cols(),
               "], expected [", T, ", k] both");
-      check_width(T, k);
+      check_topk_width<A2A>(cfg_, T, k);
       for (index_t t = 0; t < T; ++t)  // the host can check what the device does not
         for (index_t j = 0; j < k; ++j) {
           const auto id = topk_ids(t, j);
@@ -216,16 +216,6 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     });
     if constexpr (requires { a2a_.agree_on_layer(); }) a2a_.agree_on_layer();
     if constexpr (requires { a2a_.connect(device_); }) a2a_.connect(device_);
-  }
-
-  // The top-k width of caller-supplied routing.
-  void check_width(index_t T, index_t k) const {
-    require(T == 0 || (k >= 1 && k <= cfg_.num_experts), "top-k width ", k, " must be in [1, num_experts=",
-            cfg_.num_experts, "]");
-    if constexpr (is_collective<A2A>)
-      require(T == 0 || k == cfg_.top_k(), "top-k width ", k, " differs from MoeConfig.router.top_k=", cfg_.top_k(),
-              " (", A2A::name, " exchanges records of top_k slots between ranks)");
-    require(!cfg_.router_weight_on_input || T == 0 || k == 1, "router_weight_on_input needs top_k == 1, got ", k);
   }
 
   void check_io(const device_view& hidden, const device_view& out) const {
