@@ -11,6 +11,9 @@
 //   - the whole EP forward (no waits between the steps; in 1, 2 and 4 micro-batches, each
 //     exchanged while the kernel computes the one before) against one GPU computing all S·T
 //     tokens with all E experts (kernel::cuda's automatic tiles on both).
+// Then a2a::nccl_masked (DeepEP's low-latency mode: blocks of a fixed size, max_tokens = T, the
+// default capacity) at decode batches (--masked-tokens): its steps alone, its whole forward
+// eager and replayed from a CUDA graph, against nccl_ragged's forward and one GPU at the same T.
 // Times are medians over --reps repetitions, the slowest rank's.
 #include <mpi.h>
 
@@ -98,6 +101,35 @@ void random_routing(std::mt19937& rng, index_t T, index_t E, index_t k, std::vec
   }
 }
 
+/// One batch of T tokens on the device: random bf16 rows, uniform routing, an output.
+struct batch {
+  std::vector<std::uint16_t> hx;
+  std::vector<std::int32_t> hid;
+  std::vector<float> hw;
+  cuda::device_array<std::uint16_t> x, out;
+  cuda::device_array<std::int32_t> ids;
+  cuda::device_array<float> w;
+  index_t T, H, k;
+  int dev;
+  batch(std::mt19937& rng, index_t T_, index_t H_, index_t E, index_t k_, int dev_) : T(T_), H(H_), k(k_), dev(dev_) {
+    random_routing(rng, T, E, k, hid, hw);
+    hx.resize(static_cast<std::size_t>(T * H));
+    for (auto& v : hx) v = codecs::float_to_bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
+    x = cuda::device_array<std::uint16_t>(hx.size());
+    out = cuda::device_array<std::uint16_t>(hx.size());
+    ids = cuda::device_array<std::int32_t>(hid.size());
+    w = cuda::device_array<float>(hw.size());
+    x.upload(hx);
+    ids.upload(hid);
+    w.upload(hw);
+  }
+  [[nodiscard]] device_view view(const cuda::device_array<std::uint16_t>& a) const {
+    return device_view::of_bf16(a.data(), T, H, dev);
+  }
+  [[nodiscard]] device_view ids_view() const { return device_view::of(ids.data(), T, k, dev); }
+  [[nodiscard]] device_view weights_view() const { return device_view::of(w.data(), T, k, dev); }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -105,7 +137,7 @@ int main(int argc, char** argv) try {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   index_t H = 2048, I = 768, E = 128, k = 8;
-  std::vector<index_t> tokens{4096, 8192};
+  std::vector<index_t> tokens{4096, 8192}, masked_tokens{1, 16, 128};
   int reps = 10;
   CLI::App app("polymoe_nccl_bench: a2a::nccl_ragged's dispatch, compute and combine, against NCCL's all-to-all and "
                "one GPU",
@@ -117,6 +149,10 @@ int main(int argc, char** argv) try {
   app.add_option("--experts", E, "E, a multiple of the ranks (default 128)")->type_name("N")->check(positive);
   app.add_option("--top-k", k, "k (default 8)")->type_name("N")->check(positive);
   app.add_option("--tokens", tokens, "tokens a GPU (default 4096,8192)")->delimiter(',')->type_name("LIST")->check(positive);
+  app.add_option("--masked-tokens", masked_tokens, "tokens a GPU of the nccl_masked table (default 1,16,128)")
+      ->delimiter(',')
+      ->type_name("LIST")
+      ->check(positive);
   app.add_option("--reps", reps, "repetitions a timing (default 10)")->type_name("N")->check(CLI::Range(1, 1000));
   if (const auto status = programs::parse(app, argc, argv, 2)) {
     MPI_Finalize();
@@ -162,24 +198,41 @@ int main(int argc, char** argv) try {
   if (rank_ == 0) all.emplace(random_weights(E, H, I, 99u), mlp);
   const auto comm = static_cast<ncclComm_t>(ep.nccl()->get());
 
+  std::mt19937 rng(1234u + static_cast<unsigned>(rank_));
+  // rank 0: one GPU computing the S·T tokens of a batch with all E experts
+  const auto one_gpu = [&](index_t T, const std::vector<std::uint16_t>& hx) {
+    if (rank_ != 0) return 0.0;
+    const index_t Ta = T * size_;
+    std::vector<std::int32_t> aid;
+    std::vector<float> aw;
+    random_routing(rng, Ta, E, k, aid, aw);
+    cuda::device_array<std::uint16_t> ax(static_cast<std::size_t>(Ta * H)), aout(static_cast<std::size_t>(Ta * H));
+    cuda::device_array<std::int32_t> ai(aid.size());
+    cuda::device_array<float> awd(aw.size());
+    std::vector<std::uint16_t> hax(static_cast<std::size_t>(Ta * H));
+    for (std::size_t i = 0; i < hax.size(); ++i) hax[i] = hx[i % hx.size()];
+    ax.upload(hax);
+    ai.upload(aid);
+    awd.upload(aw);
+    const cuda::routed_call call{device_view::of_bf16(ax.data(), Ta, H, dev), device_view::of(ai.data(), Ta, k, dev),
+                                 device_view::of(awd.data(), Ta, k, dev), device_view::of_bf16(aout.data(), Ta, H, dev)};
+    all->run(call, mlp, s);
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      const auto a = clk::now();
+      all->run(call, mlp, s);
+      ck(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      t.push_back(std::chrono::duration<double, std::micro>(clk::now() - a).count());
+    }
+    return median(t);
+  };
   if (rank_ == 0)
     std::printf("\n  T/GPU  all-to-all MB  busbw GB/s | dispatch us  compute us  combine us  d+c GB/s  of a2a |"
                 "  EP fwd us: 1 batch  2 batches  4 batches | 1-GPU us (S*T)  speedup\n");
-  std::mt19937 rng(1234u + static_cast<unsigned>(rank_));
   for (const index_t T : tokens) {
-    std::vector<std::int32_t> hid;
-    std::vector<float> hw;
-    random_routing(rng, T, E, k, hid, hw);
-    std::vector<std::uint16_t> hx(static_cast<std::size_t>(T * H));
-    for (auto& v : hx) v = codecs::float_to_bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
-    cuda::device_array<std::uint16_t> x(hx.size()), out(hx.size());
-    cuda::device_array<std::int32_t> ids(hid.size());
-    cuda::device_array<float> w(hw.size());
-    x.upload(hx);
-    ids.upload(hid);
-    w.upload(hw);
-    const device_view xv = device_view::of_bf16(x.data(), T, H, dev), ov = device_view::of_bf16(out.data(), T, H, dev);
-    const device_view iv = device_view::of(ids.data(), T, k, dev), wv = device_view::of(w.data(), T, k, dev);
+    const batch b(rng, T, H, E, k, dev);
+    const std::vector<std::uint16_t>& hx = b.hx;
+    const device_view xv = b.view(b.x), ov = b.view(b.out), iv = b.ids_view(), wv = b.weights_view();
     // the kernel on a batch's received tokens, each slot's row where it returns
     const auto compute = [&](const auto& d, auto& c) {
       mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s);
@@ -229,32 +282,7 @@ int main(int argc, char** argv) try {
       run();
       t_ep[v] = time_us(s, reps, run);
     }
-    double t_one = 0;
-    if (rank_ == 0) {
-      const index_t Ta = T * size_;
-      std::vector<std::int32_t> aid;
-      std::vector<float> aw;
-      random_routing(rng, Ta, E, k, aid, aw);
-      cuda::device_array<std::uint16_t> ax(static_cast<std::size_t>(Ta * H)), aout(static_cast<std::size_t>(Ta * H));
-      cuda::device_array<std::int32_t> ai(aid.size());
-      cuda::device_array<float> awd(aw.size());
-      std::vector<std::uint16_t> hax(static_cast<std::size_t>(Ta * H));
-      for (std::size_t i = 0; i < hax.size(); ++i) hax[i] = hx[i % hx.size()];
-      ax.upload(hax);
-      ai.upload(aid);
-      awd.upload(aw);
-      const cuda::routed_call call{device_view::of_bf16(ax.data(), Ta, H, dev), device_view::of(ai.data(), Ta, k, dev),
-                                   device_view::of(awd.data(), Ta, k, dev), device_view::of_bf16(aout.data(), Ta, H, dev)};
-      all->run(call, mlp, s);
-      std::vector<double> t;
-      for (int r = 0; r < reps; ++r) {
-        const auto a = clk::now();
-        all->run(call, mlp, s);
-        ck(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-        t.push_back(std::chrono::duration<double, std::micro>(clk::now() - a).count());
-      }
-      t_one = median(t);
-    }
+    const double t_one = one_gpu(T, hx);
     if (rank_ == 0)
       std::printf("%7lld  %13.1f  %10.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%% | %19.0f  %9.0f  %9.0f | %14.0f  %6.2fx\n",
                   (long long)T, static_cast<double>(block) * size_ / 1e6, busbw, t_d, t_m, t_c, dcbw,
@@ -264,6 +292,57 @@ int main(int argc, char** argv) try {
   if (rank_ == 0)
     std::printf("(MB: what a rank sends in the all-to-all; GB/s: bytes that leave a rank / time; d+c: the dispatch's "
                 "records and the combine's fp32 rows)\n");
+  if (rank_ == 0)
+    std::printf("\n  nccl_masked (max_tokens = T, capacity ranks*T)\n  T/GPU  dispatch us  compute us  combine us |"
+                "  fwd us  graph us | nccl_ragged fwd us | 1-GPU us (S*T)\n");
+  for (const index_t T : masked_tokens) {
+    const batch b(rng, T, H, E, k, dev);
+    const std::vector<std::uint16_t>& hx = b.hx;
+    const device_view xv = b.view(b.x), ov = b.view(b.out), iv = b.ids_view(), wv = b.weights_view();
+    a2a::nccl_masked mk(ep.nccl(), T);
+    mk.configure(cfg);
+    mk.connect(dev);
+    DispatchOutput<format::masked, space::cuda> d{};
+    CombineInput<format::masked, space::cuda> c{};
+    const auto compute = [&] { mine.run(cuda::masked_call{d.hidden, d.masked_m, d.capacity, c.out, d.expected_rows, d.max_rows}, mlp, s); };
+    const auto forward = [&] {
+      d = mk.dispatch(xv, iv, wv, cfg, s);
+      c = mk.combine_input(d, ov);
+      compute();
+      mk.combine(c, ov);
+    };
+    for (int i = 0; i < 2; ++i) forward();  // the kernel's workspace
+    ck(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    std::vector<double> td, tc, tm;
+    for (int r = 0; r < reps; ++r) {
+      td.push_back(time_us(s, 1, [&] { d = mk.dispatch(xv, iv, wv, cfg, s); }));
+      c = mk.combine_input(d, ov);
+      tm.push_back(time_us(s, 1, compute));
+      tc.push_back(time_us(s, 1, [&] { mk.combine(c, ov); }));
+    }
+    const double t_fwd = time_us(s, reps, forward);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    forward();
+    ck(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+    ck(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    ck(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    const double t_graph = time_us(s, reps, [&] { ck(cudaGraphLaunch(exec, s), "cudaGraphLaunch"); });
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    const auto ragged_compute = [&](const auto& rd, auto& rc) {
+      mine.run(cuda::routed_call{rd.hidden, rd.ids, rd.weights, rc.out, false, rc.pair_rows}, mlp, s);
+    };
+    const auto ragged = [&] { ep.forward(xv, iv, wv, cfg, ov, s, ragged_compute); };
+    ep.reserve(T);
+    ragged();
+    const double t_ragged = time_us(s, reps, ragged);
+    const double t_one = one_gpu(T, hx);
+    if (rank_ == 0)
+      std::printf("%7lld  %11.0f  %10.0f  %10.0f | %7.0f  %8.0f | %18.0f | %14.0f\n", (long long)T, median(td),
+                  median(tm), median(tc), t_fwd, t_graph, t_ragged, t_one);
+  }
   all.reset();
   MPI_Finalize();
   return 0;

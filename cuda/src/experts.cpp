@@ -267,6 +267,7 @@ struct Experts::impl {
   detail::workspace_view ws;
   std::int32_t* route_ids = nullptr;
   float* route_weights = nullptr;
+  std::int32_t* route_rows = nullptr;  // the masked format's: each row's result to its own row
   index_t cap_tokens = 0, cap_pairs = 0;
 
   void init(const ExpertShape& s);
@@ -500,6 +501,7 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
       aligned(static_cast<std::size_t>(P) * g.hidden * 4),  // y
       aligned(static_cast<std::size_t>(P) * 4),        // route_ids
       aligned(static_cast<std::size_t>(P) * 4),        // route_weights
+      aligned(static_cast<std::size_t>(P) * 4),        // route_rows
       aligned(q8 ? static_cast<std::size_t>(T) * (g.hp / 128) * 4 : 0),  // xs
       aligned(q8 ? static_cast<std::size_t>(P) * g.ip * 4 : 0),           // hf
       aligned(q8 ? static_cast<std::size_t>(P) * (g.ip / 128) * 4 : 0),   // hs
@@ -523,9 +525,10 @@ void Experts::impl::grow(index_t tokens, index_t top_k) {
   ws.y = static_cast<float*>(parts[9]);
   route_ids = static_cast<std::int32_t*>(parts[10]);
   route_weights = static_cast<float*>(parts[11]);
-  ws.xs = q8 ? static_cast<float*>(parts[12]) : nullptr;
-  ws.hf = q8 ? static_cast<float*>(parts[13]) : nullptr;
-  ws.hs = q8 ? static_cast<float*>(parts[14]) : nullptr;
+  route_rows = static_cast<std::int32_t*>(parts[12]);
+  ws.xs = q8 ? static_cast<float*>(parts[13]) : nullptr;
+  ws.hf = q8 ? static_cast<float*>(parts[14]) : nullptr;
+  ws.hs = q8 ? static_cast<float*>(parts[15]) : nullptr;
   cap_tokens = T;
   cap_pairs = P;
 }
@@ -650,7 +653,8 @@ void Experts::run(const routed_call& c, const ExpertMlp& mlp, stream_t stream) c
 }
 
 void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed,
-                     bool own_routing, const Router* router, const float* logits) const {
+                     bool own_routing, const Router* router, const float* logits, index_t rows_hint,
+                     index_t row_bound) const {
   impl& m = *impl_;
   const index_t E = m.shape.experts, tokens = c.hidden.rows, top_k = c.ids.cols;
   m.check_mlp(mlp);
@@ -699,6 +703,7 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
   a.accumulate = c.accumulate;
   a.pair_rows = pair_mode ? c.pair_rows.as<const int>() : nullptr;
   a.keep_uncomputed = keep_uncomputed;
+  a.pair_bound = row_bound;
   a.tokens = static_cast<int>(tokens);
   a.k = static_cast<int>(top_k);
   a.act = kind_of(mlp.activation.kind);
@@ -715,7 +720,7 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
     case TileChoice::small: t = detail::tiles::small; break;
     case TileChoice::large: t = detail::tiles::large; break;
     case TileChoice::automatic: {  // by the mean rows an expert
-      const index_t rows = tokens * top_k;
+      const index_t rows = rows_hint > 0 ? rows_hint : tokens * top_k;
       // E4M3 streams half the bytes a row: the small tiles' wider column tiles keep enough in
       // flight at every batch, never the tiny ones (docs/decisions.md#cuda-e4m3-tiles)
       const bool e4m3 = m.wv.format == detail::wfmt::e4m3;
@@ -751,11 +756,13 @@ void Experts::run(const masked_call& c, const ExpertMlp& mlp, stream_t stream) c
   require_on_device(c.masked_m, "masked_m", m.device);
   m.grow(E * cap, 1);
   check(detail::launch_masked_slots(c.masked_m.as<const std::int32_t>(), static_cast<int>(E), static_cast<int>(cap),
-                                    m.route_ids, m.route_weights, stream),
+                                    m.route_ids, m.route_weights, m.route_rows, stream),
         "launch of masked_slots");
   routed_call r{c.hidden, device_view::of(m.route_ids, E * cap, 1, m.device),
-                device_view::of(m.route_weights, E * cap, 1, m.device), c.out};
-  launch(r, mlp, stream, true, true);
+                device_view::of(m.route_weights, E * cap, 1, m.device), c.out, false,
+                device_view::of(m.route_rows, E * cap, 1, m.device)};  // GEMM 2 writes each valid row
+  launch(r, mlp, stream, true, true, nullptr, nullptr, std::clamp<index_t>(c.expected_rows, 0, E * cap),
+         std::clamp<index_t>(c.max_rows, 0, E * cap));
 }
 
 void Experts::forward(const float* hidden, index_t tokens, const float* router_logits, const Router& router,

@@ -212,12 +212,14 @@ struct input_rows {
   int H, hp;
   const float* weights;  ///< [T] routing weights when weight_on_input, else null
   std::uint16_t* x;
+  const std::int32_t* only;  ///< [T] one slot a token: the rows whose id is -1 are not read; or null
 };
 
 __device__ __forceinline__ void input_chunk(const input_rows& in, long long item) {
   const int per = in.hp / 8;
   const long long t = item / per;
   const int c0 = static_cast<int>(item - t * per) * 8;
+  if (in.only && in.only[t] < 0) return;
   float v[8];
   if (in.vec && c0 + 8 <= in.H) {
     if (in.bf16) {
@@ -284,6 +286,7 @@ struct quant_rows {
   const float* weights;   ///< weight_on_input: [rows] multiplied into each row first, or null
   std::uint8_t* q;
   float* scale;
+  const std::int32_t* only = nullptr;  ///< [rows] one slot a row: the rows whose id is -1 are left alone; or null
 };
 
 __device__ __forceinline__ void quant_load4(const quant_rows& r, long long row, int c0, float (&v)[4]) {
@@ -313,6 +316,7 @@ __device__ void quant_item(const quant_rows& r, long long item, int lane) {
   const int groups = r.cp / 128;
   const long long row = r.per_row ? item : item / groups;
   const int g0 = r.per_row ? 0 : static_cast<int>(item - row * groups), g1 = r.per_row ? groups : g0 + 1;
+  if (r.only && r.only[row] < 0) return;  // the whole warp: one item
   float v[4];
   unsigned a = 0, bad = 0;  // amax as bits (non-negative floats order as their bits)
   for (int g = g0; g < g1; ++g) {
@@ -1105,12 +1109,17 @@ int grid_for(long long n, int threads) {
   return static_cast<int>(b < 65536 ? (b > 0 ? b : 1) : 65536);
 }
 
+// The pairs the grids' row tiles must hold: every pair, or the caller's bound on those computed.
+long long pairs_computed(const forward_args& a) {
+  const long long pairs = static_cast<long long>(a.tokens) * a.k;
+  return a.pair_bound > 0 && a.pair_bound < pairs ? a.pair_bound : pairs;
+}
+
 template <tiles TILES, wfmt WF>
 cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
                       cudaStream_t stream, const char** step) {
-  const long long pairs = static_cast<long long>(a.tokens) * a.k;
   using S = typename shape_of<TILES, WF>::type;
-  const int tiles_max = max_row_tiles(TILES, pairs, g.experts);
+  const int tiles_max = max_row_tiles(TILES, pairs_computed(a), g.experts);
   gemm_params p{};
   p.k = a.k;
   p.tile_info = ws.tile_info;
@@ -1216,7 +1225,7 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   const int E = g.experts;
   const int blocks = sort_blocks(pairs);
   const int tile_rows = bm_of(t);
-  const int tiles_max = max_row_tiles(t, pairs, E);
+  const int tiles_max = max_row_tiles(t, pairs_computed(a), E);
   std::int32_t* ids = const_cast<std::int32_t*>(a.ids);  // written only when a.route: the engine's own
   float* weights = const_cast<float*>(a.weights);
   cudaError_t err = cudaSuccess;
@@ -1231,6 +1240,8 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
   in.hp = g.hp;
   in.weights = a.weight_on_input ? a.weights : nullptr;
   in.x = ws.x;
+  // rows no slot computes (the masked format's padding) are neither read nor written
+  in.only = a.keep_uncomputed && a.k == 1 ? a.ids : nullptr;
   // e4m3: the input rows as codes and scales instead (one warp a quant item)
   const bool quant = w.format == wfmt::e4m3;
   const quant_rows qin{a.hidden,
@@ -1241,7 +1252,9 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
                        g.hp,
                        w.act_group == 0,
                        in.weights,
-                       reinterpret_cast<std::uint8_t*>(ws.x), ws.xs};
+                       reinterpret_cast<std::uint8_t*>(ws.x),
+                       ws.xs,
+                       in.only};
   const long long items = quant ? quant_items(qin, a.tokens) : static_cast<long long>(a.tokens) * (g.hp / 8);
   constexpr int kItemThreads = 256;
   const long long item_threads = quant ? items * 32 : items;
@@ -1324,21 +1337,23 @@ cudaError_t launch_quantize_e4m3(const void* src, bool src_bf16, long long ld_sr
 }
 
 __global__ void masked_slots(const std::int32_t* __restrict__ masked_m, int experts, int capacity,
-                             std::int32_t* __restrict__ ids, float* __restrict__ weights) {
+                             std::int32_t* __restrict__ ids, float* __restrict__ weights,
+                             std::int32_t* __restrict__ rows) {
   const long long n = static_cast<long long>(experts) * capacity;
   for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
        q += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int e = static_cast<int>(q / capacity), i = static_cast<int>(q - static_cast<long long>(e) * capacity);
     ids[q] = i < masked_m[e] ? e : -1;
     weights[q] = 1.0f;
+    rows[q] = static_cast<std::int32_t>(q);
   }
 }
 
 cudaError_t launch_masked_slots(const std::int32_t* masked_m, int experts, int capacity, std::int32_t* ids,
-                                float* weights, cudaStream_t stream) {
+                                float* weights, std::int32_t* rows, cudaStream_t stream) {
   const long long n = static_cast<long long>(experts) * capacity;
   if (n == 0) return cudaSuccess;
-  masked_slots<<<grid_for(n, 256), 256, 0, stream>>>(masked_m, experts, capacity, ids, weights);
+  masked_slots<<<grid_for(n, 256), 256, 0, stream>>>(masked_m, experts, capacity, ids, weights, rows);
   return cudaGetLastError();
 }
 

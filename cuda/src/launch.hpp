@@ -104,8 +104,13 @@ struct forward_args {
   /// Pair mode: [T, k] the row of out (fp32) that gets each computed pair's own weighted result;
   /// no top-k sum. Null: out gets each token's sum.
   const int* pair_rows = nullptr;
-  bool keep_uncomputed = false;       ///< leave out's rows of tokens with no slot computed as they are
+  /// Leave out's rows of tokens with no slot computed as they are; with one slot a token, their
+  /// input rows are not read either.
+  bool keep_uncomputed = false;
   int tokens = 0, k = 0;
+  /// A bound on the pairs computed (ids not -1), when the caller knows one below tokens · k (the
+  /// masked format's padding): the grids' row tiles are sized for it. 0: tokens · k.
+  long long pair_bound = 0;
   act_kind act = act_kind::silu_gated;
   float alpha = 1.702f, limit = 7.0f;
   bool weight_on_input = false;
@@ -154,9 +159,10 @@ cudaError_t launch_quantize_e4m3(const void* src, bool src_bf16, long long ld_sr
                                  std::uint8_t* codes, int cp, float* scales, cudaStream_t stream);
 
 /// The masked format as tokens of one slot: row e · capacity + i is expert e's when i <
-/// min(masked_m[e], capacity), else no slot (id -1); weights 1.
+/// min(masked_m[e], capacity), else no slot (id -1); weights 1; rows[q] = q (each row's result
+/// to its own row of out).
 cudaError_t launch_masked_slots(const std::int32_t* masked_m, int experts, int capacity, std::int32_t* ids,
-                                float* weights, cudaStream_t stream);
+                                float* weights, std::int32_t* rows, cudaStream_t stream);
 
 
 /// Routing of `tokens` rows of logits [T, E] into ids [T, k] and weights [T, k], on `stream`.

@@ -7,6 +7,10 @@ static_assert(polymoe::can_make_layer_in<polymoe::nccl_table, polymoe::a2a::nccl
                                          polymoe::kernel::cuda>);
 static_assert(!polymoe::can_make_layer_in<polymoe::nccl_table, polymoe::a2a::nccl_ragged, polymoe::quant::bf16,
                                           polymoe::kernel::tiled>);
+static_assert(polymoe::can_make_layer_in<polymoe::nccl_table, polymoe::a2a::nccl_masked, polymoe::quant::fp8_block,
+                                         polymoe::kernel::cuda>);
+static_assert(!polymoe::can_make_layer_in<polymoe::nccl_table, polymoe::a2a::nccl_masked, polymoe::quant::bf16,
+                                          polymoe::kernel::reference>);
 #ifdef POLYMOE_KO
 using Layer = polymoe::NcclMoeLayer<polymoe::a2a::nccl_ragged, polymoe::quant::bf16, polymoe::kernel::tiled>;
 #else

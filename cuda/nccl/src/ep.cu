@@ -162,24 +162,174 @@ __global__ void ep_pair_rows(const ep_geometry g, ep_records recv, int records, 
   }
 }
 
-// out[t] = Σ_j back[pos_of_pair[t · k + j]] in slot order, fp32 from 0, as the single-device
-// top-k sum adds its slots.
-__global__ void ep_sum(const ep_geometry g, const float* __restrict__ back, const int* __restrict__ pos_of_pair,
-                       int tokens, void* __restrict__ out, long long ld_out, bool out_bf16) {
-  const long long n = static_cast<long long>(tokens) * g.hidden;
+// What the combines sum: out[t] = Σ_j (w_j ·) back[pos_of_pair[t · k + j]] in slot order, fp32
+// from 0, each product rounded before its sum, as the single-device GEMM 2 epilogue and top-k sum
+// round them.
+struct slot_sum_args {
+  const float* back;
+  const int* pos_of_pair;  ///< [T · k] the row of back of each (token, slot), -1 none
+  const float* weights;    ///< [T · k], or null: back's rows are weighted already
+  const int* status;       ///< [4 · ranks] status words, NaN everywhere when one is set; or null
+  int ranks, k, hidden, tokens;
+  void* out;
+  long long ld_out;
+  bool out_bf16;
+};
+
+__global__ void slot_sum(const slot_sum_args a) {
+  bool failed = false;
+  for (int d = 0; a.status && d < a.ranks; ++d) failed |= a.status[4 * d] > 0;
+  const long long n = static_cast<long long>(a.tokens) * a.hidden;
   for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
        q += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long t = q / g.hidden;
-    const long long c = q - t * g.hidden;
+    const long long t = q / a.hidden;
+    const long long c = q - t * a.hidden;
     float acc = 0.0f;
-    for (int j = 0; j < g.k; ++j) {
-      const int pos = pos_of_pair[t * g.k + j];
-      if (pos >= 0) acc += back[static_cast<long long>(pos) * g.hidden + c];
+    for (int j = 0; j < a.k; ++j) {
+      const int pos = a.pos_of_pair[t * a.k + j];
+      if (pos < 0) continue;
+      const float v = a.back[static_cast<long long>(pos) * a.hidden + c];
+      acc = __fadd_rn(acc, a.weights ? __fmul_rn(a.weights[t * a.k + j], v) : v);
     }
-    if (out_bf16)
-      static_cast<__nv_bfloat16*>(out)[t * ld_out + c] = __float2bfloat16_rn(acc);
+    if (failed) acc = __int_as_float(0x7fc00000);
+    if (a.out_bf16)
+      static_cast<__nv_bfloat16*>(a.out)[t * a.ld_out + c] = __float2bfloat16_rn(acc);
     else
-      static_cast<float*>(out)[t * ld_out + c] = acc;
+      static_cast<float*>(a.out)[t * a.ld_out + c] = acc;
+  }
+}
+
+cudaError_t launch_slot_sum(const slot_sum_args& a, cudaStream_t stream) {
+  const long long n = static_cast<long long>(a.tokens) * a.hidden;
+  if (n > 0) slot_sum<<<strided_blocks(n, 256), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The masked exchange.
+
+__device__ __forceinline__ bool on_rank(int id, int d, const ep_masked_geometry& g) {
+  return id >= 0 && id < g.ranks * g.local_experts && id / g.local_experts == d;
+}
+
+// One block a record index t: token t's record for every rank (ids -1 past the batch), its row
+// where it has a slot, and where each of its slots comes back.
+__global__ void mk_pack(const ep_masked_geometry g, const unsigned char* __restrict__ hidden, long long ld_bytes,
+                        const std::int32_t* __restrict__ ids, const float* __restrict__ weights, int tokens,
+                        ep_masked_view v) {
+  const int t = blockIdx.x;
+  const bool real = t < tokens;
+  const std::int32_t* id = ids + static_cast<long long>(t) * g.k;
+  for (int q = threadIdx.x; q < g.ranks * g.k; q += blockDim.x) {
+    const int d = q / g.k, j = q - d * g.k;
+    v.send_ids[(static_cast<long long>(d) * g.max_tokens + t) * g.k + j] =
+        real && on_rank(id[j], d, g) ? id[j] - d * g.local_experts : -1;
+  }
+  if (!real) return;
+  for (int j = threadIdx.x; j < g.k; j += blockDim.x) {
+    int pos = -1;
+    const int e = id[j];
+    if (e >= 0 && e < g.ranks * g.local_experts) {
+      const int d = e / g.local_experts;
+      int before = 0;
+      for (int i = 0; i < j; ++i) before += on_rank(id[i], d, g);
+      pos = (d * g.max_tokens + t) * g.k + before;
+    }
+    v.pos_of_pair[static_cast<long long>(t) * g.k + j] = pos;
+    v.w_of_pair[static_cast<long long>(t) * g.k + j] = weights[static_cast<long long>(t) * g.k + j];
+  }
+  for (int d = 0; d < g.ranks; ++d) {
+    bool any = false;
+    for (int j = 0; j < g.k; ++j) any |= on_rank(id[j], d, g);
+    if (any)
+      copy_row(v.send_rows + (static_cast<long long>(d) * g.max_tokens + t) * g.row_bytes, hidden + t * ld_bytes,
+               static_cast<long long>(g.hidden) * g.elem_bytes);
+  }
+}
+
+constexpr int kPlaceThreads = 256;
+
+// One block a local expert e: its slots among the received records, in (source, token, slot)
+// order, numbered by a block-wide scan; those within the capacity get their masked row.
+__global__ void __launch_bounds__(kPlaceThreads) mk_place(const ep_masked_geometry g, ep_masked_view v) {
+  const int e = blockIdx.x;
+  const int R = g.ranks * g.max_tokens, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __shared__ int warp_sums[kPlaceThreads / 32];
+  __shared__ int base;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int r0 = 0; r0 < R; r0 += kPlaceThreads) {
+    const int r = r0 + threadIdx.x;
+    const std::int32_t* id = v.recv_ids + static_cast<long long>(r) * g.k;
+    int n = 0;
+    if (r < R)
+      for (int j = 0; j < g.k; ++j) n += id[j] == e;
+    int x = n;  // inclusive scan in the warp
+    for (int off = 1; off < 32; off <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, off);
+      if (lane >= off) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    int before = base + x - n;
+    for (int w = 0; w < warp; ++w) before += warp_sums[w];
+    if (n > 0) {
+      int p = before;
+      for (int j = 0; j < g.k; ++j)
+        if (id[j] == e) {
+          v.place[static_cast<long long>(r) * g.k + j] = p < g.capacity ? e * g.capacity + p : -1;
+          ++p;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == kPlaceThreads - 1) base = before + n;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    v.masked_m[e] = min(base, g.capacity);
+    if (base > g.capacity) atomicMax(v.status, base);
+  }
+}
+
+// One block a received record: its row to the masked row of each of its slots.
+__global__ void mk_scatter(const ep_masked_geometry g, ep_masked_view v) {
+  const long long r = blockIdx.x;
+  for (int j = 0; j < g.k; ++j) {
+    const int p = v.place[r * g.k + j];
+    if (p >= 0)
+      copy_row(v.masked + static_cast<long long>(p) * g.row_bytes, v.recv_rows + r * g.row_bytes,
+               static_cast<long long>(g.hidden) * g.elem_bytes);
+  }
+}
+
+// One block a received record (s, t): the results of its slots to rows (s · max_tokens + t) · k + i
+// of the returned blocks; the first record of each source's block also writes its status word.
+__global__ void mk_gather(const ep_masked_geometry g, ep_masked_view v) {
+  const long long r = blockIdx.x;
+  if (threadIdx.x == 0 && r % g.max_tokens == 0) v.ret_status[4 * (r / g.max_tokens)] = *v.status;
+  int i = 0;
+  for (int j = 0; j < g.k; ++j) {
+    if (v.recv_ids[r * g.k + j] < 0) continue;
+    const int p = v.place[r * g.k + j];
+    if (p >= 0)
+      copy_row(reinterpret_cast<unsigned char*>(v.ret + (r * g.k + i) * g.hidden),
+               reinterpret_cast<const unsigned char*>(v.results + static_cast<long long>(p) * g.hidden),
+               4LL * g.hidden);
+    ++i;
+  }
+}
+
+__device__ __forceinline__ int largest_status(const ep_masked_geometry& g, const int* __restrict__ back_status) {
+  int worst = 0;
+  for (int d = 0; d < g.ranks; ++d) worst = max(worst, back_status[4 * d]);
+  return worst;
+}
+
+__global__ void mk_totals(const ep_masked_geometry g, ep_masked_view v) {
+  const int worst = largest_status(g, v.back_status);
+  if (worst > 0) {
+    v.totals[0] += 1;
+    v.totals[1] = max(v.totals[1], worst);
   }
 }
 
@@ -220,9 +370,40 @@ cudaError_t launch_ep_pair_rows(const ep_geometry& g, const ep_records& recv, in
 
 cudaError_t launch_ep_sum(const ep_geometry& g, const float* back, const int* pos_of_pair, int tokens, void* out,
                           long long ld_out, bool out_bf16, cudaStream_t stream) {
-  const long long n = static_cast<long long>(tokens) * g.hidden;
-  if (n == 0) return cudaSuccess;
-  ep_sum<<<strided_blocks(n, 256), 256, 0, stream>>>(g, back, pos_of_pair, tokens, out, ld_out, out_bf16);
+  return launch_slot_sum({back, pos_of_pair, nullptr, nullptr, g.ranks, g.k, g.hidden, tokens, out, ld_out, out_bf16},
+                         stream);
+}
+
+cudaError_t launch_mk_pack(const ep_masked_geometry& g, const void* hidden, long long ld_hidden,
+                           const std::int32_t* ids, const float* weights, int tokens, const ep_masked_view& v,
+                           cudaStream_t stream) {
+  mk_pack<<<static_cast<unsigned>(g.max_tokens), 128, 0, stream>>>(
+      g, static_cast<const unsigned char*>(hidden), ld_hidden * g.elem_bytes, ids, weights, tokens, v);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mk_place(const ep_masked_geometry& g, const ep_masked_view& v, cudaStream_t stream) {
+  const long long R = static_cast<long long>(g.ranks) * g.max_tokens;
+  cudaError_t err = cudaMemsetAsync(v.place, 0xff, sizeof(int) * R * g.k, stream);
+  if (err == cudaSuccess) err = cudaMemsetAsync(v.status, 0, sizeof(int), stream);
+  if (err != cudaSuccess) return err;
+  mk_place<<<static_cast<unsigned>(g.local_experts), kPlaceThreads, 0, stream>>>(g, v);
+  mk_scatter<<<static_cast<unsigned>(R), 128, 0, stream>>>(g, v);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mk_gather(const ep_masked_geometry& g, const ep_masked_view& v, cudaStream_t stream) {
+  mk_gather<<<static_cast<unsigned>(static_cast<long long>(g.ranks) * g.max_tokens), 128, 0, stream>>>(g, v);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mk_sum(const ep_masked_geometry& g, const ep_masked_view& v, int tokens, void* out,
+                          long long ld_out, bool out_bf16, cudaStream_t stream) {
+  const cudaError_t err = launch_slot_sum({v.back, v.pos_of_pair, v.w_of_pair, v.back_status, g.ranks, g.k, g.hidden,
+                                           tokens, out, ld_out, out_bf16},
+                                          stream);
+  if (err != cudaSuccess) return err;
+  mk_totals<<<1, 1, 0, stream>>>(g, v);
   return cudaGetLastError();
 }
 

@@ -61,6 +61,23 @@ void exchange_columns(ncclComm_t comm, cudaStream_t stream, std::initializer_lis
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
+// One group of NCCL sends and receives of every column's blocks, each peer's `unit` bytes at
+// p · unit: the fixed blocks of the masked exchange.
+void exchange_blocks(ncclComm_t comm, int ranks, cudaStream_t stream, std::initializer_list<column> columns,
+                     const char* what) {
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  for (int p = 0; p < ranks; ++p)
+    for (const column& c : columns) {
+      nccl_check(ncclSend(static_cast<const unsigned char*>(c.send) + p * c.unit, static_cast<std::size_t>(c.unit),
+                          ncclUint8, p, comm, stream),
+                 what);
+      nccl_check(ncclRecv(static_cast<unsigned char*>(c.recv) + p * c.unit, static_cast<std::size_t>(c.unit),
+                          ncclUint8, p, comm, stream),
+                 what);
+    }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+}
+
 std::vector<long long> exclusive_sums(const std::vector<int>& n) {
   std::vector<long long> off(n.size() + 1, 0);
   for (std::size_t i = 0; i < n.size(); ++i) off[i + 1] = off[i] + n[i];
@@ -345,5 +362,161 @@ void ep_exchange::combine(const device_view& out, stream_t stream) {
 
 std::size_t ep_exchange::dispatch_bytes() const noexcept { return impl_->dispatch_bytes; }
 std::size_t ep_exchange::combine_bytes() const noexcept { return impl_->combine_bytes; }
+
+// ---------------------------------------------------------------------------------------------
+
+struct ep_masked_exchange::impl {
+  std::shared_ptr<const nccl_comm> comm;
+  shape sh;
+  detail::ep_masked_geometry g;
+  device_array<unsigned char> send_rows, recv_rows, masked;
+  device_array<std::int32_t> send_ids, recv_ids;
+  device_array<int> place, masked_m, status, ret_status, back_status, pos_of_pair, totals;
+  device_array<float> results, ret, back, w_of_pair;
+  int* host_totals = nullptr;  // pinned: the device's totals after each combine
+  index_t tokens = 0;
+
+  [[nodiscard]] detail::ep_masked_view view() {
+    return {send_rows.data(), send_ids.data(), recv_rows.data(), recv_ids.data(), place.data(),
+            masked.data(),    masked_m.data(), status.data(),    results.data(),  ret.data(),
+            ret_status.data(), back.data(),    back_status.data(), pos_of_pair.data(), w_of_pair.data(),
+            totals.data()};
+  }
+  ~impl() {
+    if (host_totals) (void)cudaFreeHost(host_totals);
+  }
+};
+
+ep_masked_exchange::ep_masked_exchange(std::shared_ptr<const nccl_comm> comm, const shape& s)
+    : impl_(std::make_unique<impl>()) {
+  require(comm != nullptr, "nccl: an exchange needs a communicator");
+  require(s.local_experts >= 1 && s.top_k >= 1 && s.hidden >= 1 && s.hidden < (index_t{1} << 28),
+          "nccl: masked exchange of ", s.local_experts, " local experts, top_k ", s.top_k, ", hidden ", s.hidden);
+  require(s.max_tokens >= 1, "nccl: max_tokens must be >= 1, got ", s.max_tokens);
+  require(s.capacity >= 1, "nccl: capacity must be >= 1, got ", s.capacity);
+  require(s.rows == element_type::f32 || s.rows == element_type::bf16, "nccl: the masked rows are ",
+          to_string(s.rows), ", expected float32 or bfloat16");
+  impl& m = *impl_;
+  m.comm = std::move(comm);
+  m.sh = s;
+  const index_t S = m.comm->size(), R = S * s.max_tokens;
+  require(R * s.top_k * s.hidden < (index_t{1} << 40) && s.local_experts * s.capacity < (index_t{1} << 31) &&
+              R * s.top_k < (index_t{1} << 31),
+          "nccl: a masked exchange of ", s.max_tokens, " tokens a rank over ", S, " ranks and ", s.local_experts,
+          " experts of capacity ", s.capacity, " is too large");
+  m.g.ranks = static_cast<int>(S);
+  m.g.local_experts = static_cast<int>(s.local_experts);
+  m.g.k = static_cast<int>(s.top_k);
+  m.g.hidden = static_cast<int>(s.hidden);
+  m.g.max_tokens = static_cast<int>(s.max_tokens);
+  m.g.capacity = static_cast<int>(s.capacity);
+  m.g.elem_bytes = static_cast<int>(element_bytes(s.rows));
+  m.g.row_bytes = round16(s.hidden * m.g.elem_bytes);
+  detail::device_scope scope(m.comm->device());
+  const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
+  const index_t H = s.hidden, k = s.top_k, rows = s.local_experts * s.capacity;
+  m.send_rows = device_array<unsigned char>(n(R * m.g.row_bytes));
+  m.recv_rows = device_array<unsigned char>(n(R * m.g.row_bytes));
+  m.send_ids = device_array<std::int32_t>(n(R * k));
+  m.recv_ids = device_array<std::int32_t>(n(R * k));
+  m.place = device_array<int>(n(R * k));
+  m.masked = device_array<unsigned char>(n(rows * m.g.row_bytes));
+  m.masked_m = device_array<int>(n(s.local_experts));
+  m.status = device_array<int>(1);
+  m.ret_status = device_array<int>(n(4 * S));
+  m.back_status = device_array<int>(n(4 * S));
+  m.pos_of_pair = device_array<int>(n(s.max_tokens * k));
+  m.w_of_pair = device_array<float>(n(s.max_tokens * k));
+  m.totals = device_array<int>(2);
+  m.results = device_array<float>(n(rows * H));
+  m.ret = device_array<float>(n(R * k * H));
+  m.back = device_array<float>(n(R * k * H));
+  // the status words' padding travels too; the counts start at zero
+  check(cudaMemset(m.ret_status.data(), 0, sizeof(int) * 4 * S), "cudaMemset");
+  check(cudaMemset(m.totals.data(), 0, sizeof(int) * 2), "cudaMemset");
+  check(cudaMallocHost(reinterpret_cast<void**>(&m.host_totals), 2 * sizeof(int)), "cudaMallocHost");
+  m.host_totals[0] = m.host_totals[1] = 0;
+}
+ep_masked_exchange::~ep_masked_exchange() = default;
+ep_masked_exchange::ep_masked_exchange(ep_masked_exchange&&) noexcept = default;
+ep_masked_exchange& ep_masked_exchange::operator=(ep_masked_exchange&&) noexcept = default;
+
+const ep_masked_exchange::shape& ep_masked_exchange::geometry() const noexcept { return impl_->sh; }
+
+ep_masked_exchange::received ep_masked_exchange::dispatch(const device_view& hidden, const device_view& ids,
+                                                          const device_view& weights, stream_t stream) {
+  impl& m = *impl_;
+  const index_t T = hidden.rows, k = m.sh.top_k;
+  require(T >= 0 && T <= m.sh.max_tokens, "nccl: ", T, " tokens, more than the masked exchange's max_tokens ",
+          m.sh.max_tokens);
+  require(hidden.cols == m.sh.hidden && hidden.type == m.sh.rows, "nccl: hidden is [", T, ", ", hidden.cols, "] ",
+          to_string(hidden.type), ", the masked exchange carries ", m.sh.hidden, " ", to_string(m.sh.rows),
+          " columns");
+  require(T == 0 || (ids.rows == T && ids.cols == k && ids.row_stride == k && ids.type == element_type::i32 &&
+                     weights.rows == T && weights.cols == k && weights.row_stride == k &&
+                     weights.type == element_type::f32),
+          "nccl: topk_ids and topk_weights must be packed [", T, ", ", k, "] int32 and float32 rows");
+  detail::device_scope scope(m.comm->device());
+  const auto s = static_cast<cudaStream_t>(stream);
+  const detail::ep_masked_view v = m.view();
+  m.tokens = T;
+  check(detail::launch_mk_pack(m.g, hidden.data, hidden.row_stride, ids.as<const std::int32_t>(),
+                               weights.as<const float>(), static_cast<int>(T), v, s),
+        "launch of the masked pack");
+  const long long M = m.g.max_tokens;
+  exchange_blocks(comm_of(*m.comm), m.g.ranks, s,
+                  {{v.send_rows, v.recv_rows, M * m.g.row_bytes}, {v.send_ids, v.recv_ids, 4 * M * k}},
+                  "ncclSend/ncclRecv (masked records)");
+  check(detail::launch_mk_place(m.g, v, s), "launch of the masked placement");
+  const int d = m.comm->device();
+  const index_t rows = m.sh.local_experts * m.sh.capacity;
+  return {{m.masked.data(), m.sh.rows, rows, m.sh.hidden, m.g.row_bytes / m.g.elem_bytes, d},
+          device_view::of(m.masked_m.data(), m.sh.local_experts, 1, d)};
+}
+
+device_view ep_masked_exchange::results() const noexcept {
+  const impl& m = *impl_;
+  return device_view::of(m.results.data(), m.sh.local_experts * m.sh.capacity, m.sh.hidden, m.comm->device());
+}
+
+void ep_masked_exchange::combine(const device_view& out, stream_t stream) {
+  impl& m = *impl_;
+  require(out.rows == m.tokens && out.cols == m.sh.hidden &&
+              (out.type == element_type::f32 || out.type == element_type::bf16),
+          "nccl: combine into a view other than the dispatched tokens' [", m.tokens, ", ", m.sh.hidden, "] rows");
+  detail::device_scope scope(m.comm->device());
+  const auto s = static_cast<cudaStream_t>(stream);
+  const detail::ep_masked_view v = m.view();
+  check(detail::launch_mk_gather(m.g, v, s), "launch of the masked gather");
+  const long long M = m.g.max_tokens;
+  exchange_blocks(comm_of(*m.comm), m.g.ranks, s,
+                  {{v.ret, m.back.data(), 4 * M * m.g.k * m.g.hidden}, {v.ret_status, m.back_status.data(), 16}},
+                  "ncclSend/ncclRecv (masked results)");
+  check(detail::launch_mk_sum(m.g, v, static_cast<int>(m.tokens), out.data, out.row_stride,
+                              out.type == element_type::bf16, s),
+        "launch of the masked sum");
+  check(cudaMemcpyAsync(m.host_totals, m.totals.data(), 2 * sizeof(int), cudaMemcpyDeviceToHost, s),
+        "cudaMemcpyAsync (overflow count)");
+}
+
+ep_masked_exchange::overflow_count ep_masked_exchange::overflow() const noexcept {
+  const volatile int* h = impl_->host_totals;
+  return {h[0], h[1]};
+}
+
+ep_masked_exchange::overflow_count ep_masked_exchange::settle() const {
+  detail::device_scope scope(impl_->comm->device());
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return overflow();
+}
+
+std::size_t ep_masked_exchange::dispatch_bytes() const noexcept {
+  const impl& m = *impl_;
+  return static_cast<std::size_t>((m.g.ranks - 1) * m.g.max_tokens * (m.g.row_bytes + 4LL * m.g.k));
+}
+std::size_t ep_masked_exchange::combine_bytes() const noexcept {
+  const impl& m = *impl_;
+  return static_cast<std::size_t>((m.g.ranks - 1) * (4LL * m.g.max_tokens * m.g.k * m.g.hidden + 16));
+}
 
 }  // namespace polymoe::cuda

@@ -71,4 +71,55 @@ cudaError_t launch_ep_pair_rows(const ep_geometry& g, const ep_records& recv, in
 cudaError_t launch_ep_sum(const ep_geometry& g, const float* back, const int* pos_of_pair, int tokens, void* out,
                           long long ld_out, bool out_bf16, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------------------------
+// The masked exchange (DeepEP's low-latency mode): blocks of a fixed size, so that no launch or
+// NCCL call of a forward waits for the device. Every rank sends each rank max_tokens records,
+// record t being token t (its row when it has a slot there, and its k local ids there, -1 for the
+// others: every id -1 for a token without one, or past the batch). The receiver places each
+// received slot in its expert's rows of the masked buffer, in (source, token, slot) order, and
+// returns its result at row t · k + i of the source's block, i counting the token's slots there in
+// slot order; with it a status word, the largest rows an expert of the receiver was sent when
+// that is beyond its capacity (0 otherwise).
+
+struct ep_masked_geometry {
+  int ranks = 1, local_experts = 1, k = 1, hidden = 0;
+  int max_tokens = 1, capacity = 1;
+  int elem_bytes = 2;       ///< of the rows on the wire and in the masked buffer: 4 fp32, 2 bf16
+  long long row_bytes = 0;  ///< a row, padded to 16 bytes
+};
+
+/// The masked exchange's device arrays (R = ranks · max_tokens records).
+struct ep_masked_view {
+  unsigned char* send_rows = nullptr;  ///< [R] rows, block d for rank d
+  std::int32_t* send_ids = nullptr;    ///< [R · k]
+  unsigned char* recv_rows = nullptr;  ///< [R] rows, block s from rank s
+  std::int32_t* recv_ids = nullptr;    ///< [R · k]
+  int* place = nullptr;                ///< [R · k] the masked row of each received slot, -1 none (or beyond capacity)
+  unsigned char* masked = nullptr;     ///< [El · capacity] rows, row_bytes apart
+  int* masked_m = nullptr;             ///< [El]
+  int* status = nullptr;               ///< [1] as the returned status word
+  const float* results = nullptr;      ///< [El · capacity, H] the kernel's fp32 rows
+  float* ret = nullptr;                ///< [R · k, H] block s for rank s
+  int* ret_status = nullptr;           ///< [4 · ranks] the status word at 4 · s
+  const float* back = nullptr;         ///< [R · k, H] block d from rank d
+  const int* back_status = nullptr;    ///< [4 · ranks]
+  int* pos_of_pair = nullptr;          ///< [max_tokens · k] the row of back of each (token, slot), -1 none
+  float* w_of_pair = nullptr;          ///< [max_tokens · k] its routing weight
+  int* totals = nullptr;               ///< [2] forwards that overflowed an expert anywhere, the largest rows
+};
+
+/// The records of `tokens` rows of hidden (ids global, as in the ragged plan), every rank's
+/// block; pos_of_pair and w_of_pair.
+cudaError_t launch_mk_pack(const ep_masked_geometry& g, const void* hidden, long long ld_hidden,
+                           const std::int32_t* ids, const float* weights, int tokens, const ep_masked_view& v,
+                           cudaStream_t stream);
+/// The received records into the masked buffer and masked_m; the status word.
+cudaError_t launch_mk_place(const ep_masked_geometry& g, const ep_masked_view& v, cudaStream_t stream);
+/// The kernel's results into the blocks returned, with the status word.
+cudaError_t launch_mk_gather(const ep_masked_geometry& g, const ep_masked_view& v, cudaStream_t stream);
+/// out [T, H] = Σ_j weight · back row of (t, j) in slot order, fp32 from 0 (NaN everywhere when a
+/// returned status word is set); totals.
+cudaError_t launch_mk_sum(const ep_masked_geometry& g, const ep_masked_view& v, int tokens, void* out,
+                          long long ld_out, bool out_bf16, cudaStream_t stream);
+
 }  // namespace polymoe::cuda::detail

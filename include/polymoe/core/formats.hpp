@@ -104,6 +104,12 @@ struct DispatchOutput<format::masked, space::cuda> {
   index_t capacity;
   index_t num_experts;
   cuda_stream stream;
+  /// The valid rows of all experts together the dispatcher expects (a hint for the kernel's tile
+  /// shape; 0: experts · capacity).
+  index_t expected_rows = 0;
+  /// The most valid rows of all experts together, when the dispatcher bounds them below experts ·
+  /// capacity (the kernel sizes its grids for them). 0: experts · capacity.
+  index_t max_rows = 0;
 };
 template <>
 struct CombineInput<format::masked, space::cuda> {

@@ -22,7 +22,7 @@
 
 #include <boost/mp11/list.hpp>
 
-#include <polymoe/a2a/detail/mpi_base.hpp>
+#include <polymoe/a2a/detail/nccl_base.hpp>
 #include <polymoe/core/agree.hpp>
 #include <polymoe/core/formats.hpp>
 #include <polymoe/core/memory_space.hpp>
@@ -31,20 +31,7 @@
 
 namespace polymoe::a2a {
 
-namespace detail {
-/// An NCCL communicator over the ranks of `m`'s MPI communicator, on the current device: rank 0
-/// makes NCCL's unique id and broadcasts it over MPI. Collective.
-inline std::shared_ptr<const cuda::nccl_comm> nccl_over_mpi(const mpi_base& m) {
-  cuda::nccl_comm::unique_id id{};
-  polymoe::detail::agree_on(m, [&] {
-    if (m.rank() == 0) id = cuda::nccl_comm::new_id();
-  });
-  mpi_check(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, m.comm()), "MPI_Bcast");
-  return std::make_shared<const cuda::nccl_comm>(id, m.rank(), m.size());
-}
-}  // namespace detail
-
-class nccl_ragged : public detail::mpi_base {
+class nccl_ragged : public detail::nccl_base {
  public:
   using a2a_concept = a2a_tag;
   using format = format::ragged;
@@ -60,14 +47,11 @@ class nccl_ragged : public detail::mpi_base {
 
   /// Over `comm`'s ranks, one GPU each: the NCCL communicator is made (collectively, on the
   /// layer's device) when the layer is built.
-  explicit nccl_ragged(MPI_Comm comm = MPI_COMM_WORLD) : mpi_base(comm) {}
+  explicit nccl_ragged(MPI_Comm comm = MPI_COMM_WORLD) : nccl_base(comm) {}
   /// Over an NCCL communicator already made (another layer's: nccl_ragged(other.nccl())), whose
   /// ranks are `comm`'s.
   nccl_ragged(std::shared_ptr<const cuda::nccl_comm> nccl, MPI_Comm comm = MPI_COMM_WORLD)
-      : mpi_base(comm), nccl_(std::move(nccl)) {
-    require(nccl_ != nullptr && nccl_->size() == size_ && nccl_->rank() == rank_,
-            "nccl_ragged: the NCCL communicator's ranks are not the MPI communicator's");
-  }
+      : nccl_base(std::move(nccl), comm, name) {}
 
   /// Called by the layer, inside its agreed build step.
   void configure(const MoeConfig& cfg) {
@@ -77,22 +61,16 @@ class nccl_ragged : public detail::mpi_base {
   /// Called by the layer once every rank has built its own (collective): the NCCL communicator
   /// (made now unless given) and this layer's exchanges, on `device`.
   void connect(int device) {
-    if (!nccl_) nccl_ = detail::nccl_over_mpi(*this);
-    polymoe::detail::agree_on(*this, [&] {
+    connect_on(device, name, [&] {
       require(micro_batches >= 1 && micro_batches <= 64, "nccl_ragged: micro_batches must be in [1, 64], got ",
               micro_batches);
-      require(nccl_->device() == device, "nccl_ragged: the NCCL communicator is on device ", nccl_->device(),
-              ", the layer on device ", device);
       exchanges_.clear();
       last_ = nullptr;
       for (int i = 0; i < std::min(micro_batches, 2); ++i) exchanges_.emplace_back(nccl_, local_experts_);
       if (micro_batches > 1) side_ = std::make_unique<cuda::side_stream>();
     });
-    // another count elsewhere would be another sequence of exchanges: every rank sees the range
-    int range[2] = {micro_batches, -micro_batches};
-    detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
-    require(range[0] == -range[1], "nccl_ragged: micro_batches differs between ranks (", range[0], " to ", -range[1],
-            ")");
+    // another count elsewhere would be another sequence of exchanges
+    agree_same(micro_batches, "nccl_ragged: micro_batches");
   }
   /// Grows what the plan of `tokens` tokens needs (the layer calls it inside its agreed checks).
   void reserve(index_t tokens) {
@@ -148,8 +126,6 @@ class nccl_ragged : public detail::mpi_base {
     exchanges().front().combine(out, c.stream);
   }
 
-  /// The NCCL communicator (null before the layer is built): give it to the next layer's dispatcher.
-  [[nodiscard]] const std::shared_ptr<const cuda::nccl_comm>& nccl() const noexcept { return nccl_; }
   /// Bytes this rank sent to other ranks in the last dispatch (records) and combine (fp32 rows);
   /// of the last micro-batch when there are several.
   [[nodiscard]] std::size_t dispatch_bytes() const noexcept { return last_ ? last_->dispatch_bytes() : 0; }
@@ -181,7 +157,6 @@ class nccl_ragged : public detail::mpi_base {
     return b;
   }
 
-  std::shared_ptr<const cuda::nccl_comm> nccl_;
   std::vector<cuda::ep_exchange> exchanges_;  // one, or two used in turn by micro-batches
   std::unique_ptr<cuda::side_stream> side_;
   const cuda::ep_exchange* last_ = nullptr;

@@ -123,4 +123,60 @@ class ep_exchange {
   std::unique_ptr<impl> impl_;
 };
 
+/// One layer's masked exchange (DeepEP's low-latency mode): blocks of a fixed size, allocated when
+/// it is made, so that a forward's launches and NCCL calls never wait for the device and a CUDA
+/// graph can hold them. Every rank sends each rank max_tokens records (its row where a token has
+/// a slot there, and the token's local ids there) and gets back max_tokens · top_k float32 rows;
+/// the received slots fill each local expert's `capacity` rows of the masked buffer in (source,
+/// token, slot) order. An expert sent more rows than its capacity is not silently short of them:
+/// every rank's combine writes NaN, and overflow() counts the forward.
+class ep_masked_exchange {
+ public:
+  struct shape {
+    index_t local_experts = 1, top_k = 1, hidden = 1;
+    index_t max_tokens = 1;  ///< tokens a rank passes a forward, at most
+    index_t capacity = 1;    ///< rows of each local expert, from all ranks together
+    element_type rows = element_type::bf16;  ///< of the rows on the wire and in the masked buffer
+  };
+  /// Allocates every buffer (polymoe::error when they cannot be had), on the communicator's device.
+  ep_masked_exchange(std::shared_ptr<const nccl_comm> comm, const shape& s);
+  ~ep_masked_exchange();
+  ep_masked_exchange(ep_masked_exchange&&) noexcept;
+  ep_masked_exchange& operator=(ep_masked_exchange&&) noexcept;
+
+  [[nodiscard]] const shape& geometry() const noexcept;
+
+  struct received {
+    device_view hidden;    ///< [local experts · capacity, H] the masked rows
+    device_view masked_m;  ///< [local experts] int32 valid rows of each
+  };
+  /// Packs hidden's rows (T <= max_tokens, of the shape's element type; ids [T, k] int32 global
+  /// expert ids, one outside [0, ranks · local_experts) a slot not computed; weights [T, k]
+  /// float32, packed) and exchanges them on `stream` (collective, fixed sizes).
+  received dispatch(const device_view& hidden, const device_view& ids, const device_view& weights, stream_t stream);
+  /// [local experts · capacity, H] float32: where the kernel writes each masked row's result.
+  [[nodiscard]] device_view results() const noexcept;
+  /// Returns the results to their tokens' ranks and sums each token's slots, weighted, into out
+  /// [T, H] (float32 or bfloat16, any row stride), on `stream` (collective, fixed sizes).
+  void combine(const device_view& out, stream_t stream);
+
+  /// What the host has seen of the device's count (pinned memory the combine writes; exact once
+  /// the stream has finished): forwards in which an expert of some rank was sent more rows than
+  /// its capacity, and the most rows one was sent.
+  struct overflow_count {
+    int forwards = 0, largest = 0;
+  };
+  [[nodiscard]] overflow_count overflow() const noexcept;
+  /// overflow() once the device has finished all work queued so far (waits for it).
+  [[nodiscard]] overflow_count settle() const;
+
+  /// Bytes this rank sends other ranks a dispatch (records) and a combine (float32 rows): fixed.
+  [[nodiscard]] std::size_t dispatch_bytes() const noexcept;
+  [[nodiscard]] std::size_t combine_bytes() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
 }  // namespace polymoe::cuda

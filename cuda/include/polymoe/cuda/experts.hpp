@@ -178,6 +178,13 @@ struct masked_call {
   device_view hidden, masked_m;
   index_t capacity = 0;
   device_view out;
+  /// The valid rows of all experts together that the caller expects (the automatic tile shape's
+  /// batch; 0: every row, experts · capacity).
+  index_t expected_rows = 0;
+  /// The most valid rows of all experts together, when the caller knows fewer than experts ·
+  /// capacity (the grids are sized for them; a larger sum of masked_m leaves rows uncomputed). 0:
+  /// experts · capacity.
+  index_t max_rows = 0;
 };
 
 /// The routed experts of a layer on one device (the current one at construction).
@@ -236,7 +243,8 @@ class Experts {
   // own_routing: ids and weights are the engine's workspace (not checked); router: route
   // `logits` into them as part of the forward.
   void launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream, bool keep_uncomputed, bool own_routing,
-              const Router* router = nullptr, const float* logits = nullptr) const;
+              const Router* router = nullptr, const float* logits = nullptr, index_t rows_hint = 0,
+              index_t row_bound = 0) const;
   struct impl;
   std::unique_ptr<impl> impl_;
 };

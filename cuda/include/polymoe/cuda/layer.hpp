@@ -225,6 +225,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     require_view(out, "out", T, cfg_.hidden, {element_type::f32, element_type::bf16});
     require(!out.overlaps(hidden), "out shares memory with hidden; the layer reads hidden after it starts writing "
                                    "out (pass a separate output)");
+    if constexpr (requires { a2a_.check_input(hidden); }) a2a_.check_input(hidden);  // the dispatcher's limits
   }
 
   void require_on_device(const device_view& hidden, const device_view& out) const {

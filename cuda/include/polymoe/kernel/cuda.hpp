@@ -64,7 +64,7 @@ struct cuda {
   template <class Q>
   void run(const DispatchOutput<format::masked, space::cuda>& d, const prepared<Q>& p, const ExpertMlp& mlp,
            CombineInput<format::masked, space::cuda>& c) const {
-    p.run(polymoe::cuda::masked_call{d.hidden, d.masked_m, d.capacity, c.out}, mlp, d.stream);
+    p.run(polymoe::cuda::masked_call{d.hidden, d.masked_m, d.capacity, c.out, d.expected_rows, d.max_rows}, mlp, d.stream);
   }
 
   /// One tile shape whatever the batch: a row's result then does not depend on the rows batched
