@@ -53,6 +53,7 @@ Matrix compute_logits(const BasicMoeWeights<W>& w, const Matrix& hidden, index_t
 struct mpi_session {
   bool active = false;
   int rank = 0, size = 1;
+  int host_rank = 0, host_size = 1;  ///< among the ranks on this host
   /// MPI starts for an mpi_* dispatcher, and in every process an MPI launcher started (mpirun,
   /// mpiexec, srun), whatever its --a2a: each takes part in the ranks' agreement (agree), so a rank
   /// given --a2a local fails with the others instead of leaving them waiting for it.
@@ -63,6 +64,12 @@ struct mpi_session {
       MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Comm_size(MPI_COMM_WORLD, &size);
+      MPI_Comm host = MPI_COMM_NULL;
+      if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
+        MPI_Comm_rank(host, &host_rank);
+        MPI_Comm_size(host, &host_size);
+        MPI_Comm_free(&host);
+      }
       active = true;
     }
 #else
@@ -160,7 +167,8 @@ command add_run(CLI::App& polymoe, char* argv0) {
                   "dispatcher (default local); the mpi_* ones under `mpirun -np R`: each rank takes\n"
                   "a contiguous share of the tokens and holds only its own experts; rank 0 writes\n"
                   "the complete output. The ranks compare their layer, input and options before\n"
-                  "the layer runs; any difference fails every rank.")
+                  "the layer runs; any difference fails every rank. The nccl_* ones (--kernel cuda)\n"
+                  "the same, one GPU a rank, the rows carried between GPUs by NCCL.")
       ->type_name("NAME")->check(programs::choice(axis_names(&triple_names::a2a), true));
   s->quant_given =
       app->add_option("--quant", s->quant,
@@ -182,7 +190,8 @@ command add_run(CLI::App& polymoe, char* argv0) {
                   "warm-up call)")
       ->type_name("N")->check(CLI::Range(std::int64_t{1}, int_max));
   app->add_option("--capacity", s->capacity,
-                  "mpi_masked rows per local expert (default: T * top_k, which no batch exceeds)")
+                  "mpi_masked and nccl_masked rows per local expert (default: T * top_k for\n"
+                  "mpi_masked, ranks * the largest share for nccl_masked, which no batch exceeds)")
       ->type_name("N")->check(CLI::Range(std::int64_t{0}, int_max));
   s->tuning_given = app->add_option("--tuning", s->tuning_text,
                                     "kernels tiled and tiled_amx: settings that differ from the measured\n"
@@ -240,7 +249,7 @@ int run_layer_command(const run_settings& a, char* argv0) {
 
   int fake_argc = 1;
   char** fake_argv = &argv0;
-  mpi_session mpi(names.a2a.starts_with("mpi_"), fake_argc, fake_argv);
+  mpi_session mpi(names.a2a.starts_with("mpi_") || names.a2a.starts_with("nccl_"), fake_argc, fake_argv);
   try {
     const auto t_open = clock::now();
     // progress on stderr from rank 0 only (the ranks' lines would interleave)
@@ -261,6 +270,9 @@ int run_layer_command(const run_settings& a, char* argv0) {
     ctx.cfg = L.cfg;
     ctx.repeat = repeat;
     ctx.total_tokens = T;
+    ctx.ranks = mpi.size;
+    ctx.host_rank = mpi.host_rank;
+    ctx.host_ranks = mpi.host_size;
     ctx.capacity = a.capacity;
     ctx.tuning = tuning;
     ctx.tuning_given = tuning_given;

@@ -21,7 +21,9 @@ struct run_context {
   Matrix logits;  ///< their router logits [T_local, E]
   int repeat = 1; ///< forward passes (timing); the output is the last one's
   index_t total_tokens = 0;  ///< over all ranks
-  index_t capacity = 0;      ///< mpi_masked rows per local expert (0: total_tokens * top_k)
+  int ranks = 1;             ///< the processes the tokens are shared by
+  int host_rank = 0, host_ranks = 1;  ///< this process among those on its host (one GPU each)
+  index_t capacity = 0;      ///< mpi_masked and nccl_masked rows per local expert (0: the default)
   kernels::tiled::tuning tuning;  ///< --tuning: the tiled kernels' (kernels without one refuse it)
   bool tuning_given = false;      ///< whether --tuning was given
   progress::mode shown_progress = progress::mode::off;  ///< progress of the long steps on stderr

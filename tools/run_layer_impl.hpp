@@ -10,9 +10,16 @@
 namespace polymoe::cli {
 
 /// The dispatcher: mpi_masked gets a capacity that no batch can exceed (every slot of every token
-/// on one expert) unless --capacity says otherwise.
+/// on one expert) unless --capacity says otherwise; nccl_masked blocks of a rank's share of the
+/// tokens (fp32 rows, as the layer's host conveniences pass them) and its default capacity, which
+/// no routing exceeds, unless --capacity says otherwise.
 template <class A2A>
 A2A make_dispatcher(const run_context& ctx) {
+#if defined(POLYMOE_WITH_NCCL)
+  if constexpr (std::is_same_v<A2A, a2a::nccl_masked>)
+    return A2A(std::max<index_t>(1, (ctx.total_tokens + ctx.ranks - 1) / ctx.ranks), ctx.capacity, element_type::f32);
+  else
+#endif
   if constexpr (std::is_constructible_v<A2A, index_t>)
     return A2A(ctx.capacity > 0 ? ctx.capacity : std::max<index_t>(1, ctx.total_tokens * ctx.cfg.top_k()));
   else
@@ -31,9 +38,27 @@ Kernel make_kernel(const run_context& ctx) {
   return k;
 }
 
+/// A dispatcher between GPUs runs one GPU a rank: this rank's own among its host's (an agreed step,
+/// so that a host with fewer GPUs than ranks is every rank's error).
+template <class A2A>
+void use_the_ranks_gpu([[maybe_unused]] const run_context& ctx) {
+#if defined(POLYMOE_WITH_NCCL)
+  if constexpr (std::is_base_of_v<a2a::detail::nccl_base, A2A>) {
+    a2a::detail::mpi_base world(MPI_COMM_WORLD);
+    detail::agree_on(world, [&] {
+      const int gpus = cuda::device_count();
+      require(gpus >= ctx.host_ranks, "run: --a2a ", A2A::name, " runs one GPU a rank: ", ctx.host_ranks,
+              " ranks on this host need a GPU each; it has ", gpus);
+      cuda::set_current_device(ctx.host_rank);
+    });
+  }
+#endif
+}
+
 template <class A2A, class Q, class Kernel>
 void run_triple(run_context& ctx) {
   using clock = std::chrono::steady_clock;
+  use_the_ranks_gpu<A2A>(ctx);
   const Kernel kernel = make_kernel<Kernel>(ctx);
   const auto t0 = clock::now();
   std::optional<tool_layer<A2A, Q, Kernel>> layer;

@@ -1,6 +1,7 @@
 #pragma once
 // The tool's run-time selection of a layer (polymoe/selection.hpp) over the tool's table: the core
-// table, with the MPI component the MPI table, and with the CUDA component kernel::cuda's row added.
+// table, with the MPI component the MPI table, with the CUDA component kernel::cuda's row added, and
+// with the NCCL component the NCCL dispatchers' rows.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,9 @@
 #if defined(POLYMOE_WITH_CUDA)
 #include <polymoe/cuda_table.hpp>
 #endif
+#if defined(POLYMOE_WITH_NCCL)
+#include <polymoe/nccl.hpp>
+#endif
 
 namespace polymoe::cli {
 
@@ -23,7 +27,10 @@ using tool_base_table = mpi_table;
 #else
 using tool_base_table = core_table;
 #endif
-#if defined(POLYMOE_WITH_CUDA)
+#if defined(POLYMOE_WITH_NCCL)
+struct tool_table : pairing::extend<tool_base_table, table_rows::cuda_kernel, table_rows::nccl_ragged_dispatcher,
+                                    table_rows::nccl_masked_dispatcher> {};
+#elif defined(POLYMOE_WITH_CUDA)
 struct tool_table : pairing::extend<tool_base_table, table_rows::cuda_kernel> {};
 #else
 using tool_table = tool_base_table;

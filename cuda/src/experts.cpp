@@ -85,6 +85,21 @@ int current_device() {
   return d;
 }
 
+int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+void set_current_device(int device) {
+  require(device >= 0 && device < device_count(), "cuda: device ", device, " does not exist (", device_count(),
+          " devices)");
+  check(cudaSetDevice(device), "cudaSetDevice");
+}
+
 std::string device_name(int device) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");

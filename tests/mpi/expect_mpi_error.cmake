@@ -5,6 +5,7 @@
 string(REPLACE "|" ";" cmd "${CMD}")
 execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
 message(STATUS "exit: ${rc}\nstderr: ${err}")
+string(REPLACE ";" "," err "${err}")  # a ';' in a message would split it into two list items (REGEX: use ',')
 string(REGEX MATCHALL "(^|\n)polymoe: [^\n]*" reports "${err}")
 list(LENGTH reports count)
 if(NOT rc MATCHES "^[1-9][0-9]?[0-9]?$" OR rc GREATER 127)

@@ -257,36 +257,51 @@ std::string caught(const std::function<void()>& f) {
   return {};
 }
 
-/// A capacity below what the routing sends one expert: that forward's output is NaN on every
-/// rank, the next forward is every rank's error naming the rows and the capacity, and the one
-/// after (routing within the capacity) is bitwise the one-GPU layer's again.
+/// A capacity below what the routing sends one expert: that forward's output (device views) is NaN
+/// on every rank and the next forward is every rank's error naming the rows and the capacity; the
+/// host-memory forward, which waits for the device, reports its own overflow at once; a forward
+/// routed within the capacity is bitwise the one-GPU layer's again.
 void masked_overflow() {
   const Problem p = make_problem({});
-  const Share s = share_of(p, true);
-  const index_t k = p.cfg.top_k(), cap = size_;
+  const Share s = share_of(p, true);  // every rank has tokens
+  const index_t T = s.count, H = p.cfg.hidden, k = p.cfg.top_k(), cap = size_;
   CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda> single(p.cfg, p.w, {}, fixed_tiles());
   MaskedLayer layer(ep_config(p.cfg), local_share(p), a2a::nccl_masked(kMaxTokens, cap, element_type::f32),
                     fixed_tiles());
-  const Matrix h = p.hidden.middleRows(s.first, s.count);
-  IdMatrix ids(s.count, k);
-  Matrix w = Matrix::Constant(s.count, k, 0.5f);
-  for (index_t t = 0; t < s.count; ++t)
+  const Matrix h = p.hidden.middleRows(s.first, T);
+  IdMatrix ids(T, k);
+  Matrix w = Matrix::Constant(T, k, 0.5f);
+  for (index_t t = 0; t < T; ++t)
     for (index_t j = 0; j < k; ++j) ids(t, j) = static_cast<std::int32_t>(j);  // every token on experts 0..k-1
-  const Matrix nan = layer.forward_routed(h, ids, w);
-  bool all_nan = true;
+  const std::string expected = "polymoe: nccl_masked: 1 forward sent a local expert " +
+                               std::to_string(p.hidden.rows()) + " rows (the most), beyond its capacity " +
+                               std::to_string(cap) +
+                               "; their outputs are NaN. Raise the capacity (nccl_masked(max_tokens, capacity)) or "
+                               "use nccl_ragged";
+  const int dev = cuda::current_device();
+  cuda::device_array<float> dh(static_cast<std::size_t>(T * H)), dw(static_cast<std::size_t>(T * k)),
+      dout(static_cast<std::size_t>(T * H));
+  cuda::device_array<std::int32_t> di(static_cast<std::size_t>(T * k));
+  dh.upload({h.data(), static_cast<std::size_t>(h.size())});
+  dw.upload({w.data(), static_cast<std::size_t>(w.size())});
+  di.upload({ids.data(), static_cast<std::size_t>(ids.size())});
+  const auto forward = [&] {
+    layer.forward_routed(device_view::of(dh.data(), T, H, dev), device_view::of(di.data(), T, k, dev),
+                         device_view::of(dw.data(), T, k, dev), device_view::of(dout.data(), T, H, dev), nullptr);
+  };
+  std::string msg = caught(forward);
+  const Matrix nan = download(dout, T, H);
+  bool all_nan = msg.empty();
   for (index_t i = 0; i < nan.size(); ++i) all_nan &= std::isnan(nan.data()[i]);
-  check(all_nan, "nccl_masked: a forward beyond an expert's capacity writes NaN on every rank");
-  const std::string msg = caught([&] { (void)layer.forward_routed(h, ids, w); });
-  check(same_everywhere(msg, "polymoe: nccl_masked: 1 forward sent a local expert " +
-                                 std::to_string(p.hidden.rows()) + " rows (the most), beyond its capacity " +
-                                 std::to_string(cap) +
-                                 "; their outputs are NaN. Raise the capacity (nccl_masked(max_tokens, capacity)) or "
-                                 "use nccl_ragged"),
-        "nccl_masked: the next forward is every rank's error ('" + msg + "')");
+  check(all_nan, "nccl_masked: a forward beyond an expert's capacity writes NaN on every rank ('" + msg + "')");
+  msg = caught(forward);
+  check(same_everywhere(msg, expected), "nccl_masked: the next forward is every rank's error ('" + msg + "')");
+  msg = caught([&] { (void)layer.forward_routed(h, ids, w); });
+  check(same_everywhere(msg, expected), "nccl_masked: the host-memory forward reports its own overflow ('" + msg + "')");
   // one token a rank on experts 0..k-1: size_ rows each, the capacity
-  const Matrix h1 = p.hidden.middleRows(rank_, 1);
-  const IdMatrix ids1 = ids.topRows(1);  // even shares: every rank has tokens
-  const Matrix w1 = w.topRows(1), got = layer.forward_routed(h1, ids1, w1), want = single.forward_routed(h1, ids1, w1);
+  const Matrix h1 = p.hidden.middleRows(rank_, 1), w1 = w.topRows(1);
+  const IdMatrix ids1 = ids.topRows(1);
+  const Matrix got = layer.forward_routed(h1, ids1, w1), want = single.forward_routed(h1, ids1, w1);
   check(bitwise_equal(got, want), "nccl_masked: within the capacity again, bitwise the one-GPU layer");
 }
 

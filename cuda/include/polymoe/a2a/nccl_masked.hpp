@@ -16,8 +16,9 @@
 //
 // The default capacity, ranks · max_tokens, holds any routing. With a smaller one, an expert
 // sent more rows than it holds is an error, never a silent drop: that forward's output is NaN on
-// every rank, and the next forward throws the error on every rank (a forward replayed from a
-// graph runs no host code: the next one outside it throws).
+// every rank, and every rank throws the same error (a2a::collective_error) at the next forward,
+// or at once from the layer's host-memory forward, which waits for the device (a forward replayed
+// from a graph runs no host code: the next one outside it throws).
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -98,6 +99,12 @@ class nccl_masked : public detail::nccl_base {
   }
   void combine(const CombineInput<format, space::cuda>& c, const device_view& out) { exchange().combine(out, c.stream); }
 
+  /// Called by the layer once the device has finished every forward queued (its host-memory
+  /// forward): throws, on every rank alike and without communicating, if one overflowed a capacity.
+  void report_device_errors() {
+    if (x_ && shape_.capacity < size_ * max_tokens_) report(x_->settle());
+  }
+
   [[nodiscard]] index_t max_tokens() const noexcept { return max_tokens_; }
   /// The rows of each local expert (after the layer is built: the default made explicit).
   [[nodiscard]] index_t capacity() const noexcept { return shape_.capacity > 0 ? shape_.capacity : capacity_; }
@@ -114,14 +121,16 @@ class nccl_masked : public detail::nccl_base {
   // Collective, before a forward's exchange: if any rank has seen a forward overflow since the
   // last report, every rank waits for its device (then every rank's count is the same) and throws.
   void report_overflow(const cuda::ep_masked_exchange& x) {
-    const cuda::ep_masked_exchange::overflow_count seen = x.overflow();
-    int any = seen.forwards;
+    int any = x.overflow().forwards;
     detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce");
-    if (any <= reported_) return;
-    const cuda::ep_masked_exchange::overflow_count all = x.settle();
+    if (any > reported_) report(x.settle());
+  }
+  // Every rank's count, once its device has finished, is the same: each throws the same error.
+  void report(const cuda::ep_masked_exchange::overflow_count& all) {
+    if (all.forwards <= reported_) return;
     const int forwards = all.forwards - reported_;
     reported_ = all.forwards;
-    throw error(polymoe::detail::concat(
+    throw collective_error(polymoe::detail::concat(
         "nccl_masked: ", forwards, forwards == 1 ? " forward" : " forwards", " sent a local expert ", all.largest,
         " rows (the most), beyond its capacity ", shape_.capacity,
         "; their outputs are NaN. Raise the capacity (nccl_masked(max_tokens, capacity)) or use nccl_ragged"));

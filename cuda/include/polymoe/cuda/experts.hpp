@@ -97,6 +97,10 @@ void synchronize(stream_t stream);
 
 /// The current device (polymoe::error on a CUDA error).
 [[nodiscard]] int current_device();
+/// The devices this process sees (0 where CUDA cannot be asked).
+[[nodiscard]] int device_count() noexcept;
+/// Makes `device` the current one (polymoe::error naming it when that fails).
+void set_current_device(int device);
 /// "NVIDIA H100 80GB HBM3 (sm_90)": the device's name and compute capability.
 [[nodiscard]] std::string device_name(int device);
 /// polymoe::error naming `what` unless v's memory (its first and last element) is device or

@@ -124,6 +124,7 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     forward(device_view::of(dh.data(), T, cfg_.hidden, device_), device_view::of(dz.data(), T, cfg_.num_experts, device_),
             device_view::of(dout.data(), T, cfg_.hidden, device_), nullptr);
     Matrix out = download(dout, T);
+    report_device_errors();
     const auto n = static_cast<std::size_t>(T * cfg_.top_k());
     last_ids_.resize(T, cfg_.top_k());
     last_w_.resize(T, cfg_.top_k());
@@ -171,7 +172,9 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     forward_routed(device_view::of(dh.data(), T, cfg_.hidden, device_), device_view::of(di.data(), T, k, device_),
                    device_view::of(dw.data(), T, k, device_), device_view::of(dout.data(), T, cfg_.hidden, device_),
                    nullptr);
-    return download(dout, T);
+    Matrix out = download(dout, T);
+    report_device_errors();
+    return out;
   }
 
   [[nodiscard]] const MoeConfig& config() const noexcept { return cfg_; }
@@ -279,6 +282,12 @@ class moe_layer_impl<A2A, Quant, Kernel, pairing::ok<Path, SharedPath>> {
     CombineInput<format::standard, space::cuda> sc{out, stream, true};
     shared_kernel_.template run<Quant>(sd, *shared_, ExpertMlp{mlp_.activation, false}, sc);
     if (staged) polymoe::cuda::to_bf16(out, out_view, stream);
+  }
+
+  // After the host-memory forwards' wait: a dispatcher that learns of errors on the device (an
+  // expert's capacity overflowed) reports them now, on every rank alike.
+  void report_device_errors() {
+    if constexpr (requires { a2a_.report_device_errors(); }) a2a_.report_device_errors();
   }
 
   static std::size_t host_size(index_t r, index_t c) { return static_cast<std::size_t>(r * c); }
