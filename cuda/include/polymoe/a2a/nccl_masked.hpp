@@ -19,6 +19,7 @@
 // every rank, and every rank throws the same error (a2a::collective_error) at the next forward,
 // or at once from the layer's host-memory forward, which waits for the device (a forward replayed
 // from a graph runs no host code: the next one outside it throws).
+#include <algorithm>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -89,9 +90,14 @@ class nccl_masked : public detail::nccl_base {
     cuda::ep_masked_exchange& x = exchange();
     if (shape_.capacity < size_ * max_tokens_) report_overflow(x);
     const cuda::ep_masked_exchange::received r = x.dispatch(hidden, ids, weights, stream);
-    // as many slots arrive as this rank sends when the ranks' batches and routing are alike; at
-    // most top_k of each record received
-    return {r.hidden,       r.masked_m, shape_.capacity, local_experts_, stream, hidden.rows * shape_.top_k,
+    // as many slots arrive as this rank sends when the ranks' batches and routing are alike (a
+    // rank without tokens expects a decode batch's); at most top_k of each record received
+    return {r.hidden,
+            r.masked_m,
+            shape_.capacity,
+            local_experts_,
+            stream,
+            std::max<index_t>(hidden.rows, 1) * shape_.top_k,
             size_ * max_tokens_ * shape_.top_k};
   }
   CombineInput<format, space::cuda> combine_input(const DispatchOutput<format, space::cuda>& d, const device_view&) {
