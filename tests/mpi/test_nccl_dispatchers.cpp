@@ -3,8 +3,10 @@
 // fixed tile shape) and within the scheme's tolerance of the CPU reference, for every scheme of
 // kernel::cuda's row (read from the table), with and without a shared expert, the routing weight
 // on the input, hidden rows in fp32 and bf16, a rank with no tokens, all tokens on one rank's
-// experts, and micro-batches; one rank's bad input is every rank's error; ranks that pass
-// different element types, widths or micro-batch counts are refused together.
+// experts, and micro-batches (nccl_ragged); one rank's bad input is every rank's error; ranks that
+// pass different element types, widths or micro-batch counts are refused together. nccl_masked the
+// same where it applies, and its own: a capacity overflowed (NaN on every rank, then every rank's
+// error), a forward captured in a CUDA graph and replayed on new rows, and what it refuses.
 // With fewer GPUs than ranks the program says so and exits 77 (reported as skipped).
 #include <cuda_runtime_api.h>
 
