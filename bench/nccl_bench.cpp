@@ -226,6 +226,10 @@ int main(int argc, char** argv) try {
     }
     return median(t);
   };
+  // the kernel step on the format a dispatcher hands over (ragged: each slot's row where it
+  // returns; masked: each valid row's own), on the dispatch output's stream
+  const kernel::cuda kernel;
+  const auto compute = [&](const auto& d, auto& c) { kernel.run<quant::bf16>(d, mine, mlp, c); };
   if (rank_ == 0)
     std::printf("\n  T/GPU  all-to-all MB  busbw GB/s | dispatch us  compute us  combine us  d+c GB/s  of a2a |"
                 "  EP fwd us: 1 batch  2 batches  4 batches | 1-GPU us (S*T)  speedup\n");
@@ -233,10 +237,6 @@ int main(int argc, char** argv) try {
     const batch b(rng, T, H, E, k, dev);
     const std::vector<std::uint16_t>& hx = b.hx;
     const device_view xv = b.view(b.x), ov = b.view(b.out), iv = b.ids_view(), wv = b.weights_view();
-    // the kernel on a batch's received tokens, each slot's row where it returns
-    const auto compute = [&](const auto& d, auto& c) {
-      mine.run(cuda::routed_call{d.hidden, d.ids, d.weights, c.out, false, c.pair_rows}, mlp, s);
-    };
     ep.reserve(T);
     for (int i = 0; i < 2; ++i) ep.forward(xv, iv, wv, cfg, ov, s, compute);  // sizes the buffers
     ck(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -304,11 +304,10 @@ int main(int argc, char** argv) try {
     mk.connect(dev);
     DispatchOutput<format::masked, space::cuda> d{};
     CombineInput<format::masked, space::cuda> c{};
-    const auto compute = [&] { mine.run(cuda::masked_call{d.hidden, d.masked_m, d.capacity, c.out, d.expected_rows, d.max_rows}, mlp, s); };
     const auto forward = [&] {
       d = mk.dispatch(xv, iv, wv, cfg, s);
       c = mk.combine_input(d, ov);
-      compute();
+      compute(d, c);
       mk.combine(c, ov);
     };
     for (int i = 0; i < 2; ++i) forward();  // the kernel's workspace
@@ -317,7 +316,7 @@ int main(int argc, char** argv) try {
     for (int r = 0; r < reps; ++r) {
       td.push_back(time_us(s, 1, [&] { d = mk.dispatch(xv, iv, wv, cfg, s); }));
       c = mk.combine_input(d, ov);
-      tm.push_back(time_us(s, 1, compute));
+      tm.push_back(time_us(s, 1, [&] { compute(d, c); }));
       tc.push_back(time_us(s, 1, [&] { mk.combine(c, ov); }));
     }
     const double t_fwd = time_us(s, reps, forward);
@@ -331,10 +330,7 @@ int main(int argc, char** argv) try {
     const double t_graph = time_us(s, reps, [&] { ck(cudaGraphLaunch(exec, s), "cudaGraphLaunch"); });
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    const auto ragged_compute = [&](const auto& rd, auto& rc) {
-      mine.run(cuda::routed_call{rd.hidden, rd.ids, rd.weights, rc.out, false, rc.pair_rows}, mlp, s);
-    };
-    const auto ragged = [&] { ep.forward(xv, iv, wv, cfg, ov, s, ragged_compute); };
+    const auto ragged = [&] { ep.forward(xv, iv, wv, cfg, ov, s, compute); };
     ep.reserve(T);
     ragged();
     const double t_ragged = time_us(s, reps, ragged);

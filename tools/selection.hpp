@@ -28,8 +28,8 @@ using tool_base_table = mpi_table;
 using tool_base_table = core_table;
 #endif
 #if defined(POLYMOE_WITH_NCCL)
-struct tool_table : pairing::extend<tool_base_table, table_rows::cuda_kernel, table_rows::nccl_ragged_dispatcher,
-                                    table_rows::nccl_masked_dispatcher> {};
+struct tool_table
+    : pairing::join<pairing::extend<tool_base_table, table_rows::cuda_kernel>, table_rows::nccl_dispatchers> {};
 #elif defined(POLYMOE_WITH_CUDA)
 struct tool_table : pairing::extend<tool_base_table, table_rows::cuda_kernel> {};
 #else

@@ -95,8 +95,8 @@ int device_count() noexcept {
 }
 
 void set_current_device(int device) {
-  require(device >= 0 && device < device_count(), "cuda: device ", device, " does not exist (", device_count(),
-          " devices)");
+  const int devices = device_count();
+  require(device >= 0 && device < devices, "cuda: device ", device, " does not exist (", devices, " devices)");
   check(cudaSetDevice(device), "cudaSetDevice");
 }
 

@@ -173,6 +173,17 @@ void bad_input_on_one_rank() {
   bad_ids_on_one_rank(layer, std::string(A::name));
 }
 
+/// What f() throws (after waiting for the device), or "" when it throws no polymoe::error.
+std::string caught(const std::function<void()>& f) {
+  try {
+    f();
+    cuda::synchronize(nullptr);
+  } catch (const error& e) {
+    return e.what();
+  }
+  return {};
+}
+
 /// Rank 0 passes bf16 rows, the others fp32: every rank refuses, with one message, before any row
 /// moves; the layer works afterwards.
 void mixed_element_types() {
@@ -189,14 +200,10 @@ void mixed_element_types() {
   dz.upload({z.data(), static_cast<std::size_t>(z.size())});
   const device_view f32 = device_view::of(dh.data(), T, H, dev);
   const device_view bf16{dh.data(), element_type::bf16, T, H, H, dev};
-  std::string msg;
-  try {
+  const std::string msg = caught([&] {
     layer.forward(rank_ == 0 ? bf16 : f32, device_view::of(dz.data(), T, E, dev), device_view::of(dout.data(), T, H, dev),
                   nullptr);
-    cuda::synchronize(nullptr);
-  } catch (const error& e) {
-    msg = e.what();
-  }
+  });
   check(same_everywhere(msg, "polymoe: nccl: rank 1 passes float32 hidden rows and rank 0 bfloat16; the ranks of an "
                              "expert-parallel layer must pass one element type"),
         "nccl_ragged: ranks passing different element types are refused together ('" + msg + "')");
@@ -214,15 +221,11 @@ void mixed_element_types() {
 void micro_batches_that_differ() {
   if (size_ < 2) return;
   const Problem p = make_problem({});
-  std::string msg;
-  try {
-    NcclMoeLayer<a2a::nccl_ragged, quant::bf16, kernel::cuda> layer(ep_config(p.cfg), local_share(p),
-                                                                     make_nccl<a2a::nccl_ragged>(element_type::f32, nullptr,
-                                                                                                rank_ == size_ - 1 ? 2 : 1),
-                                                                     fixed_tiles());
-  } catch (const error& e) {
-    msg = e.what();
-  }
+  const std::string msg = caught([&] {
+    NcclMoeLayer<a2a::nccl_ragged, quant::bf16, kernel::cuda> layer(
+        ep_config(p.cfg), local_share(p), make_nccl<a2a::nccl_ragged>(element_type::f32, nullptr, rank_ == size_ - 1 ? 2 : 1),
+        fixed_tiles());
+  });
   check(same_everywhere(msg, "polymoe: nccl_ragged: micro_batches differs between ranks (1 to 2)"),
         "nccl_ragged: micro_batches that differ are refused together ('" + msg + "')");
 }
@@ -233,13 +236,10 @@ void layers_that_disagree() {
   const Problem p = make_problem({});
   MoeConfig cfg = ep_config(p.cfg);
   if (rank_ == size_ - 1) cfg.router.top_k = 2;
-  std::string msg;
-  try {
+  const std::string msg = caught([&] {
     NcclMoeLayer<a2a::nccl_ragged, quant::bf16, kernel::cuda> layer(cfg, local_share(p), a2a::nccl_ragged(),
                                                                      fixed_tiles());
-  } catch (const error& e) {
-    msg = e.what();
-  }
+  });
   const std::string who = "polymoe: rank " + std::to_string(size_ - 1) + " of " + std::to_string(size_) + ": top_k";
   check(same_everywhere(msg, msg) && msg.rfind(who, 0) == 0,
         "nccl_ragged: layers with different top_k are refused together ('" + msg + "')");
@@ -248,16 +248,6 @@ void layers_that_disagree() {
 // ---- nccl_masked ---------------------------------------------------------------------------
 
 using MaskedLayer = NcclMoeLayer<a2a::nccl_masked, quant::bf16, kernel::cuda>;
-
-std::string caught(const std::function<void()>& f) {
-  try {
-    f();
-    cuda::synchronize(nullptr);
-  } catch (const error& e) {
-    return e.what();
-  }
-  return {};
-}
 
 /// A capacity below what the routing sends one expert: that forward's output (device views) is NaN
 /// on every rank and the next forward is every rank's error naming the rows and the capacity; the

@@ -12,13 +12,12 @@
 namespace polymoe {
 
 namespace table_rows {
-/// The NCCL dispatchers' rows, for tables that add them to others (the tool's).
-using nccl_ragged_dispatcher = pairing::dispatcher_row<a2a::nccl_ragged>;  // DeepEP normal mode
-using nccl_masked_dispatcher = pairing::dispatcher_row<a2a::nccl_masked>;  // DeepEP low-latency mode
+/// The NCCL dispatchers' rows, for tables that add them to others (pairing::join; the tool's).
+struct nccl_dispatchers : pairing::table<pairing::dispatcher_row<a2a::nccl_ragged>,   // DeepEP normal mode
+                                         pairing::dispatcher_row<a2a::nccl_masked>> {};  // DeepEP low-latency
 }  // namespace table_rows
 
-struct nccl_table
-    : pairing::extend<cuda_table, table_rows::nccl_ragged_dispatcher, table_rows::nccl_masked_dispatcher> {};
+struct nccl_table : pairing::join<cuda_table, table_rows::nccl_dispatchers> {};
 
 /// A layer of the NCCL table (its other triples are the CUDA table's, the same instances).
 template <class A2A, class Quant, class Kernel>

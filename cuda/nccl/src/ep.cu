@@ -18,8 +18,14 @@ unsigned strided_blocks(long long n, int threads) {
   return static_cast<unsigned>(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
 }
 
-__device__ __forceinline__ bool served(int id, const ep_geometry& g) {
+// Whether expert id is computed anywhere, and whether on rank d (either geometry).
+template <class G>
+__device__ __forceinline__ bool served(int id, const G& g) {
   return id >= 0 && id < g.ranks * g.local_experts;
+}
+template <class G>
+__device__ __forceinline__ bool on_rank(int id, int d, const G& g) {
+  return served(id, g) && id / g.local_experts == d;
 }
 
 // Per (destination, token): rec_pos = 1 when the token has a slot there, slot_pos = its slots
@@ -32,7 +38,7 @@ __global__ void ep_count(const ep_geometry g, const std::int32_t* __restrict__ i
     int n = 0;
     for (int j = 0; j < g.k; ++j) {
       const int id = row[j];
-      if (served(id, g) && id / g.local_experts == d) ++n;
+      if (on_rank(id, d, g)) ++n;
     }
     const long long at = static_cast<long long>(d) * tokens + t;
     p.rec_pos[at] = n > 0;
@@ -117,7 +123,7 @@ __global__ void ep_pack(const ep_geometry g, const unsigned char* __restrict__ h
     if (served(id[j], g)) {
       const int d = id[j] / g.local_experts;
       int before = 0;
-      for (int i = 0; i < j; ++i) before += served(id[i], g) && id[i] / g.local_experts == d;
+      for (int i = 0; i < j; ++i) before += on_rank(id[i], d, g);
       pos = p.slot_pos[static_cast<long long>(d) * tokens + t] + before;
     }
     p.pos_of_pair[static_cast<long long>(t) * g.k + j] = pos;
@@ -129,7 +135,7 @@ __global__ void ep_pack(const ep_geometry g, const unsigned char* __restrict__ h
     if (threadIdx.x == 0) send.first[r] = p.slot_pos[at] - p.slot_pos[static_cast<long long>(d) * tokens];
     for (int j = threadIdx.x; j < g.k; j += blockDim.x) {
       const int e = id[j];
-      send.ids[r * g.k + j] = served(e, g) && e / g.local_experts == d ? e - d * g.local_experts : -1;
+      send.ids[r * g.k + j] = on_rank(e, d, g) ? e - d * g.local_experts : -1;
       send.weights[r * g.k + j] = w[j];
     }
     copy_row(send.rows + r * g.row_bytes, hidden + t * ld_bytes, static_cast<long long>(g.hidden) * g.elem_bytes);
@@ -176,9 +182,15 @@ struct slot_sum_args {
   bool out_bf16;
 };
 
+// The largest of the status words [4 · ranks] (one every 4 ints): 0 when none is set.
+__device__ __forceinline__ int largest_status(const int* __restrict__ status, int ranks) {
+  int worst = 0;
+  for (int d = 0; d < ranks; ++d) worst = max(worst, status[4 * d]);
+  return worst;
+}
+
 __global__ void slot_sum(const slot_sum_args a) {
-  bool failed = false;
-  for (int d = 0; a.status && d < a.ranks; ++d) failed |= a.status[4 * d] > 0;
+  const bool failed = a.status && largest_status(a.status, a.ranks) > 0;
   const long long n = static_cast<long long>(a.tokens) * a.hidden;
   for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < n;
        q += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -208,10 +220,6 @@ cudaError_t launch_slot_sum(const slot_sum_args& a, cudaStream_t stream) {
 // ---------------------------------------------------------------------------------------------
 // The masked exchange.
 
-__device__ __forceinline__ bool on_rank(int id, int d, const ep_masked_geometry& g) {
-  return id >= 0 && id < g.ranks * g.local_experts && id / g.local_experts == d;
-}
-
 // One block a record index t: token t's record for every rank (ids -1 past the batch), its row
 // where it has a slot, and where each of its slots comes back.
 __global__ void mk_pack(const ep_masked_geometry g, const unsigned char* __restrict__ hidden, long long ld_bytes,
@@ -229,7 +237,7 @@ __global__ void mk_pack(const ep_masked_geometry g, const unsigned char* __restr
   for (int j = threadIdx.x; j < g.k; j += blockDim.x) {
     int pos = -1;
     const int e = id[j];
-    if (e >= 0 && e < g.ranks * g.local_experts) {
+    if (served(e, g)) {
       const int d = e / g.local_experts;
       int before = 0;
       for (int i = 0; i < j; ++i) before += on_rank(id[i], d, g);
@@ -319,14 +327,8 @@ __global__ void mk_gather(const ep_masked_geometry g, ep_masked_view v) {
   }
 }
 
-__device__ __forceinline__ int largest_status(const ep_masked_geometry& g, const int* __restrict__ back_status) {
-  int worst = 0;
-  for (int d = 0; d < g.ranks; ++d) worst = max(worst, back_status[4 * d]);
-  return worst;
-}
-
 __global__ void mk_totals(const ep_masked_geometry g, ep_masked_view v) {
-  const int worst = largest_status(g, v.back_status);
+  const int worst = largest_status(v.back_status, g.ranks);
   if (worst > 0) {
     v.totals[0] += 1;
     v.totals[1] = max(v.totals[1], worst);

@@ -61,27 +61,19 @@ void exchange_columns(ncclComm_t comm, cudaStream_t stream, std::initializer_lis
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
-// One group of NCCL sends and receives of every column's blocks, each peer's `unit` bytes at
-// p · unit: the fixed blocks of the masked exchange.
-void exchange_blocks(ncclComm_t comm, int ranks, cudaStream_t stream, std::initializer_list<column> columns,
-                     const char* what) {
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
-  for (int p = 0; p < ranks; ++p)
-    for (const column& c : columns) {
-      nccl_check(ncclSend(static_cast<const unsigned char*>(c.send) + p * c.unit, static_cast<std::size_t>(c.unit),
-                          ncclUint8, p, comm, stream),
-                 what);
-      nccl_check(ncclRecv(static_cast<unsigned char*>(c.recv) + p * c.unit, static_cast<std::size_t>(c.unit),
-                          ncclUint8, p, comm, stream),
-                 what);
-    }
-  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-}
-
 std::vector<long long> exclusive_sums(const std::vector<int>& n) {
   std::vector<long long> off(n.size() + 1, 0);
   for (std::size_t i = 0; i < n.size(); ++i) off[i + 1] = off[i] + n[i];
   return off;
+}
+
+// Blocks of one size: one item of each column to and from each peer p, at p (the counts, and the
+// masked exchange's fixed blocks, `unit` bytes each).
+void exchange_blocks(ncclComm_t comm, int ranks, cudaStream_t stream, std::initializer_list<column> columns,
+                     const char* what) {
+  const std::vector<int> one(static_cast<std::size_t>(ranks), 1);
+  const std::vector<long long> at = exclusive_sums(one);
+  exchange_columns(comm, stream, columns, one, at, one, at, what);
 }
 
 }  // namespace
@@ -176,10 +168,6 @@ struct ep_exchange::impl {
   device_array<std::int32_t> pair_rows;
   device_array<float> results, back;
 
-  // one item from and to each peer, at the peer's index (the counts)
-  std::vector<int> one_each;
-  std::vector<long long> peer;
-
   // from the counts
   std::vector<int> send_recs, send_slots, recv_recs, recv_slots;
   std::vector<long long> send_rec_off, send_slot_off, recv_rec_off, recv_slot_off;
@@ -203,8 +191,6 @@ ep_exchange::ep_exchange(std::shared_ptr<const nccl_comm> comm, index_t local_ex
   impl_->S = impl_->comm->size();
   impl_->rank = impl_->comm->rank();
   impl_->El = local_experts;
-  impl_->one_each.assign(static_cast<std::size_t>(impl_->S), 1);
-  impl_->peer = exclusive_sums(impl_->one_each);
   detail::device_scope scope(impl_->comm->device());
   const auto n = static_cast<std::size_t>(2 * impl_->S * impl_->fields());
   check(cudaMallocHost(reinterpret_cast<void**>(&impl_->host_counts), n * sizeof(int)), "cudaMallocHost");
@@ -253,8 +239,7 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   const int w = m.fields();
   int* send_counts = m.counts.data();
   int* recv_counts = send_counts + m.S * w;
-  exchange_columns(comm_of(*m.comm), s, {{send_counts, recv_counts, 4LL * w}}, m.one_each, m.peer, m.one_each, m.peer,
-                   "ncclSend/ncclRecv (counts)");
+  exchange_blocks(comm_of(*m.comm), m.S, s, {{send_counts, recv_counts, 4LL * w}}, "ncclSend/ncclRecv (counts)");
   int* off = m.offsets.data();
   check(detail::launch_ep_offsets(m.g, recv_counts, off, off + m.S + 1, s), "launch of the expert-parallel offsets");
   check(cudaMemcpyAsync(m.host_counts, send_counts, sizeof(int) * 2 * m.S * w, cudaMemcpyDeviceToHost, s),
@@ -441,8 +426,6 @@ ep_masked_exchange::~ep_masked_exchange() = default;
 ep_masked_exchange::ep_masked_exchange(ep_masked_exchange&&) noexcept = default;
 ep_masked_exchange& ep_masked_exchange::operator=(ep_masked_exchange&&) noexcept = default;
 
-const ep_masked_exchange::shape& ep_masked_exchange::geometry() const noexcept { return impl_->sh; }
-
 ep_masked_exchange::received ep_masked_exchange::dispatch(const device_view& hidden, const device_view& ids,
                                                           const device_view& weights, stream_t stream) {
   impl& m = *impl_;
@@ -508,15 +491,6 @@ ep_masked_exchange::overflow_count ep_masked_exchange::settle() const {
   detail::device_scope scope(impl_->comm->device());
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return overflow();
-}
-
-std::size_t ep_masked_exchange::dispatch_bytes() const noexcept {
-  const impl& m = *impl_;
-  return static_cast<std::size_t>((m.g.ranks - 1) * m.g.max_tokens * (m.g.row_bytes + 4LL * m.g.k));
-}
-std::size_t ep_masked_exchange::combine_bytes() const noexcept {
-  const impl& m = *impl_;
-  return static_cast<std::size_t>((m.g.ranks - 1) * (4LL * m.g.max_tokens * m.g.k * m.g.hidden + 16));
 }
 
 }  // namespace polymoe::cuda

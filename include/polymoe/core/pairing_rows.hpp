@@ -63,4 +63,9 @@ struct table {
 template <class Base, class... Rows>
 using extend = mp::mp_rename<mp::mp_push_back<typename Base::rows, Rows...>, table>;
 
+/// The table `Base` with the rows of table `More` added after its own: a component's rows, kept
+/// as a table of their own, added to whichever table a program builds on.
+template <class Base, class More>
+using join = mp::mp_rename<mp::mp_append<typename Base::rows, typename More::rows>, table>;
+
 }  // namespace polymoe::pairing

@@ -88,7 +88,7 @@ class nccl_masked : public detail::nccl_base {
   DispatchOutput<format, space::cuda> dispatch(const device_view& hidden, const device_view& ids,
                                                const device_view& weights, const MoeConfig&, cuda_stream stream) {
     cuda::ep_masked_exchange& x = exchange();
-    if (shape_.capacity < size_ * max_tokens_) report_overflow(x);
+    if (can_overflow()) report_overflow(x);
     const cuda::ep_masked_exchange::received r = x.dispatch(hidden, ids, weights, stream);
     // as many slots arrive as this rank sends when the ranks' batches and routing are alike (a
     // rank without tokens expects a decode batch's); at most top_k of each record received
@@ -108,21 +108,21 @@ class nccl_masked : public detail::nccl_base {
   /// Called by the layer once the device has finished every forward queued (its host-memory
   /// forward): throws, on every rank alike and without communicating, if one overflowed a capacity.
   void report_device_errors() {
-    if (x_ && shape_.capacity < size_ * max_tokens_) report(x_->settle());
+    if (x_ && can_overflow()) report(x_->settle());
   }
 
   [[nodiscard]] index_t max_tokens() const noexcept { return max_tokens_; }
   /// The rows of each local expert (after the layer is built: the default made explicit).
   [[nodiscard]] index_t capacity() const noexcept { return shape_.capacity > 0 ? shape_.capacity : capacity_; }
-  /// Bytes this rank sends other ranks a dispatch (records) and a combine (fp32 rows): fixed.
-  [[nodiscard]] std::size_t dispatch_bytes() const { return x_ ? x_->dispatch_bytes() : 0; }
-  [[nodiscard]] std::size_t combine_bytes() const { return x_ ? x_->combine_bytes() : 0; }
 
  private:
   cuda::ep_masked_exchange& exchange() {
     require(x_.has_value(), "nccl_masked: not connected (a layer connects its dispatcher when it is built)");
     return *x_;
   }
+
+  // Below ranks · max_tokens an expert can be sent more rows than it holds.
+  [[nodiscard]] bool can_overflow() const noexcept { return shape_.capacity < size_ * max_tokens_; }
 
   // Collective, before a forward's exchange: if any rank has seen a forward overflow since the
   // last report, every rank waits for its device (then every rank's count is the same) and throws.

@@ -144,8 +144,6 @@ class ep_masked_exchange {
   ep_masked_exchange(ep_masked_exchange&&) noexcept;
   ep_masked_exchange& operator=(ep_masked_exchange&&) noexcept;
 
-  [[nodiscard]] const shape& geometry() const noexcept;
-
   struct received {
     device_view hidden;    ///< [local experts · capacity, H] the masked rows
     device_view masked_m;  ///< [local experts] int32 valid rows of each
@@ -169,10 +167,6 @@ class ep_masked_exchange {
   [[nodiscard]] overflow_count overflow() const noexcept;
   /// overflow() once the device has finished all work queued so far (waits for it).
   [[nodiscard]] overflow_count settle() const;
-
-  /// Bytes this rank sends other ranks a dispatch (records) and a combine (float32 rows): fixed.
-  [[nodiscard]] std::size_t dispatch_bytes() const noexcept;
-  [[nodiscard]] std::size_t combine_bytes() const noexcept;
 
  private:
   struct impl;
