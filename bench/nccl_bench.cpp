@@ -2,9 +2,10 @@
 //
 // On a Qwen3-30B-A3B layer (H=2048, I=768, E=128, k=8; bf16 rows, weights and out; uniform
 // random routing), for each batch of T tokens a GPU:
-//   - the machine's limit: NCCL's all-to-all (one group of ncclSend/ncclRecv, equal blocks) of
+//   - the machine's limits: NCCL's all-to-all (one group of ncclSend/ncclRecv, equal blocks) of
 //     the bytes a rank's dispatch sends, its bus bandwidth as nccl-tests defines it (the bytes
-//     that leave a rank / time);
+//     that leave a rank / time); and the link itself: every rank's copy engines writing as many
+//     bytes into the next rank's memory at once (CUDA IPC, no NCCL);
 //   - the dispatch, the expert compute and the combine of the EP forward, each timed alone (the
 //     ranks start it together and wait for it), with the bandwidth of dispatch + combine (bytes
 //     that leave a rank / their time) against the all-to-all's;
@@ -66,6 +67,26 @@ double time_us(cudaStream_t s, int reps, F&& body) {
     t.push_back(std::chrono::duration<double, std::micro>(clk::now() - a).count());
   }
   return max_over_ranks(median(t));
+}
+
+/// GB/s of the link: each rank's copy engines write `bytes` into the next rank's memory (a CUDA IPC
+/// handle), all ranks at once; the slowest rank's median.
+double peer_copy_gbps(std::size_t bytes, cudaStream_t s, int reps) {
+  if (size_ < 2) return 0.0;
+  cuda::device_memory src(bytes), dst(bytes);
+  cudaIpcMemHandle_t mine;
+  ck(cudaIpcGetMemHandle(&mine, dst.get()), "cudaIpcGetMemHandle");
+  std::vector<cudaIpcMemHandle_t> all(static_cast<std::size_t>(size_));
+  MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+  void* peer = nullptr;
+  ck(cudaIpcOpenMemHandle(&peer, all[static_cast<std::size_t>((rank_ + 1) % size_)], cudaIpcMemLazyEnablePeerAccess),
+     "cudaIpcOpenMemHandle");
+  const auto copy = [&] { ck(cudaMemcpyAsync(peer, src.get(), bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync"); };
+  copy();
+  const double t = time_us(s, reps, copy);
+  ck(cudaIpcCloseMemHandle(peer), "cudaIpcCloseMemHandle");
+  MPI_Barrier(MPI_COMM_WORLD);  // no rank frees its memory while another has it open
+  return static_cast<double>(bytes) / t / 1e3;
 }
 
 /// Random bf16 weights of E experts (values of about 1/sqrt(fan-in)), in quant::bf16's store.
@@ -231,7 +252,7 @@ int main(int argc, char** argv) try {
   const kernel::cuda kernel;
   const auto compute = [&](const auto& d, auto& c) { kernel.run<quant::bf16>(d, mine, mlp, c); };
   if (rank_ == 0)
-    std::printf("\n  T/GPU  all-to-all MB  busbw GB/s | dispatch us  compute us  combine us  d+c GB/s  of a2a |"
+    std::printf("\n  T/GPU  all-to-all MB  busbw GB/s  link GB/s | dispatch us  compute us  combine us  d+c GB/s  of a2a  of link |"
                 "  EP fwd us: 1 batch  2 batches  4 batches | 1-GPU us (S*T)  speedup\n");
   for (const index_t T : tokens) {
     const batch b(rng, T, H, E, k, dev);
@@ -271,6 +292,7 @@ int main(int argc, char** argv) try {
     alltoall();
     const double t_a = time_us(s, reps, alltoall);
     const double busbw = static_cast<double>(block) * (size_ - 1) / t_a / 1e3;
+    const double link = peer_copy_gbps(block * static_cast<std::size_t>(size_ - 1), s, reps);
     const double dcbw = (bytes_d + bytes_c) / (t_d + t_c) / 1e3;
 
     // the whole forward (in 1, 2 and 4 micro-batches), and one GPU with S·T tokens
@@ -284,9 +306,10 @@ int main(int argc, char** argv) try {
     }
     const double t_one = one_gpu(T, hx);
     if (rank_ == 0)
-      std::printf("%7lld  %13.1f  %10.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%% | %19.0f  %9.0f  %9.0f | %14.0f  %6.2fx\n",
-                  (long long)T, static_cast<double>(block) * size_ / 1e6, busbw, t_d, t_m, t_c, dcbw,
-                  100.0 * dcbw / busbw, t_ep[0], t_ep[1], t_ep[2], t_one,
+      std::printf("%7lld  %13.1f  %10.1f  %9.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%%  %6.0f%% | %19.0f  %9.0f  %9.0f | "
+                  "%14.0f  %6.2fx\n",
+                  (long long)T, static_cast<double>(block) * size_ / 1e6, busbw, link, t_d, t_m, t_c, dcbw,
+                  100.0 * dcbw / busbw, 100.0 * dcbw / link, t_ep[0], t_ep[1], t_ep[2], t_one,
                   t_one / std::min({t_ep[0], t_ep[1], t_ep[2]}));
   }
   if (rank_ == 0)
