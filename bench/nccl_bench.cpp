@@ -10,8 +10,8 @@
 //     ranks start it together and wait for it), with the bandwidth of dispatch + combine (bytes
 //     that leave a rank / their time) against the all-to-all's;
 //   - the whole EP forward (no waits between the steps; in 1, 2 and 4 micro-batches, each
-//     exchanged while the kernel computes the one before) against one GPU computing all S·T
-//     tokens with all E experts (kernel::cuda's automatic tiles on both).
+//     exchanged while the kernel computes the one before; and in 1 with direct_combine) against
+//     one GPU computing all S·T tokens with all E experts (kernel::cuda's automatic tiles on both).
 // Then a2a::nccl_masked (DeepEP's low-latency mode: blocks of a fixed size, max_tokens = T, the
 // default capacity) at decode batches (--masked-tokens): its steps alone, its whole forward
 // eager and replayed from a CUDA graph, against nccl_ragged's forward and one GPU at the same T.
@@ -206,13 +206,18 @@ int main(int argc, char** argv) try {
   a2a::nccl_ragged ep;
   ep.configure(cfg);
   ep.connect(dev);
-  a2a::nccl_ragged ep2(ep.nccl()), ep4(ep.nccl());  // the same communicator, in micro-batches
-  ep2.micro_batches = 2;
+  a2a::nccl_ragged ep2(ep.nccl()), ep4(ep.nccl()), epd(ep.nccl());  // the same communicator
+  ep2.micro_batches = 2;  // in micro-batches
   ep4.micro_batches = 4;
-  for (a2a::nccl_ragged* e : {&ep2, &ep4}) {
+  epd.direct_combine = true;  // the combine written into the peers' memory where it can be
+  for (a2a::nccl_ragged* e : {&ep2, &ep4, &epd}) {
     e->configure(cfg);
     e->connect(dev);
   }
+  if (rank_ == 0)
+    std::printf("nccl_ragged's direct_combine: %s\n",
+                epd.combines_directly() ? "on (each rank's copy engines into the others' memory, CUDA IPC)"
+                                        : "off (the ranks are not on one host, or cannot map each other's memory)");
   const ExpertMlp mlp{};
   cuda::Experts mine(random_weights(El, H, I, 7u + static_cast<std::uint32_t>(rank_)), mlp);
   std::optional<cuda::Experts> all;  // rank 0: one GPU with every expert
@@ -253,7 +258,7 @@ int main(int argc, char** argv) try {
   const auto compute = [&](const auto& d, auto& c) { kernel.run<quant::bf16>(d, mine, mlp, c); };
   if (rank_ == 0)
     std::printf("\n  T/GPU  all-to-all MB  busbw GB/s  link GB/s | dispatch us  compute us  combine us  d+c GB/s  of a2a  of link |"
-                "  EP fwd us: 1 batch  2 batches  4 batches | 1-GPU us (S*T)  speedup\n");
+                "  EP fwd us: 1 batch  2 batches  4 batches  direct combine | 1-GPU us (S*T)  speedup\n");
   for (const index_t T : tokens) {
     const batch b(rng, T, H, E, k, dev);
     const std::vector<std::uint16_t>& hx = b.hx;
@@ -296,9 +301,9 @@ int main(int argc, char** argv) try {
     const double dcbw = (bytes_d + bytes_c) / (t_d + t_c) / 1e3;
 
     // the whole forward (in 1, 2 and 4 micro-batches), and one GPU with S·T tokens
-    double t_ep[3];
-    for (int v = 0; v < 3; ++v) {
-      a2a::nccl_ragged& e = v == 0 ? ep : v == 1 ? ep2 : ep4;
+    double t_ep[4];
+    for (int v = 0; v < 4; ++v) {
+      a2a::nccl_ragged& e = v == 0 ? ep : v == 1 ? ep2 : v == 2 ? ep4 : epd;
       const auto run = [&] { e.forward(xv, iv, wv, cfg, ov, s, compute); };
       e.reserve(T);
       run();
@@ -306,11 +311,11 @@ int main(int argc, char** argv) try {
     }
     const double t_one = one_gpu(T, hx);
     if (rank_ == 0)
-      std::printf("%7lld  %13.1f  %10.1f  %9.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%%  %6.0f%% | %19.0f  %9.0f  %9.0f | "
-                  "%14.0f  %6.2fx\n",
+      std::printf("%7lld  %13.1f  %10.1f  %9.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%%  %6.0f%% | %19.0f  %9.0f  %9.0f  "
+                  "%14.0f | %14.0f  %6.2fx\n",
                   (long long)T, static_cast<double>(block) * size_ / 1e6, busbw, link, t_d, t_m, t_c, dcbw,
-                  100.0 * dcbw / busbw, 100.0 * dcbw / link, t_ep[0], t_ep[1], t_ep[2], t_one,
-                  t_one / std::min({t_ep[0], t_ep[1], t_ep[2]}));
+                  100.0 * dcbw / busbw, 100.0 * dcbw / link, t_ep[0], t_ep[1], t_ep[2], t_ep[3], t_one,
+                  t_one / std::min({t_ep[0], t_ep[1], t_ep[2], t_ep[3]}));
   }
   if (rank_ == 0)
     std::printf("(MB: what a rank sends in the all-to-all; GB/s: bytes that leave a rank / time; d+c: the dispatch's "

@@ -77,14 +77,18 @@ Matrix download(const cuda::device_array<float>& d, index_t rows, index_t cols) 
 constexpr index_t kMaxTokens = 37;  // every share of make_problem's tokens
 
 /// A dispatcher of type A for hidden rows of `rows` (nccl_ragged takes either), over `comm` when
-/// given (a layer's dispatcher's, so that a test's layers share one NCCL communicator).
+/// given (a layer's dispatcher's, so that a test's layers share one NCCL communicator);
+/// nccl_ragged's combine direct where it can be, or through NCCL.
 template <class A>
-A make_nccl(element_type rows, std::shared_ptr<const cuda::nccl_comm> comm = nullptr, int micro_batches = 1) {
+A make_nccl(element_type rows, std::shared_ptr<const cuda::nccl_comm> comm = nullptr, int micro_batches = 1,
+            bool direct = true) {
   if constexpr (std::is_same_v<A, a2a::nccl_masked>) {
     return comm ? A(comm, kMaxTokens, 0, rows) : A(kMaxTokens, 0, rows);
   } else {
     A d = comm ? A(comm) : A();
     d.micro_batches = micro_batches;
+    d.direct_combine = direct;
+    d.direct_combine_from = 0;  // the test's small batches too
     return d;
   }
 }
@@ -92,16 +96,24 @@ template <class A>
 constexpr bool masked_v = std::is_same_v<A, a2a::nccl_masked>;
 
 template <class Q, class A = a2a::nccl_ragged>
-void agreement(Variant v, bool even, int micro_batches = 1) {
+void agreement(Variant v, bool even, int micro_batches = 1, bool direct = true) {
   const Problem p = make_problem(v);
   const Share s = share_of(p, even);
   const Matrix h = p.hidden.middleRows(s.first, s.count), logits = p.logits.middleRows(s.first, s.count);
   const std::string name = std::string(A::name) + "/" + std::string(Q::name) + v.label() +
                            (even ? " even shares" : " last rank without tokens") +
-                           (micro_batches > 1 ? ", " + std::to_string(micro_batches) + " micro-batches" : "");
+                           (micro_batches > 1 ? ", " + std::to_string(micro_batches) + " micro-batches" : "") +
+                           (direct ? "" : ", NCCL combine");
   CudaMoeLayer<a2a::local, Q, kernel::cuda> single(p.cfg, p.w, {}, fixed_tiles());
   NcclMoeLayer<A, Q, kernel::cuda> layer(ep_config(p.cfg), local_share(p),
-                                         make_nccl<A>(element_type::f32, nullptr, micro_batches), fixed_tiles());
+                                         make_nccl<A>(element_type::f32, nullptr, micro_batches, direct), fixed_tiles());
+  if constexpr (!masked_v<A>) {
+    static bool said = false;  // which combine the default takes here, once
+    if (direct && !said && rank_ == 0)
+      std::printf("nccl_ragged's combine: %s\n", layer.dispatcher().combines_directly() ? "direct (CUDA IPC)" : "NCCL");
+    said = said || direct;
+    if (!direct) check(!layer.dispatcher().combines_directly(), name + ": direct_combine = false keeps NCCL's");
+  }
   // fp32 rows (the host conveniences: routing on the device)
   const Matrix got = layer.forward(h, logits), want = single.forward(h, logits);
   check(bitwise_equal(got, want), name + ": bitwise the one-GPU layer");
@@ -228,6 +240,40 @@ void micro_batches_that_differ() {
   });
   check(same_everywhere(msg, "polymoe: nccl_ragged: micro_batches differs between ranks (1 to 2)"),
         "nccl_ragged: micro_batches that differ are refused together ('" + msg + "')");
+}
+
+/// One layer's forwards across direct_combine_from: the large ones direct, the small ones through
+/// NCCL, in turn; every one bitwise the one-GPU layer's.
+void direct_and_nccl_in_turn() {
+  const Problem p = make_problem({});
+  const Share s = share_of(p, true);
+  const index_t T = p.hidden.rows(), k = p.cfg.top_k(), H = p.cfg.hidden;
+  a2a::nccl_ragged d = make_nccl<a2a::nccl_ragged>(element_type::f32);
+  // between one token a rank and the whole batch: the returned rows' bytes a rank, on average
+  d.direct_combine_from = static_cast<std::size_t>((T + size_) * k * H * 4 / (2 * size_));
+  CudaMoeLayer<a2a::local, quant::bf16, kernel::cuda> single(p.cfg, p.w, {}, fixed_tiles());
+  NcclMoeLayer<a2a::nccl_ragged, quant::bf16, kernel::cuda> layer(ep_config(p.cfg), local_share(p), std::move(d),
+                                                                  fixed_tiles());
+  for (const index_t n : {s.count, std::min<index_t>(s.count, 1), s.count, std::min<index_t>(s.count, 1), s.count}) {
+    const Matrix h = p.hidden.middleRows(s.first, n), z = p.logits.middleRows(s.first, n);
+    const std::string name = "nccl_ragged: a forward of " + std::to_string(n) + " tokens a rank, in turn";
+    check(bitwise_equal(layer.forward(h, z), single.forward(h, z)), name + " across direct_combine_from, bitwise");
+    const bool direct = layer.dispatcher().combines_directly() && n == s.count;
+    check(layer.dispatcher().last_combine_direct() == direct, name + (direct ? ": direct" : ": through NCCL"));
+  }
+}
+
+/// direct_combine off on the last rank only: refused on every rank when the layer connects.
+void direct_combine_that_differs() {
+  if (size_ < 2) return;
+  const Problem p = make_problem({});
+  const std::string msg = caught([&] {
+    NcclMoeLayer<a2a::nccl_ragged, quant::bf16, kernel::cuda> layer(
+        ep_config(p.cfg), local_share(p), make_nccl<a2a::nccl_ragged>(element_type::f32, nullptr, 1, rank_ != size_ - 1),
+        fixed_tiles());
+  });
+  check(same_everywhere(msg, "polymoe: nccl_ragged: direct_combine differs between ranks (0 to 1)"),
+        "nccl_ragged: direct_combine that differs is refused together ('" + msg + "')");
 }
 
 /// Layers that differ (another top_k on the last rank): refused together when built.
@@ -423,12 +469,18 @@ int main(int argc, char** argv) {
   agreement<quant::bf16>({}, false, 2);
   agreement<quant::fp8_block>({.hidden = 256}, true, 3);
   agreement<quant::mxfp4_w4a16>({.hidden = 64, .weight_on_input = true}, false, 4);
+  // the combine through NCCL where the default writes into the peers' memory
+  agreement<quant::bf16>({.shared = true}, true, 1, false);
+  agreement<quant::bf16>({}, false, 1, false);
+  agreement<quant::fp8_block>({.hidden = 256}, true, 2, false);
   all_on_one_rank<quant::bf16>();
   all_on_one_rank<quant::fp8_block>();
   bad_input_on_one_rank<a2a::nccl_ragged>();
   mixed_element_types();
   layers_that_disagree();
   micro_batches_that_differ();
+  direct_combine_that_differs();
+  direct_and_nccl_in_turn();
   // nccl_masked: every scheme, the variants it takes, T = 0 on a rank, all tokens on one rank's
   // experts, a capacity overflowed, a graph replay, its refusals
   for (bool even : {true, false}) {

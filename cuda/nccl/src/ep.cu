@@ -89,6 +89,8 @@ __global__ void ep_send_counts(const ep_geometry g, int tokens, ep_plan_view p) 
                        : f == 1 ? p.slot_pos[hi] - p.slot_pos[lo]
                        : f == 2 ? g.elem_bytes
                        : f == 3 ? g.k
+                       : f == 4 ? p.slot_pos[lo]
+                       : f == 5 ? tokens
                                 : p.expert_counts[d * g.local_experts + f - ep_count_fields];
   }
 }
@@ -173,6 +175,7 @@ __global__ void ep_pair_rows(const ep_geometry g, ep_records recv, int records, 
 // round them.
 struct slot_sum_args {
   const float* back;
+  ep_own_rows own;         ///< rows of back read from the results instead, or none
   const int* pos_of_pair;  ///< [T · k] the row of back of each (token, slot), -1 none
   const float* weights;    ///< [T · k], or null: back's rows are weighted already
   const int* status;       ///< [4 · ranks] status words, NaN everywhere when one is set; or null
@@ -198,9 +201,10 @@ __global__ void slot_sum(const slot_sum_args a) {
     const long long c = q - t * a.hidden;
     float acc = 0.0f;
     for (int j = 0; j < a.k; ++j) {
-      const int pos = a.pos_of_pair[t * a.k + j];
+      const long long pos = a.pos_of_pair[t * a.k + j];
       if (pos < 0) continue;
-      const float v = a.back[static_cast<long long>(pos) * a.hidden + c];
+      const float v = pos >= a.own.lo && pos < a.own.hi ? a.own.results[(pos + a.own.shift) * a.hidden + c]
+                                                        : a.back[pos * a.hidden + c];
       acc = __fadd_rn(acc, a.weights ? __fmul_rn(a.weights[t * a.k + j], v) : v);
     }
     if (failed) acc = __int_as_float(0x7fc00000);
@@ -215,6 +219,38 @@ cudaError_t launch_slot_sum(const slot_sum_args& a, cudaStream_t stream) {
   const long long n = static_cast<long long>(a.tokens) * a.hidden;
   if (n > 0) slot_sum<<<strided_blocks(n, 256), 256, 0, stream>>>(a);
   return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The direct combine's flags.
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void ep_wait(int* const* flags_of, int ranks, int rank, int at, int target) {
+  for (int r = threadIdx.x; r < ranks; r += blockDim.x) {
+    if (r == rank) continue;
+    const volatile int* f = at >= 0 ? flags_of[r] + at : flags_of[rank] + r;
+    const unsigned long long start = global_ns();
+    while (*f < target) {
+      if (global_ns() - start > 30000000000ull) __trap();
+      __nanosleep(64);
+    }
+  }
+  __threadfence_system();
+}
+
+__global__ void ep_set(int* const* flags_of, int ranks, int rank, int at, int value) {
+  __threadfence_system();  // what this stream wrote before, seen before the flag
+  if (at >= 0) {
+    if (threadIdx.x == 0) *static_cast<volatile int*>(flags_of[rank] + at) = value;
+    return;
+  }
+  for (int r = threadIdx.x; r < ranks; r += blockDim.x)
+    if (r != rank) *static_cast<volatile int*>(flags_of[r] + rank) = value;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -370,10 +406,20 @@ cudaError_t launch_ep_pair_rows(const ep_geometry& g, const ep_records& recv, in
   return cudaGetLastError();
 }
 
-cudaError_t launch_ep_sum(const ep_geometry& g, const float* back, const int* pos_of_pair, int tokens, void* out,
-                          long long ld_out, bool out_bf16, cudaStream_t stream) {
-  return launch_slot_sum({back, pos_of_pair, nullptr, nullptr, g.ranks, g.k, g.hidden, tokens, out, ld_out, out_bf16},
-                         stream);
+cudaError_t launch_ep_sum(const ep_geometry& g, const float* back, const ep_own_rows& own, const int* pos_of_pair,
+                          int tokens, void* out, long long ld_out, bool out_bf16, cudaStream_t stream) {
+  return launch_slot_sum(
+      {back, own, pos_of_pair, nullptr, nullptr, g.ranks, g.k, g.hidden, tokens, out, ld_out, out_bf16}, stream);
+}
+
+cudaError_t launch_ep_wait(int* const* flags_of, int ranks, int rank, int at, int target, cudaStream_t stream) {
+  ep_wait<<<1, 32, 0, stream>>>(flags_of, ranks, rank, at, target);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ep_set(int* const* flags_of, int ranks, int rank, int at, int value, cudaStream_t stream) {
+  ep_set<<<1, 32, 0, stream>>>(flags_of, ranks, rank, at, value);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_mk_pack(const ep_masked_geometry& g, const void* hidden, long long ld_hidden,
@@ -401,7 +447,7 @@ cudaError_t launch_mk_gather(const ep_masked_geometry& g, const ep_masked_view& 
 
 cudaError_t launch_mk_sum(const ep_masked_geometry& g, const ep_masked_view& v, int tokens, void* out,
                           long long ld_out, bool out_bf16, cudaStream_t stream) {
-  const cudaError_t err = launch_slot_sum({v.back, v.pos_of_pair, v.w_of_pair, v.back_status, g.ranks, g.k, g.hidden,
+  const cudaError_t err = launch_slot_sum({v.back, {}, v.pos_of_pair, v.w_of_pair, v.back_status, g.ranks, g.k, g.hidden,
                                            tokens, out, ld_out, out_bf16},
                                           stream);
   if (err != cudaSuccess) return err;

@@ -61,6 +61,11 @@ void exchange_columns(ncclComm_t comm, cudaStream_t stream, std::initializer_lis
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
+// A buffer as it travels to the peers that map it: cudaIpcMemHandle_t's bytes, then a count of the
+// buffers this one replaced (a new buffer is seen as new even where the handle's bytes repeat).
+static_assert(sizeof(cudaIpcMemHandle_t) <= 64);
+using ipc_handle = std::array<unsigned char, 80>;
+
 std::vector<long long> exclusive_sums(const std::vector<int>& n) {
   std::vector<long long> off(n.size() + 1, 0);
   for (std::size_t i = 0; i < n.size(); ++i) off[i + 1] = off[i] + n[i];
@@ -174,6 +179,21 @@ struct ep_exchange::impl {
   std::vector<index_t> expert_rows;
   std::size_t dispatch_bytes = 0, combine_bytes = 0;
 
+  // the direct combine (ep_launch.hpp's flags): back sized for the plan's tokens before the counts
+  // travel, its IPC handle travelling with them (S copies in handles, then the S received)
+  bool direct = false, direct_now = false;  // set up; taken by this forward
+  std::size_t direct_from = 0;
+  int epoch = 0;  // direct combines so far, the same on every rank
+  device_array<int> flags;
+  device_array<int*> flags_of;
+  std::vector<void*> mapped_flags;  // [S] the peers' flags, mapped here (null at rank)
+  device_array<unsigned char> handles;
+  std::vector<ipc_handle> back_handle;  // [S] the handle each peer's back was mapped from
+  std::vector<float*> peer_back;        // [S] mapped here
+  std::vector<long long> back_at;       // [S] where this rank's rows start in each peer's back
+  float* back_of_handle = nullptr;      // the back this rank's handle in `handles` is of
+  long long back_generation = 0;
+
   [[nodiscard]] int fields() const { return detail::ep_count_fields + static_cast<int>(El); }
   [[nodiscard]] detail::ep_plan_view plan_view() const {
     return {rec_pos.data(), slot_pos.data(), expert_counts.data(), counts.data(), pos_of_pair.data()};
@@ -181,6 +201,10 @@ struct ep_exchange::impl {
 
   ~impl() {
     if (host_counts) (void)cudaFreeHost(host_counts);
+    for (void* p : mapped_flags)
+      if (p) (void)cudaIpcCloseMemHandle(p);
+    for (float* p : peer_back)
+      if (p) (void)cudaIpcCloseMemHandle(p);
   }
 };
 
@@ -202,13 +226,16 @@ ep_exchange::~ep_exchange() = default;
 ep_exchange::ep_exchange(ep_exchange&&) noexcept = default;
 ep_exchange& ep_exchange::operator=(ep_exchange&&) noexcept = default;
 
-void ep_exchange::reserve_plan(index_t tokens, index_t top_k) {
+void ep_exchange::reserve_plan(index_t tokens, index_t top_k, index_t hidden) {
   impl& m = *impl_;
-  require(tokens >= 0 && top_k >= 1, "nccl: reserve_plan(", tokens, ", ", top_k, ")");
+  require(tokens >= 0 && top_k >= 1 && hidden >= 1, "nccl: reserve_plan(", tokens, ", ", top_k, ", ", hidden, ")");
   require(m.S * tokens < (index_t{1} << 31) && tokens * top_k < (index_t{1} << 31), "nccl: ", tokens,
           " tokens are too many to plan over ", m.S, " ranks");
-  if (tokens <= m.plan_tokens && top_k <= m.plan_k) return;
   detail::device_scope scope(m.comm->device());
+  // the direct combine's peers write into back before this rank knows what it sends: it holds
+  // every slot the plan's tokens may send
+  if (m.direct) grow(m.back, static_cast<std::size_t>(tokens * top_k * hidden));
+  if (tokens <= m.plan_tokens && top_k <= m.plan_k) return;
   const auto n = static_cast<std::size_t>(m.S * tokens + 1);
   grow(m.rec_pos, n);
   grow(m.slot_pos, n);
@@ -224,7 +251,7 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   require(rows == element_type::f32 || rows == element_type::bf16, "nccl: hidden rows are ", to_string(rows),
           ", expected float32 or bfloat16");
   require(hidden >= 1 && hidden < (index_t{1} << 28), "nccl: hidden=", hidden);
-  reserve_plan(T, k);
+  reserve_plan(T, k, hidden);
   detail::device_scope scope(m.comm->device());
   m.tokens = T;
   m.g.ranks = m.S;
@@ -239,7 +266,30 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   const int w = m.fields();
   int* send_counts = m.counts.data();
   int* recv_counts = send_counts + m.S * w;
-  exchange_blocks(comm_of(*m.comm), m.S, s, {{send_counts, recv_counts, 4LL * w}}, "ncclSend/ncclRecv (counts)");
+  const long long hb = sizeof(ipc_handle);
+  std::vector<ipc_handle> got(m.direct ? static_cast<std::size_t>(m.S) : 0);
+  if (m.direct) {
+    if (m.back_of_handle != m.back.data()) {  // a new back: its handle, S copies
+      cudaIpcMemHandle_t h;
+      check(cudaIpcGetMemHandle(&h, m.back.data()), "cudaIpcGetMemHandle");
+      ++m.back_generation;
+      std::vector<unsigned char> copies(static_cast<std::size_t>(m.S * hb), 0);
+      for (int p = 0; p < m.S; ++p) {
+        std::memcpy(copies.data() + p * hb, &h, sizeof h);
+        std::memcpy(copies.data() + p * hb + 64, &m.back_generation, sizeof m.back_generation);
+      }
+      check(cudaMemcpy(m.handles.data(), copies.data(), copies.size(), cudaMemcpyHostToDevice), "cudaMemcpy (handle)");
+      m.back_of_handle = m.back.data();
+    }
+    exchange_blocks(comm_of(*m.comm), m.S, s,
+                    {{send_counts, recv_counts, 4LL * w}, {m.handles.data(), m.handles.data() + m.S * hb, hb}},
+                    "ncclSend/ncclRecv (counts)");
+    check(cudaMemcpyAsync(got.data(), m.handles.data() + m.S * hb, static_cast<std::size_t>(m.S * hb),
+                          cudaMemcpyDeviceToHost, s),
+          "cudaMemcpyAsync (handles)");
+  } else {
+    exchange_blocks(comm_of(*m.comm), m.S, s, {{send_counts, recv_counts, 4LL * w}}, "ncclSend/ncclRecv (counts)");
+  }
   int* off = m.offsets.data();
   check(detail::launch_ep_offsets(m.g, recv_counts, off, off + m.S + 1, s), "launch of the expert-parallel offsets");
   check(cudaMemcpyAsync(m.host_counts, send_counts, sizeof(int) * 2 * m.S * w, cudaMemcpyDeviceToHost, s),
@@ -268,6 +318,22 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   m.send_slot_off = exclusive_sums(m.send_slots);
   m.recv_rec_off = exclusive_sums(m.recv_recs);
   m.recv_slot_off = exclusive_sums(m.recv_slots);
+  if (!m.direct) return;
+  double returned = 0.0;  // bytes of the fp32 rows every rank's tokens may get back
+  for (int p = 0; p < m.S; ++p) returned += static_cast<double>(hr[p * w + 5]) * m.g.k * m.g.hidden * 4.0;
+  m.direct_now = returned >= static_cast<double>(m.direct_from) * m.S;
+  for (int p = 0; p < m.S; ++p) {  // each peer's back, mapped again where it is a new one
+    m.back_at[p] = hr[p * w + 4];
+    if (p == m.rank || got[p] == m.back_handle[p]) continue;
+    if (m.peer_back[p]) check(cudaIpcCloseMemHandle(m.peer_back[p]), "cudaIpcCloseMemHandle");
+    m.peer_back[p] = nullptr;
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, got[p].data(), sizeof h);
+    void* ptr = nullptr;
+    check(cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle (returned rows)");
+    m.peer_back[p] = static_cast<float*>(ptr);
+    m.back_handle[p] = got[p];
+  }
 }
 
 void ep_exchange::reserve_rows() {
@@ -282,7 +348,7 @@ void ep_exchange::reserve_rows() {
   m.recv.grow_to(recs_in, m.g);
   grow(m.pair_rows, recs_in * static_cast<std::size_t>(m.g.k));
   grow(m.results, static_cast<std::size_t>(m.recv_slot_off[m.S]) * H);
-  grow(m.back, static_cast<std::size_t>(m.send_slot_off[m.S]) * H);
+  if (!m.direct) grow(m.back, static_cast<std::size_t>(m.send_slot_off[m.S]) * H);  // direct: sized by the plan
 }
 
 ep_exchange::received ep_exchange::exchange(const device_view& hidden, const device_view& ids,
@@ -335,15 +401,104 @@ void ep_exchange::combine(const device_view& out, stream_t stream) {
   detail::device_scope scope(m.comm->device());
   const auto s = static_cast<cudaStream_t>(stream);
   const long long row = 4LL * m.g.hidden;
-  exchange_columns(comm_of(*m.comm), s, {{m.results.data(), m.back.data(), row}}, m.recv_slots, m.recv_slot_off,
-                   m.send_slots, m.send_slot_off, "ncclSend/ncclRecv (results)");
-  check(detail::launch_ep_sum(m.g, m.back.data(), m.pos_of_pair.data(), static_cast<int>(m.tokens), out.data,
+  detail::ep_own_rows own{};
+  if (m.direct_now) {
+    // every peer's back free of the last combine; this rank's results into it; then every
+    // peer's here, summed with this rank's own rows where they are; then back free again
+    const int e = ++m.epoch;
+    int* const* f = m.flags_of.data();
+    check(detail::launch_ep_wait(f, m.S, m.rank, m.S, e - 1, s), "launch of the direct combine's wait");
+    for (int p = 0; p < m.S; ++p)
+      if (p != m.rank && m.recv_slots[p] > 0)
+        check(cudaMemcpyAsync(m.peer_back[p] + m.back_at[p] * m.g.hidden, m.results.data() + m.recv_slot_off[p] * m.g.hidden,
+                              static_cast<std::size_t>(m.recv_slots[p] * row), cudaMemcpyDeviceToDevice, s),
+              "cudaMemcpyAsync (results to a peer)");
+    check(detail::launch_ep_set(f, m.S, m.rank, -1, e, s), "launch of the direct combine's signal");
+    check(detail::launch_ep_wait(f, m.S, m.rank, -1, e, s), "launch of the direct combine's wait");
+    const auto me = static_cast<std::size_t>(m.rank);
+    own = {m.results.data(), m.send_slot_off[me], m.send_slot_off[me + 1], m.recv_slot_off[me] - m.send_slot_off[me]};
+  } else {
+    exchange_columns(comm_of(*m.comm), s, {{m.results.data(), m.back.data(), row}}, m.recv_slots, m.recv_slot_off,
+                     m.send_slots, m.send_slot_off, "ncclSend/ncclRecv (results)");
+  }
+  check(detail::launch_ep_sum(m.g, m.back.data(), own, m.pos_of_pair.data(), static_cast<int>(m.tokens), out.data,
                               out.row_stride, out.type == element_type::bf16, s),
         "launch of the expert-parallel sum");
+  if (m.direct_now)
+    check(detail::launch_ep_set(m.flags_of.data(), m.S, m.rank, m.S, m.epoch, s), "launch of the direct combine's signal");
   m.combine_bytes = 0;
   for (int p = 0; p < m.S; ++p)
     if (p != m.rank) m.combine_bytes += static_cast<std::size_t>(m.recv_slots[p]) * static_cast<std::size_t>(row);
 }
+
+bool ep_exchange::connect_direct(std::size_t from_bytes) {
+  impl& m = *impl_;
+  m.direct_from = from_bytes;
+  if (m.direct) return true;
+  detail::device_scope scope(m.comm->device());
+  const ncclComm_t c = comm_of(*m.comm);
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const auto done = [&] { (void)cudaStreamDestroy(s); };
+  try {
+    m.flags = device_array<int>(static_cast<std::size_t>(m.S + 1));
+    check(cudaMemset(m.flags.data(), 0, sizeof(int) * (m.S + 1)), "cudaMemset");
+    // every rank's flags handle to every rank
+    const std::size_t hb = sizeof(ipc_handle);
+    device_array<unsigned char> all(hb * static_cast<std::size_t>(m.S));
+    cudaIpcMemHandle_t h;
+    check(cudaIpcGetMemHandle(&h, m.flags.data()), "cudaIpcGetMemHandle");
+    check(cudaMemcpy(all.data() + hb * m.rank, &h, sizeof h, cudaMemcpyHostToDevice), "cudaMemcpy (handle)");
+    nccl_check(ncclAllGather(all.data() + hb * m.rank, all.data(), hb, ncclUint8, c, s), "ncclAllGather (handles)");
+    std::vector<ipc_handle> got(static_cast<std::size_t>(m.S));
+    check(cudaMemcpyAsync(got.data(), all.data(), hb * m.S, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (handles)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize (handles)");
+    // map the peers' flags; whether every rank could, agreed
+    m.mapped_flags.assign(static_cast<std::size_t>(m.S), nullptr);
+    std::vector<int*> of(static_cast<std::size_t>(m.S), m.flags.data());
+    int ok = 1;
+    for (int p = 0; p < m.S && ok; ++p) {
+      if (p == m.rank) continue;
+      cudaIpcMemHandle_t ph;
+      std::memcpy(&ph, got[p].data(), sizeof ph);
+      void* ptr = nullptr;
+      if (cudaIpcOpenMemHandle(&ptr, ph, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ok = 0;
+        break;
+      }
+      m.mapped_flags[p] = ptr;
+      of[p] = static_cast<int*>(ptr);
+    }
+    device_array<int> agreed(1);
+    check(cudaMemcpy(agreed.data(), &ok, sizeof ok, cudaMemcpyHostToDevice), "cudaMemcpy");
+    nccl_check(ncclAllReduce(agreed.data(), agreed.data(), 1, ncclInt32, ncclMin, c, s), "ncclAllReduce (direct)");
+    check(cudaMemcpyAsync(&ok, agreed.data(), sizeof ok, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize (direct)");
+    if (!ok) {
+      for (void*& p : m.mapped_flags)
+        if (p) (void)cudaIpcCloseMemHandle(std::exchange(p, nullptr));
+      done();
+      return false;
+    }
+    m.flags_of = device_array<int*>(static_cast<std::size_t>(m.S));
+    m.flags_of.upload(of);
+    m.handles = device_array<unsigned char>(2 * hb * static_cast<std::size_t>(m.S));
+    m.back_handle.assign(static_cast<std::size_t>(m.S), ipc_handle{});
+    m.peer_back.assign(static_cast<std::size_t>(m.S), nullptr);
+    m.back_at.assign(static_cast<std::size_t>(m.S), 0);
+    m.back = {};  // sized by the plan from now on
+    m.direct = true;
+  } catch (...) {
+    done();
+    throw;
+  }
+  done();
+  return true;
+}
+
+bool ep_exchange::direct() const noexcept { return impl_->direct; }
+bool ep_exchange::direct_now() const noexcept { return impl_->direct_now; }
 
 std::size_t ep_exchange::dispatch_bytes() const noexcept { return impl_->dispatch_bytes; }
 std::size_t ep_exchange::combine_bytes() const noexcept { return impl_->combine_bytes; }

@@ -18,8 +18,9 @@
 namespace polymoe::cuda::detail {
 
 /// The fields before the expert counts in a rank's counts for one peer: records, slot rows, the
-/// rows' element bytes, k (the last two the same from every rank, or the exchange is refused).
-inline constexpr int ep_count_fields = 4;
+/// rows' element bytes, k (those two the same from every rank, or the exchange is refused), where
+/// the peer's slot rows start among the rows that come back to this rank, and this rank's tokens.
+inline constexpr int ep_count_fields = 6;
 
 struct ep_geometry {
   int ranks = 1, local_experts = 1, k = 1;
@@ -66,10 +67,31 @@ cudaError_t launch_ep_offsets(const ep_geometry& g, const int* recv_counts, int*
 cudaError_t launch_ep_pair_rows(const ep_geometry& g, const ep_records& recv, int records, const int* rec_off,
                                 const int* slot_off, std::int32_t* pair_rows, cudaStream_t stream);
 
+/// This rank's own slot rows: rows [lo, hi) of the returned rows are rows [lo + shift, hi + shift)
+/// of the kernel's results (fp32 [slots, H] packed).
+struct ep_own_rows {
+  const float* results = nullptr;
+  long long lo = 0, hi = 0, shift = 0;
+};
+
 /// out [T, H] (fp32, or bf16 bits when out_bf16; row t at t · ld_out) = Σ_j back[pos_of_pair[t · k + j]]
-/// in slot order from 0 (back fp32 [slots, H] packed); a token with no slot computed gets 0.
-cudaError_t launch_ep_sum(const ep_geometry& g, const float* back, const int* pos_of_pair, int tokens, void* out,
-                          long long ld_out, bool out_bf16, cudaStream_t stream);
+/// in slot order from 0 (back fp32 [slots, H] packed; the own rows, where given, from the
+/// results); a token with no slot computed gets 0.
+cudaError_t launch_ep_sum(const ep_geometry& g, const float* back, const ep_own_rows& own, const int* pos_of_pair,
+                          int tokens, void* out, long long ld_out, bool out_bf16, cudaStream_t stream);
+
+// The direct combine (every rank on one host): each rank's flags [ranks + 1] ints, mapped into the
+// others (CUDA IPC): [s] the last combine whose rows rank s has written into this rank's returned
+// rows, [ranks] the last combine this rank has summed (its returned rows free again). flags_of
+// [ranks]: each rank's flags, this rank's own at [rank].
+
+/// Waits, on `stream`, until for every rank r but this one flags_of[r][at] >= target (at >= 0:
+/// each peer's own word), or flags_of[rank][r] >= target (at < 0: the word each peer writes
+/// here). A peer that never comes traps after 30 s: a device error, not a hang.
+cudaError_t launch_ep_wait(int* const* flags_of, int ranks, int rank, int at, int target, cudaStream_t stream);
+/// After the work queued on `stream` so far: flags_of[rank][at] = value (at >= 0), or
+/// flags_of[r][rank] = value on every other rank r (at < 0).
+cudaError_t launch_ep_set(int* const* flags_of, int ranks, int rank, int at, int value, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
 // The masked exchange (DeepEP's low-latency mode): blocks of a fixed size, so that no launch or

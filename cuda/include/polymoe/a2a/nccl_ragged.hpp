@@ -45,6 +45,18 @@ class nccl_ragged : public detail::nccl_base {
   /// on every rank).
   int micro_batches = 1;
 
+  /// true: where every rank runs on one host and each GPU can map the others' memory, the
+  /// combine's rows are written by the expert's GPU's copy engines straight into the token's GPU
+  /// (CUDA IPC), not through NCCL: the link's own bandwidth, and no SM spent on it; for the
+  /// forwards whose returned fp32 rows make at least direct_combine_from bytes a rank on average
+  /// (the smaller ones through NCCL, whose one launch costs less than the direct path's steps; 0:
+  /// every forward). Off by default: it shortens a large forward by a few percent but each
+  /// forward's counts then carry the buffers' IPC handles, which costs small ones more
+  /// (decisions.md#direct-combine). The same bits either way; both the same on every rank
+  /// (refused together otherwise).
+  bool direct_combine = false;
+  std::size_t direct_combine_from = std::size_t{96} << 20;
+
   /// Over `comm`'s ranks, one GPU each: the NCCL communicator is made (collectively, on the
   /// layer's device) when the layer is built.
   explicit nccl_ragged(MPI_Comm comm = MPI_COMM_WORLD) : nccl_base(comm) {}
@@ -57,6 +69,7 @@ class nccl_ragged : public detail::nccl_base {
   void configure(const MoeConfig& cfg) {
     mpi_base::configure(cfg);
     top_k_ = cfg.top_k();
+    hidden_ = cfg.hidden;
   }
   /// Called by the layer once every rank has built its own (collective): the NCCL communicator
   /// (made now unless given) and this layer's exchanges, on `device`.
@@ -71,10 +84,19 @@ class nccl_ragged : public detail::nccl_base {
     });
     // another count elsewhere would be another sequence of exchanges
     agree_same(micro_batches, "nccl_ragged: micro_batches");
+    agree_same(direct_combine ? 1 : 0, "nccl_ragged: direct_combine");
+    agree_same(static_cast<long long>(direct_combine_from), "nccl_ragged: direct_combine_from");
+    if (direct_combine && on_one_host())
+      for (cuda::ep_exchange& x : exchanges_) x.connect_direct(direct_combine_from);
   }
+  /// Whether the combine writes into the peers' memory directly (direct_combine, where it can;
+  /// for the forwards of direct_combine_from bytes and more).
+  [[nodiscard]] bool combines_directly() const noexcept { return !exchanges_.empty() && exchanges_.front().direct(); }
+  /// Whether the last forward's (last micro-batch's) combine went direct.
+  [[nodiscard]] bool last_combine_direct() const noexcept { return last_ && last_->direct_now(); }
   /// Grows what the plan of `tokens` tokens needs (the layer calls it inside its agreed checks).
   void reserve(index_t tokens) {
-    for (cuda::ep_exchange& x : exchanges()) x.reserve_plan(tokens, top_k_);
+    for (cuda::ep_exchange& x : exchanges()) x.reserve_plan(tokens, top_k_, hidden_);
   }
 
   /// The routed step of a layer: dispatch, compute(d, c) (the kernel on `stream`), combine; in
@@ -161,7 +183,7 @@ class nccl_ragged : public detail::nccl_base {
   std::unique_ptr<cuda::side_stream> side_;
   const cuda::ep_exchange* last_ = nullptr;
   device_view pair_rows_;
-  index_t top_k_ = 1;
+  index_t top_k_ = 1, hidden_ = 1;
 };
 
 }  // namespace polymoe::a2a

@@ -85,9 +85,21 @@ class ep_exchange {
   ep_exchange(ep_exchange&&) noexcept;
   ep_exchange& operator=(ep_exchange&&) noexcept;
 
-  /// Grows the plan's buffers for `tokens` tokens of `top_k` slots (plan grows them too; calling
-  /// this first lets a failure be agreed on before any rank enters the exchange).
-  void reserve_plan(index_t tokens, index_t top_k);
+  /// Grows the plan's buffers for `tokens` tokens of `top_k` slots of `hidden` columns (plan grows
+  /// them too; calling this first lets a failure be agreed on before any rank enters the exchange).
+  void reserve_plan(index_t tokens, index_t top_k, index_t hidden);
+
+  /// The direct combine, where every rank is on one host and each can map the others' memory:
+  /// the expert's rank writes the results with its copy engines straight into the rows of the
+  /// token's rank (CUDA IPC; no NCCL and no SM on that path), the ranks ordering it by flags in
+  /// each other's memory; for the forwards whose returned fp32 rows make at least `from_bytes` a
+  /// rank on average (every rank sees every rank's tokens in the counts: they decide alike), the
+  /// others through NCCL. Collective, after every rank has built its exchange; where any rank
+  /// cannot map another's memory every rank keeps NCCL's. Returns whether it is on.
+  bool connect_direct(std::size_t from_bytes);
+  [[nodiscard]] bool direct() const noexcept;
+  /// Whether the forward planned last combines directly.
+  [[nodiscard]] bool direct_now() const noexcept;
 
   /// Plans ids [T, k] (int32, packed; global expert ids, one outside [0, ranks · local_experts) a
   /// slot not computed) on `stream`, exchanges the counts and waits for them. `hidden` gives the
