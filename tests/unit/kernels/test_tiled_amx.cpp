@@ -503,7 +503,42 @@ void expect_int4_products(bool amx, std::initializer_list<index_t> rows) {
 }
 
 TEST(TiledAmx, Int4PanelsOfEitherLayoutGiveTheGroupScaledProducts) {
-  expect_int4_products(false, {1, 5, 40});
+  expect_int4_products(false, {1, 2, 5, 40});
+}
+
+/// The decode path (one or two rows, the nibbles unpacked in registers) against the same rows in a
+/// block of five (the slab path): a row's sums do not depend on the rows beside it, so the bits
+/// must be the same, in either layout.
+TEST(TiledAmx, Int4DecodeRowsAreTheSlabPathsBits) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> u8(0, 255), s4(-8, 7);
+  std::uniform_real_distribution<float> scale(0.001f, 3.0f);
+  for (const index_t K : {index_t{640}, index_t{200}}) {
+    const ExpertShape shape{1, K, kt::panel_cols, false, false};
+    const index_t groups = (K + 31) / 32;
+    const auto code = [&](index_t, index_t r, index_t k) { return static_cast<std::int8_t>((r * 7 + k * 13) % 16 - 8); };
+    std::vector<float> s(static_cast<std::size_t>(kt::panel_cols * groups));
+    for (auto& v : s) v = scale(rng);
+    const auto sc = [&](index_t, index_t r, index_t g) { return s[static_cast<std::size_t>(r * groups + g)]; };
+    const auto none = [](index_t) -> const float* { return nullptr; };
+    const auto zero = [](index_t, index_t, index_t) { return std::int8_t{0}; };
+    const auto one = [](index_t, index_t, index_t) { return 1.0f; };
+    for (const bool tiles : {true, false}) {
+      const kt::Int4PackedExperts p = kt::pack_int4(shape, code, sc, zero, one, none, none, tiles, false);
+      const index_t K4 = p.kpad(K);
+      std::vector<std::uint8_t> a(static_cast<std::size_t>(21 * K4), 128);
+      for (index_t i = 0; i < 5; ++i)
+        for (index_t k = 0; k < K; ++k) a[static_cast<std::size_t>(i * K4 + k)] = static_cast<std::uint8_t>(u8(rng));
+      const auto row = [&](index_t i) { return a.data() + i * K4; };
+      alignas(64) float five[kt::amx_block_rows * kt::panel_cols], few[kt::amx_block_rows * kt::panel_cols];
+      kt::detail::block_times_i4panel(5, row, K4, p.panel13(0, 0), five);
+      for (const index_t m : {index_t{1}, index_t{2}}) {
+        kt::detail::block_times_i4panel(m, row, K4, p.panel13(0, 0), few);
+        ASSERT_EQ(std::memcmp(few, five, sizeof(float) * static_cast<std::size_t>(m * kt::panel_cols)), 0)
+            << "K=" << K << (tiles ? " tiles" : " vnni") << " m=" << m;
+      }
+    }
+  }
 }
 
 #if POLYMOE_TILED_AMX_CODE

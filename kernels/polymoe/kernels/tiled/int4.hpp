@@ -28,6 +28,7 @@
 #endif
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include <polymoe/quantize/int4.hpp>
 #include <polymoe/kernels/tiled/int8.hpp>
@@ -184,6 +185,73 @@ inline void scale_i4_row(const float* acc, float sr, const I4Panel&, const float
 #endif
 }
 
+#if POLYMOE_TILED_ISA_VNNI
+
+/// The decode path of block_times_i4panel (M = 1 or 2 rows, a panel of either layout): each group's
+/// nibbles unpacked in registers straight into the products, its int32 sums scaled into the fp32
+/// accumulators in registers: no unpacked slab, no int32 block in memory. The same integers and the
+/// same fp32 operations in the same order as the slab path, so the same bits.
+template <int M, bool Tiles>
+inline void decode_i4(const std::uint8_t* const* a, index_t G, const I4Panel& panel, float* acc) noexcept {
+  static_assert(M >= 1 && M <= decode_rows);
+  // the nibble's two's-complement value in each 16-byte lane (a load: GCC 12 sees the broadcast
+  // intrinsic's undefined upper lanes as uninitialized here)
+  alignas(64) static constexpr std::int8_t values[64] = {0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1,
+                                                         0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1,
+                                                         0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1,
+                                                         0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1};
+  const __m512i table = _mm512_load_si512(values);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512 f[M][4];
+  for (index_t g = 0; g < G; ++g) {
+    // the packed bytes stream in memory order, a group (1 KiB) at a time on average in either
+    // layout: fetch those 4 KiB ahead, as tile_i8's decode does int8's
+    prefetch_lines(panel.codes, g * int4_group_bytes / 2 + 4096, (g + 1) * int4_group_bytes / 2 + 4096);
+    __m512i sum[M][4];
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int q = 0; q < int4_group_k / int8_quad; ++q) {
+      const index_t quad = g * (int4_group_k / int8_quad) + q;
+      __m512i w[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        // line L of the int8 image: the low (L even) or high nibbles of packed line L / 2; L's
+        // parity is v's (VNNI: L = 4 · quad + v) or the quad's (tiles: consecutive quads of a
+        // column tile are consecutive lines)
+        const index_t line = int8_slot(quad * int8_quad, v * 16, Tiles) / 64;
+        __m512i p = _mm512_load_si512(panel.codes + line / 2 * 64);
+        if (Tiles ? (q & 1) : (v & 1)) p = _mm512_srli_epi16(p, 4);
+        w[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(p, nibble));
+      }
+#pragma GCC unroll 2
+      for (int r = 0; r < M; ++r) {
+        std::int32_t x4;
+        std::memcpy(&x4, a[r] + quad * int8_quad, sizeof x4);
+        const __m512i x = _mm512_set1_epi32(x4);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_dpbusd_epi32(sum[r][v], x, w[v]);
+      }
+    }
+    const std::int32_t* comp = panel.comp + g * panel_cols;
+    const float* scale = panel.scale + g * panel_cols;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512i c = _mm512_load_si512(comp + 16 * v);
+      const __m512 sc = _mm512_load_ps(scale + 16 * v);
+#pragma GCC unroll 2
+      for (int r = 0; r < M; ++r) {  // as add_int4_group
+        const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][v], c));
+        f[r][v] = g == 0 ? _mm512_mul_ps(x, sc) : _mm512_fmadd_ps(x, sc, f[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * panel_cols + 16 * v, f[r][v]);
+}
+
+#endif
+
 /// acc[i][p] = sum over groups of the group-scaled sums above, for rows [0, m) of a row block (as
 /// block_times_i8panel's rows: q + 128, padded to K4, the panel's padded K) and one int4 panel.
 /// `tile_stride`, `min_rows`, `side` as block_times_i8panel's (the tiles run when the panel is in
@@ -215,6 +283,16 @@ inline void block_times_i4panel(index_t m, RowOf row, index_t K4, const I4Panel&
   (void)tile_stride;
   (void)min_rows;
   (void)side;
+#endif
+#if POLYMOE_TILED_ISA_VNNI
+  if (m <= decode_rows && G > 0) {
+    const std::uint8_t* two[decode_rows] = {row(0), m > 1 ? row(1) : row(0)};
+    if (m == 1)
+      panel.tiles ? decode_i4<1, true>(two, G, panel, acc) : decode_i4<1, false>(two, G, panel, acc);
+    else
+      panel.tiles ? decode_i4<2, true>(two, G, panel, acc) : decode_i4<2, false>(two, G, panel, acc);
+    return;
+  }
 #endif
   // A slab of 8 groups unpacked (16 KiB, in L1 with the rows), then every row group over it.
   constexpr index_t slab = 8;
