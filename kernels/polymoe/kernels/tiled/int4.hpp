@@ -250,6 +250,48 @@ inline void decode_i4(const std::uint8_t* const* a, index_t G, const I4Panel& pa
     for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * panel_cols + 16 * v, f[r][v]);
 }
 
+/// One group of the slab path for MR rows: tile_i8's products over the group's quads (buf: its
+/// lines unpacked in VNNI order; a[r] the rows at the group's first k) and add_int4_group's scaling
+/// from the registers, without the int32 block's store and reload: the same bits.
+template <int MR>
+inline void tile_i4_group(const std::uint8_t* const* a, const std::int8_t* buf, const I4Panel& panel, index_t g,
+                          float* acc, bool first) noexcept {
+  __m512i sum[MR][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int q = 0; q < int4_group_k / int8_quad; ++q) {
+    const std::int8_t* wq = buf + q * int8_quad * panel_cols;
+    const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + 64);
+    const __m512i w2 = _mm512_load_si512(wq + 128), w3 = _mm512_load_si512(wq + 192);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      std::int32_t x4;
+      std::memcpy(&x4, a[r] + q * int8_quad, sizeof x4);
+      const __m512i x = _mm512_set1_epi32(x4);
+      sum[r][0] = _mm512_dpbusd_epi32(sum[r][0], x, w0);
+      sum[r][1] = _mm512_dpbusd_epi32(sum[r][1], x, w1);
+      sum[r][2] = _mm512_dpbusd_epi32(sum[r][2], x, w2);
+      sum[r][3] = _mm512_dpbusd_epi32(sum[r][3], x, w3);
+    }
+  }
+  const std::int32_t* comp = panel.comp + g * panel_cols;
+  const float* scale = panel.scale + g * panel_cols;
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    const __m512i c = _mm512_load_si512(comp + 16 * v);
+    const __m512 sc = _mm512_load_ps(scale + 16 * v);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      float* ar = acc + r * panel_cols + 16 * v;
+      const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][v], c));
+      _mm512_store_ps(ar, first ? _mm512_mul_ps(x, sc) : _mm512_fmadd_ps(x, sc, _mm512_load_ps(ar)));
+    }
+  }
+}
+
 #endif
 
 /// acc[i][p] = sum over groups of the group-scaled sums above, for rows [0, m) of a row block (as
@@ -297,7 +339,9 @@ inline void block_times_i4panel(index_t m, RowOf row, index_t K4, const I4Panel&
   // A slab of 8 groups unpacked (16 KiB, in L1 with the rows), then every row group over it.
   constexpr index_t slab = 8;
   alignas(64) std::int8_t buf[slab * int4_group_bytes];
+#if !POLYMOE_TILED_ISA_VNNI
   alignas(64) std::int32_t part[max_tile_rows * panel_cols];
+#endif
   const std::uint8_t* rows[max_tile_rows];
   for (index_t g0 = 0; g0 < G; g0 += slab) {
     const index_t g1 = std::min(G, g0 + slab);
@@ -315,10 +359,16 @@ inline void block_times_i4panel(index_t m, RowOf row, index_t K4, const I4Panel&
       const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
       for (index_t g = g0; g < g1; ++g) {
         for (int i = 0; i < n; ++i) rows[i] = row(r0 + i) + g * int4_group_k;
+#if POLYMOE_TILED_ISA_VNNI
+        with_rows<max_tile_rows>(n, [&]<int M>() {
+          tile_i4_group<M>(rows, buf + (g - g0) * int4_group_bytes, panel, g, acc + r0 * panel_cols, g == 0);
+        });
+#else
         with_rows<max_tile_rows>(n, [&]<int M>() {
           tile_i8<M, false>(rows, 0, int4_group_k / int8_quad, buf + (g - g0) * int4_group_bytes, part, false, false);
         });
         add_int4_group(part, n, panel, g, acc + r0 * panel_cols, g == 0);
+#endif
       }
     }
   }
