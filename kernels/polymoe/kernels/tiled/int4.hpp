@@ -187,6 +187,25 @@ inline void scale_i4_row(const float* acc, float sr, const I4Panel&, const float
 
 #if POLYMOE_TILED_ISA_VNNI
 
+/// f[r] = (sum[r] − comp_g) · s_g, added to f[r] unless `first`: add_int4_group's scaling of MR
+/// rows of group g's int32 sums, in registers.
+template <int MR>
+inline void scale_i4_group(const __m512i (&sum)[MR][4], const I4Panel& panel, index_t g, __m512 (&f)[MR][4],
+                           bool first) noexcept {
+  const std::int32_t* comp = panel.comp + g * panel_cols;
+  const float* scale = panel.scale + g * panel_cols;
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    const __m512i c = _mm512_load_si512(comp + 16 * v);
+    const __m512 sc = _mm512_load_ps(scale + 16 * v);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][v], c));
+      f[r][v] = first ? _mm512_mul_ps(x, sc) : _mm512_fmadd_ps(x, sc, f[r][v]);
+    }
+  }
+}
+
 /// The decode path of block_times_i4panel (M = 1 or 2 rows, a panel of either layout): each group's
 /// nibbles unpacked in registers straight into the products, its int32 sums scaled into the fp32
 /// accumulators in registers: no unpacked slab, no int32 block in memory. The same integers and the
@@ -233,18 +252,7 @@ inline void decode_i4(const std::uint8_t* const* a, index_t G, const I4Panel& pa
         for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_dpbusd_epi32(sum[r][v], x, w[v]);
       }
     }
-    const std::int32_t* comp = panel.comp + g * panel_cols;
-    const float* scale = panel.scale + g * panel_cols;
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const __m512i c = _mm512_load_si512(comp + 16 * v);
-      const __m512 sc = _mm512_load_ps(scale + 16 * v);
-#pragma GCC unroll 2
-      for (int r = 0; r < M; ++r) {  // as add_int4_group
-        const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][v], c));
-        f[r][v] = g == 0 ? _mm512_mul_ps(x, sc) : _mm512_fmadd_ps(x, sc, f[r][v]);
-      }
-    }
+    scale_i4_group<M>(sum, panel, g, f, g == 0);
   }
   for (int r = 0; r < M; ++r)
     for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * panel_cols + 16 * v, f[r][v]);
@@ -257,39 +265,20 @@ template <int MR>
 inline void tile_i4_group(const std::uint8_t* const* a, const std::int8_t* buf, const I4Panel& panel, index_t g,
                           float* acc, bool first) noexcept {
   __m512i sum[MR][4];
+  __m512 f[MR][4];
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-  for (int q = 0; q < int4_group_k / int8_quad; ++q) {
-    const std::int8_t* wq = buf + q * int8_quad * panel_cols;
-    const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + 64);
-    const __m512i w2 = _mm512_load_si512(wq + 128), w3 = _mm512_load_si512(wq + 192);
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; ++r) {
-      std::int32_t x4;
-      std::memcpy(&x4, a[r] + q * int8_quad, sizeof x4);
-      const __m512i x = _mm512_set1_epi32(x4);
-      sum[r][0] = _mm512_dpbusd_epi32(sum[r][0], x, w0);
-      sum[r][1] = _mm512_dpbusd_epi32(sum[r][1], x, w1);
-      sum[r][2] = _mm512_dpbusd_epi32(sum[r][2], x, w2);
-      sum[r][3] = _mm512_dpbusd_epi32(sum[r][3], x, w3);
+    for (int v = 0; v < 4; ++v) {
+      sum[r][v] = _mm512_setzero_si512();
+      f[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * panel_cols + 16 * v);
     }
-  }
-  const std::int32_t* comp = panel.comp + g * panel_cols;
-  const float* scale = panel.scale + g * panel_cols;
+  products_i8<MR, false>(a, 0, int4_group_k / int8_quad, buf, sum, false);
+  scale_i4_group<MR>(sum, panel, g, f, first);
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-  for (int v = 0; v < 4; ++v) {
-    const __m512i c = _mm512_load_si512(comp + 16 * v);
-    const __m512 sc = _mm512_load_ps(scale + 16 * v);
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; ++r) {
-      float* ar = acc + r * panel_cols + 16 * v;
-      const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][v], c));
-      _mm512_store_ps(ar, first ? _mm512_mul_ps(x, sc) : _mm512_fmadd_ps(x, sc, _mm512_load_ps(ar)));
-    }
-  }
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * panel_cols + 16 * v, f[r][v]);
 }
 
 #endif

@@ -213,18 +213,12 @@ template <bool Tiles>
   return int8_slot(q * int8_quad, v * 16, Tiles);
 }
 
-/// C[MR][64] (+)= sum over quads [q0, q1) of a[r][4q..4q+4) · W[4q..4q+4)[:] in int32, W a panel in
-/// the VNNI or (Tiles) the tile layout. With `prefetch`, also fetches the panel 4 KiB ahead, 256
-/// bytes per quad in memory order (the decode path streams from memory).
+/// acc[MR][4] += sum over quads [q0, q1) of a[r][4q..4q+4) · W[4q..4q+4)[:] in int32, in registers,
+/// W a panel in the VNNI or (Tiles) the tile layout. With `prefetch`, also fetches the panel 4 KiB
+/// ahead, 256 bytes per quad in memory order (the decode path streams from memory).
 template <int MR, bool Tiles>
-inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const std::int8_t* panel, std::int32_t* c,
-                    bool accumulate, bool prefetch) noexcept {
-  __m512i acc[MR][4];
-#pragma GCC unroll 6
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v)
-      acc[r][v] = accumulate ? _mm512_load_si512(c + r * panel_cols + 16 * v) : _mm512_setzero_si512();
+inline void products_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const std::int8_t* panel,
+                        __m512i (&acc)[MR][4], bool prefetch) noexcept {
   for (index_t q = q0; q < q1; ++q) {
     const std::int8_t* wq = panel + int8_line<Tiles>(q, 0);
     if (prefetch)
@@ -243,6 +237,19 @@ inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const 
       acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], x, w3);
     }
   }
+}
+
+/// C[MR][64] (+)= products_i8's sums over quads [q0, q1).
+template <int MR, bool Tiles>
+inline void tile_i8(const std::uint8_t* const* a, index_t q0, index_t q1, const std::int8_t* panel, std::int32_t* c,
+                    bool accumulate, bool prefetch) noexcept {
+  __m512i acc[MR][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v)
+      acc[r][v] = accumulate ? _mm512_load_si512(c + r * panel_cols + 16 * v) : _mm512_setzero_si512();
+  products_i8<MR, Tiles>(a, q0, q1, panel, acc, prefetch);
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
