@@ -200,7 +200,9 @@ inline void scale_i4_group(const __m512i (&sum)[MR][4], const I4Panel& panel, in
     const __m512 sc = _mm512_load_ps(scale + 16 * v);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
-      const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][v], c));
+      // the zero-masked conversion (all lanes): the plain one's undefined pass-through trips GCC
+      // 12's false uninitialized warning once inlined here
+      const __m512 x = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_sub_epi32(sum[r][v], c));
       f[r][v] = first ? _mm512_mul_ps(x, sc) : _mm512_fmadd_ps(x, sc, f[r][v]);
     }
   }
