@@ -91,6 +91,7 @@ __global__ void ep_send_counts(const ep_geometry g, int tokens, ep_plan_view p) 
                        : f == 3 ? g.k
                        : f == 4 ? p.slot_pos[lo]
                        : f == 5 ? tokens
+                       : f == 6 ? g.backs
                                 : p.expert_counts[d * g.local_experts + f - ep_count_fields];
   }
 }

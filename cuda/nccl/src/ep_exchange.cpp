@@ -61,10 +61,20 @@ void exchange_columns(ncclComm_t comm, cudaStream_t stream, std::initializer_lis
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
-// A buffer as it travels to the peers that map it: cudaIpcMemHandle_t's bytes, then a count of the
-// buffers this one replaced (a new buffer is seen as new even where the handle's bytes repeat).
-static_assert(sizeof(cudaIpcMemHandle_t) <= 64);
-using ipc_handle = std::array<unsigned char, 80>;
+// Every rank's IPC handle of its `mine` (cudaMalloc'd), to every rank: collective, waits.
+std::vector<cudaIpcMemHandle_t> allgather_handles(ncclComm_t comm, int ranks, int rank, void* mine,
+                                                  cudaStream_t stream) {
+  cudaIpcMemHandle_t h;
+  check(cudaIpcGetMemHandle(&h, mine), "cudaIpcGetMemHandle");
+  const std::size_t hb = sizeof h;
+  device_array<unsigned char> all(hb * static_cast<std::size_t>(ranks));
+  check(cudaMemcpy(all.data() + hb * rank, &h, hb, cudaMemcpyHostToDevice), "cudaMemcpy (handle)");
+  nccl_check(ncclAllGather(all.data() + hb * rank, all.data(), hb, ncclUint8, comm, stream), "ncclAllGather (handles)");
+  std::vector<cudaIpcMemHandle_t> got(static_cast<std::size_t>(ranks));
+  check(cudaMemcpyAsync(got.data(), all.data(), hb * ranks, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (handles)");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (handles)");
+  return got;
+}
 
 std::vector<long long> exclusive_sums(const std::vector<int>& n) {
   std::vector<long long> off(n.size() + 1, 0);
@@ -180,19 +190,18 @@ struct ep_exchange::impl {
   std::size_t dispatch_bytes = 0, combine_bytes = 0;
 
   // the direct combine (ep_launch.hpp's flags): back sized for the plan's tokens before the counts
-  // travel, its IPC handle travelling with them (S copies in handles, then the S received)
+  // travel, each rank's count of its backs so far with them; where any rank's changed, every
+  // rank's handle of its back to every rank (all see the same counts: they do it together)
   bool direct = false, direct_now = false;  // set up; taken by this forward
   std::size_t direct_from = 0;
   int epoch = 0;  // direct combines so far, the same on every rank
   device_array<int> flags;
   device_array<int*> flags_of;
   std::vector<void*> mapped_flags;  // [S] the peers' flags, mapped here (null at rank)
-  device_array<unsigned char> handles;
-  std::vector<ipc_handle> back_handle;  // [S] the handle each peer's back was mapped from
-  std::vector<float*> peer_back;        // [S] mapped here
-  std::vector<long long> back_at;       // [S] where this rank's rows start in each peer's back
-  float* back_of_handle = nullptr;      // the back this rank's handle in `handles` is of
-  long long back_generation = 0;
+  std::vector<int> backs;          // [S] each rank's count of its backs, as last mapped
+  std::vector<float*> peer_back;   // [S] mapped here
+  std::vector<long long> back_at;  // [S] where this rank's rows start in each peer's back
+  const float* back_seen = nullptr;
 
   [[nodiscard]] int fields() const { return detail::ep_count_fields + static_cast<int>(El); }
   [[nodiscard]] detail::ep_plan_view plan_view() const {
@@ -260,36 +269,14 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   m.g.hidden = static_cast<int>(hidden);
   m.g.elem_bytes = static_cast<int>(element_bytes(rows));
   m.g.row_bytes = round16(hidden * m.g.elem_bytes);
+  if (m.direct && m.back.data() != m.back_seen) ++m.g.backs, m.back_seen = m.back.data();
   const auto s = static_cast<cudaStream_t>(stream);
   check(detail::launch_ep_plan(m.g, ids.as<const std::int32_t>(), static_cast<int>(T), m.plan_view(), s),
         "launch of the expert-parallel plan");
   const int w = m.fields();
   int* send_counts = m.counts.data();
   int* recv_counts = send_counts + m.S * w;
-  const long long hb = sizeof(ipc_handle);
-  std::vector<ipc_handle> got(m.direct ? static_cast<std::size_t>(m.S) : 0);
-  if (m.direct) {
-    if (m.back_of_handle != m.back.data()) {  // a new back: its handle, S copies
-      cudaIpcMemHandle_t h;
-      check(cudaIpcGetMemHandle(&h, m.back.data()), "cudaIpcGetMemHandle");
-      ++m.back_generation;
-      std::vector<unsigned char> copies(static_cast<std::size_t>(m.S * hb), 0);
-      for (int p = 0; p < m.S; ++p) {
-        std::memcpy(copies.data() + p * hb, &h, sizeof h);
-        std::memcpy(copies.data() + p * hb + 64, &m.back_generation, sizeof m.back_generation);
-      }
-      check(cudaMemcpy(m.handles.data(), copies.data(), copies.size(), cudaMemcpyHostToDevice), "cudaMemcpy (handle)");
-      m.back_of_handle = m.back.data();
-    }
-    exchange_blocks(comm_of(*m.comm), m.S, s,
-                    {{send_counts, recv_counts, 4LL * w}, {m.handles.data(), m.handles.data() + m.S * hb, hb}},
-                    "ncclSend/ncclRecv (counts)");
-    check(cudaMemcpyAsync(got.data(), m.handles.data() + m.S * hb, static_cast<std::size_t>(m.S * hb),
-                          cudaMemcpyDeviceToHost, s),
-          "cudaMemcpyAsync (handles)");
-  } else {
-    exchange_blocks(comm_of(*m.comm), m.S, s, {{send_counts, recv_counts, 4LL * w}}, "ncclSend/ncclRecv (counts)");
-  }
+  exchange_blocks(comm_of(*m.comm), m.S, s, {{send_counts, recv_counts, 4LL * w}}, "ncclSend/ncclRecv (counts)");
   int* off = m.offsets.data();
   check(detail::launch_ep_offsets(m.g, recv_counts, off, off + m.S + 1, s), "launch of the expert-parallel offsets");
   check(cudaMemcpyAsync(m.host_counts, send_counts, sizeof(int) * 2 * m.S * w, cudaMemcpyDeviceToHost, s),
@@ -322,18 +309,19 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   double returned = 0.0;  // bytes of the fp32 rows every rank's tokens may get back
   for (int p = 0; p < m.S; ++p) returned += static_cast<double>(hr[p * w + 5]) * m.g.k * m.g.hidden * 4.0;
   m.direct_now = returned >= static_cast<double>(m.direct_from) * m.S;
-  for (int p = 0; p < m.S; ++p) {  // each peer's back, mapped again where it is a new one
-    m.back_at[p] = hr[p * w + 4];
-    if (p == m.rank || got[p] == m.back_handle[p]) continue;
-    if (m.peer_back[p]) check(cudaIpcCloseMemHandle(m.peer_back[p]), "cudaIpcCloseMemHandle");
-    m.peer_back[p] = nullptr;
-    cudaIpcMemHandle_t h;
-    std::memcpy(&h, got[p].data(), sizeof h);
+  std::vector<int> backs(static_cast<std::size_t>(m.S));
+  for (int p = 0; p < m.S; ++p) m.back_at[p] = hr[p * w + 4], backs[p] = hr[p * w + 6];
+  if (backs == m.backs) return;
+  // some rank's back is a new one: every rank's handle, each peer's mapped again where it is new
+  const std::vector<cudaIpcMemHandle_t> got = allgather_handles(comm_of(*m.comm), m.S, m.rank, m.back.data(), s);
+  for (int p = 0; p < m.S; ++p) {
+    if (p == m.rank || backs[p] == m.backs[p]) continue;
+    if (m.peer_back[p]) check(cudaIpcCloseMemHandle(std::exchange(m.peer_back[p], nullptr)), "cudaIpcCloseMemHandle");
     void* ptr = nullptr;
-    check(cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle (returned rows)");
+    check(cudaIpcOpenMemHandle(&ptr, got[p], cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle (returned rows)");
     m.peer_back[p] = static_cast<float*>(ptr);
-    m.back_handle[p] = got[p];
   }
+  m.backs = backs;
 }
 
 void ep_exchange::reserve_rows() {
@@ -443,26 +431,15 @@ bool ep_exchange::connect_direct(std::size_t from_bytes) {
   try {
     m.flags = device_array<int>(static_cast<std::size_t>(m.S + 1));
     check(cudaMemset(m.flags.data(), 0, sizeof(int) * (m.S + 1)), "cudaMemset");
-    // every rank's flags handle to every rank
-    const std::size_t hb = sizeof(ipc_handle);
-    device_array<unsigned char> all(hb * static_cast<std::size_t>(m.S));
-    cudaIpcMemHandle_t h;
-    check(cudaIpcGetMemHandle(&h, m.flags.data()), "cudaIpcGetMemHandle");
-    check(cudaMemcpy(all.data() + hb * m.rank, &h, sizeof h, cudaMemcpyHostToDevice), "cudaMemcpy (handle)");
-    nccl_check(ncclAllGather(all.data() + hb * m.rank, all.data(), hb, ncclUint8, c, s), "ncclAllGather (handles)");
-    std::vector<ipc_handle> got(static_cast<std::size_t>(m.S));
-    check(cudaMemcpyAsync(got.data(), all.data(), hb * m.S, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (handles)");
-    check(cudaStreamSynchronize(s), "cudaStreamSynchronize (handles)");
+    const std::vector<cudaIpcMemHandle_t> got = allgather_handles(c, m.S, m.rank, m.flags.data(), s);
     // map the peers' flags; whether every rank could, agreed
     m.mapped_flags.assign(static_cast<std::size_t>(m.S), nullptr);
     std::vector<int*> of(static_cast<std::size_t>(m.S), m.flags.data());
     int ok = 1;
     for (int p = 0; p < m.S && ok; ++p) {
       if (p == m.rank) continue;
-      cudaIpcMemHandle_t ph;
-      std::memcpy(&ph, got[p].data(), sizeof ph);
       void* ptr = nullptr;
-      if (cudaIpcOpenMemHandle(&ptr, ph, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+      if (cudaIpcOpenMemHandle(&ptr, got[p], cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
         (void)cudaGetLastError();
         ok = 0;
         break;
@@ -483,8 +460,7 @@ bool ep_exchange::connect_direct(std::size_t from_bytes) {
     }
     m.flags_of = device_array<int*>(static_cast<std::size_t>(m.S));
     m.flags_of.upload(of);
-    m.handles = device_array<unsigned char>(2 * hb * static_cast<std::size_t>(m.S));
-    m.back_handle.assign(static_cast<std::size_t>(m.S), ipc_handle{});
+    m.backs.assign(static_cast<std::size_t>(m.S), 0);  // none mapped: the first plan maps them
     m.peer_back.assign(static_cast<std::size_t>(m.S), nullptr);
     m.back_at.assign(static_cast<std::size_t>(m.S), 0);
     m.back = {};  // sized by the plan from now on

@@ -19,14 +19,16 @@ namespace polymoe::cuda::detail {
 
 /// The fields before the expert counts in a rank's counts for one peer: records, slot rows, the
 /// rows' element bytes, k (those two the same from every rank, or the exchange is refused), where
-/// the peer's slot rows start among the rows that come back to this rank, and this rank's tokens.
-inline constexpr int ep_count_fields = 6;
+/// the peer's slot rows start among the rows that come back to this rank, this rank's tokens, and
+/// ep_geometry::backs.
+inline constexpr int ep_count_fields = 7;
 
 struct ep_geometry {
   int ranks = 1, local_experts = 1, k = 1;
   int hidden = 0;
   int elem_bytes = 4;         ///< of the rows on the wire: 4 fp32, 2 bf16
   long long row_bytes = 0;    ///< a row, padded to 16 bytes
+  int backs = 0;              ///< the direct combine: how many buffers of returned rows this rank has had
 };
 
 /// The plan's device arrays (T tokens).
