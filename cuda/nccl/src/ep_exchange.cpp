@@ -425,51 +425,43 @@ bool ep_exchange::connect_direct(std::size_t from_bytes) {
   if (m.direct) return true;
   detail::device_scope scope(m.comm->device());
   const ncclComm_t c = comm_of(*m.comm);
-  cudaStream_t s = nullptr;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  const auto done = [&] { (void)cudaStreamDestroy(s); };
-  try {
-    m.flags = device_array<int>(static_cast<std::size_t>(m.S + 1));
-    check(cudaMemset(m.flags.data(), 0, sizeof(int) * (m.S + 1)), "cudaMemset");
-    const std::vector<cudaIpcMemHandle_t> got = allgather_handles(c, m.S, m.rank, m.flags.data(), s);
-    // map the peers' flags; whether every rank could, agreed
-    m.mapped_flags.assign(static_cast<std::size_t>(m.S), nullptr);
-    std::vector<int*> of(static_cast<std::size_t>(m.S), m.flags.data());
-    int ok = 1;
-    for (int p = 0; p < m.S && ok; ++p) {
-      if (p == m.rank) continue;
-      void* ptr = nullptr;
-      if (cudaIpcOpenMemHandle(&ptr, got[p], cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
-        (void)cudaGetLastError();
-        ok = 0;
-        break;
-      }
-      m.mapped_flags[p] = ptr;
-      of[p] = static_cast<int*>(ptr);
+  const side_stream own;  // a stream of this step's own, released however it ends
+  const auto s = static_cast<cudaStream_t>(own.get());
+  m.flags = device_array<int>(static_cast<std::size_t>(m.S + 1));
+  check(cudaMemset(m.flags.data(), 0, sizeof(int) * (m.S + 1)), "cudaMemset");
+  const std::vector<cudaIpcMemHandle_t> got = allgather_handles(c, m.S, m.rank, m.flags.data(), s);
+  // map the peers' flags; whether every rank could, agreed
+  m.mapped_flags.assign(static_cast<std::size_t>(m.S), nullptr);
+  std::vector<int*> of(static_cast<std::size_t>(m.S), m.flags.data());
+  int ok = 1;
+  for (int p = 0; p < m.S; ++p) {
+    if (p == m.rank) continue;
+    void* ptr = nullptr;
+    if (cudaIpcOpenMemHandle(&ptr, got[p], cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ok = 0;
+      break;
     }
-    device_array<int> agreed(1);
-    check(cudaMemcpy(agreed.data(), &ok, sizeof ok, cudaMemcpyHostToDevice), "cudaMemcpy");
-    nccl_check(ncclAllReduce(agreed.data(), agreed.data(), 1, ncclInt32, ncclMin, c, s), "ncclAllReduce (direct)");
-    check(cudaMemcpyAsync(&ok, agreed.data(), sizeof ok, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
-    check(cudaStreamSynchronize(s), "cudaStreamSynchronize (direct)");
-    if (!ok) {
-      for (void*& p : m.mapped_flags)
-        if (p) (void)cudaIpcCloseMemHandle(std::exchange(p, nullptr));
-      done();
-      return false;
-    }
-    m.flags_of = device_array<int*>(static_cast<std::size_t>(m.S));
-    m.flags_of.upload(of);
-    m.backs.assign(static_cast<std::size_t>(m.S), 0);  // none mapped: the first plan maps them
-    m.peer_back.assign(static_cast<std::size_t>(m.S), nullptr);
-    m.back_at.assign(static_cast<std::size_t>(m.S), 0);
-    m.back = {};  // sized by the plan from now on
-    m.direct = true;
-  } catch (...) {
-    done();
-    throw;
+    m.mapped_flags[p] = ptr;
+    of[p] = static_cast<int*>(ptr);
   }
-  done();
+  device_array<int> agreed(1);
+  check(cudaMemcpy(agreed.data(), &ok, sizeof ok, cudaMemcpyHostToDevice), "cudaMemcpy");
+  nccl_check(ncclAllReduce(agreed.data(), agreed.data(), 1, ncclInt32, ncclMin, c, s), "ncclAllReduce (direct)");
+  check(cudaMemcpyAsync(&ok, agreed.data(), sizeof ok, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize (direct)");
+  if (!ok) {
+    for (void*& p : m.mapped_flags)
+      if (p) (void)cudaIpcCloseMemHandle(std::exchange(p, nullptr));
+    return false;
+  }
+  m.flags_of = device_array<int*>(static_cast<std::size_t>(m.S));
+  m.flags_of.upload(of);
+  m.backs.assign(static_cast<std::size_t>(m.S), 0);  // none mapped: the first plan maps them
+  m.peer_back.assign(static_cast<std::size_t>(m.S), nullptr);
+  m.back_at.assign(static_cast<std::size_t>(m.S), 0);
+  m.back = {};  // sized by the plan from now on
+  m.direct = true;
   return true;
 }
 
