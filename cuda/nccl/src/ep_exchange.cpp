@@ -61,11 +61,12 @@ void exchange_columns(ncclComm_t comm, cudaStream_t stream, std::initializer_lis
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
-// Every rank's IPC handle of its `mine` (cudaMalloc'd), to every rank: collective, waits.
+// Every rank's IPC handle of its `mine` (cudaMalloc'd; a rank without one, null, sends zeros,
+// which no peer opens), to every rank: collective, waits.
 std::vector<cudaIpcMemHandle_t> allgather_handles(ncclComm_t comm, int ranks, int rank, void* mine,
                                                   cudaStream_t stream) {
-  cudaIpcMemHandle_t h;
-  check(cudaIpcGetMemHandle(&h, mine), "cudaIpcGetMemHandle");
+  cudaIpcMemHandle_t h{};
+  if (mine) check(cudaIpcGetMemHandle(&h, mine), "cudaIpcGetMemHandle");
   const std::size_t hb = sizeof h;
   device_array<unsigned char> all(hb * static_cast<std::size_t>(ranks));
   check(cudaMemcpy(all.data() + hb * rank, &h, hb, cudaMemcpyHostToDevice), "cudaMemcpy (handle)");
@@ -315,7 +316,7 @@ void ep_exchange::plan(const device_view& ids, index_t hidden, element_type rows
   // some rank's back is a new one: every rank's handle, each peer's mapped again where it is new
   const std::vector<cudaIpcMemHandle_t> got = allgather_handles(comm_of(*m.comm), m.S, m.rank, m.back.data(), s);
   for (int p = 0; p < m.S; ++p) {
-    if (p == m.rank || backs[p] == m.backs[p]) continue;
+    if (p == m.rank || backs[p] == m.backs[p]) continue;  // unchanged (a rank's count moves only to a buffer)
     if (m.peer_back[p]) check(cudaIpcCloseMemHandle(std::exchange(m.peer_back[p], nullptr)), "cudaIpcCloseMemHandle");
     void* ptr = nullptr;
     check(cudaIpcOpenMemHandle(&ptr, got[p], cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle (returned rows)");
