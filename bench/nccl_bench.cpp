@@ -10,7 +10,8 @@
 //     ranks start it together and wait for it), with the bandwidth of dispatch + combine (bytes
 //     that leave a rank / their time) against the all-to-all's;
 //   - the whole EP forward (no waits between the steps; in 1, 2 and 4 micro-batches, each
-//     exchanged while the kernel computes the one before; and in 1 with direct_combine) against
+//     exchanged while the kernel computes the one before; and in 1 through NCCL alone, without
+//     the default's direct_combine) against
 //     one GPU computing all S·T tokens with all E experts (kernel::cuda's automatic tiles on both).
 // Then a2a::nccl_masked (DeepEP's low-latency mode: blocks of a fixed size, max_tokens = T, the
 // default capacity) at decode batches (--masked-tokens): its steps alone, its whole forward
@@ -206,17 +207,17 @@ int main(int argc, char** argv) try {
   a2a::nccl_ragged ep;
   ep.configure(cfg);
   ep.connect(dev);
-  a2a::nccl_ragged ep2(ep.nccl()), ep4(ep.nccl()), epd(ep.nccl());  // the same communicator
+  a2a::nccl_ragged ep2(ep.nccl()), ep4(ep.nccl()), epn(ep.nccl());  // the same communicator
   ep2.micro_batches = 2;  // in micro-batches
   ep4.micro_batches = 4;
-  epd.direct_combine = true;  // the combine written into the peers' memory where it can be
-  for (a2a::nccl_ragged* e : {&ep2, &ep4, &epd}) {
+  epn.direct_combine = false;  // every combine through NCCL
+  for (a2a::nccl_ragged* e : {&ep2, &ep4, &epn}) {
     e->configure(cfg);
     e->connect(dev);
   }
   if (rank_ == 0)
     std::printf("nccl_ragged's direct_combine: %s\n",
-                epd.combines_directly() ? "on (each rank's copy engines into the others' memory, CUDA IPC)"
+                ep.combines_directly() ? "on (each rank's copy engines into the others' memory, CUDA IPC)"
                                         : "off (the ranks are not on one host, or cannot map each other's memory)");
   const ExpertMlp mlp{};
   cuda::Experts mine(random_weights(El, H, I, 7u + static_cast<std::uint32_t>(rank_)), mlp);
@@ -258,7 +259,7 @@ int main(int argc, char** argv) try {
   const auto compute = [&](const auto& d, auto& c) { kernel.run<quant::bf16>(d, mine, mlp, c); };
   if (rank_ == 0)
     std::printf("\n  T/GPU  all-to-all MB  busbw GB/s  link GB/s | dispatch us  compute us  combine us  d+c GB/s  of a2a  of link |"
-                "  EP fwd us: 1 batch  2 batches  4 batches  direct combine | 1-GPU us (S*T)  speedup\n");
+                "  EP fwd us: 1 batch  2 batches  4 batches  through NCCL | 1-GPU us (S*T)  speedup\n");
   for (const index_t T : tokens) {
     const batch b(rng, T, H, E, k, dev);
     const std::vector<std::uint16_t>& hx = b.hx;
@@ -303,7 +304,7 @@ int main(int argc, char** argv) try {
     // the whole forward (in 1, 2 and 4 micro-batches), and one GPU with S·T tokens
     double t_ep[4];
     for (int v = 0; v < 4; ++v) {
-      a2a::nccl_ragged& e = v == 0 ? ep : v == 1 ? ep2 : v == 2 ? ep4 : epd;
+      a2a::nccl_ragged& e = v == 0 ? ep : v == 1 ? ep2 : v == 2 ? ep4 : epn;
       const auto run = [&] { e.forward(xv, iv, wv, cfg, ov, s, compute); };
       e.reserve(T);
       run();
@@ -312,7 +313,7 @@ int main(int argc, char** argv) try {
     const double t_one = one_gpu(T, hx);
     if (rank_ == 0)
       std::printf("%7lld  %13.1f  %10.1f  %9.1f | %11.0f  %10.0f  %10.0f  %8.1f  %5.0f%%  %6.0f%% | %19.0f  %9.0f  %9.0f  "
-                  "%14.0f | %14.0f  %6.2fx\n",
+                  "%12.0f | %14.0f  %6.2fx\n",
                   (long long)T, static_cast<double>(block) * size_ / 1e6, busbw, link, t_d, t_m, t_c, dcbw,
                   100.0 * dcbw / busbw, 100.0 * dcbw / link, t_ep[0], t_ep[1], t_ep[2], t_ep[3], t_one,
                   t_one / std::min({t_ep[0], t_ep[1], t_ep[2], t_ep[3]}));

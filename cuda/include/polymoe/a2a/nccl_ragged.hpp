@@ -50,11 +50,10 @@ class nccl_ragged : public detail::nccl_base {
   /// (CUDA IPC), not through NCCL: the link's own bandwidth, and no SM spent on it; for the
   /// forwards whose returned fp32 rows make at least direct_combine_from bytes a rank on average
   /// (the smaller ones through NCCL, whose one launch costs less than the direct path's steps; 0:
-  /// every forward). Off by default: it shortens a large forward by a few percent but each
-  /// forward's counts then carry the buffers' IPC handles, which costs small ones more
-  /// (decisions.md#direct-combine). The same bits either way; both the same on every rank
-  /// (refused together otherwise).
-  bool direct_combine = false;
+  /// every forward). On by default: it shortens a large forward by a few percent and costs the
+  /// small ones nothing measurable (decisions.md#direct-combine); false keeps every combine in
+  /// NCCL. The same bits either way; both the same on every rank (refused together otherwise).
+  bool direct_combine = true;
   std::size_t direct_combine_from = std::size_t{96} << 20;
 
   /// Over `comm`'s ranks, one GPU each: the NCCL communicator is made (collectively, on the
