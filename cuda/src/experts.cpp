@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,17 @@ void require_runnable() {
   throw error(polymoe::detail::concat("cuda: this build's kernels cannot run on device ", d, " (compute capability ", major, ".",
                              minor, "; built for CMAKE_CUDA_ARCHITECTURES=", POLYMOE_CUDA_ARCHITECTURES,
                              "): cudaFuncGetAttributes failed: ", cudaGetErrorName(err)));
+}
+
+// wgmma is sm_90a's alone: the wide tiles run where this build holds sm_90a code and the device is
+// of compute capability 9.0 (elsewhere their kernel is empty and the large tiles serve).
+bool wide_tiles_run(int device) {
+  constexpr std::string_view archs = POLYMOE_CUDA_ARCHITECTURES;
+  if (archs.find("90a") == std::string_view::npos) return false;
+  int major = 0, minor = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  return major == 9 && minor == 0;
 }
 
 detail::act_kind kind_of(Activation a) {
@@ -275,6 +287,7 @@ struct Experts::impl {
   std::optional<ExpertMlp> mlp;  // the constructor's, for the pointer forwards
   int device = 0;
   TileChoice tiles = TileChoice::automatic;
+  bool wide = false;  // the wide tiles run here (wide_tiles_run)
   device_memory weights;  // w13 | w2 | b13 | b2
   detail::weights_view wv;
   // workspace, one allocation, grown with the batch
@@ -555,6 +568,7 @@ void Experts::impl::init(const ExpertShape& s) {
   device = current_device();
   require_runnable();
   check(detail::prepare_kernels(), "cudaFuncSetAttribute (grouped_gemm shared memory)");
+  wide = wide_tiles_run(device);
   g.experts = static_cast<int>(s.experts);
   g.hidden = static_cast<int>(s.hidden);
   g.inter = static_cast<int>(s.intermediate);
@@ -734,12 +748,14 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
     case TileChoice::tiny: t = detail::tiles::tiny; break;
     case TileChoice::small: t = detail::tiles::small; break;
     case TileChoice::large: t = detail::tiles::large; break;
+    case TileChoice::wide: t = m.wide ? detail::tiles::wide : detail::tiles::large; break;
     case TileChoice::automatic: {  // by the mean rows an expert
       const index_t rows = rows_hint > 0 ? rows_hint : tokens * top_k;
       // E4M3 streams half the bytes a row: the small tiles' wider column tiles keep enough in
       // flight at every batch, never the tiny ones (docs/decisions.md#cuda-e4m3-tiles)
       const bool e4m3 = m.wv.format == detail::wfmt::e4m3;
-      t = rows >= 32 * E ? detail::tiles::large
+      const detail::tiles many = m.wide && m.wv.format == detail::wfmt::bf16 ? detail::tiles::wide : detail::tiles::large;
+      t = rows >= 32 * E ? many
           : rows >= 8 * E || e4m3 ? detail::tiles::small
                                   : detail::tiles::tiny;
       break;

@@ -671,8 +671,11 @@ template <wfmt WF>
 struct shape_of<tiles::large, WF> {
   using type = std::conditional_t<WF == wfmt::e4m3, e4m3_large_tiles, large_tiles>;
 };
+// The wide tiles are bf16's (wide_gemm); the other formats take the large ones in their place.
+template <wfmt WF>
+struct shape_of<tiles::wide, WF> : shape_of<tiles::large, WF> {};
 constexpr int bm_of(tiles t) {
-  return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;
+  return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;  // wide: 128 too
 }
 static_assert(e4m3_tiny_tiles::BM == tiny_tiles::BM && e4m3_large_tiles::BM == large_tiles::BM,
               "one row tile height a tile choice, whatever the format: the sort lays out the rows");
@@ -686,6 +689,80 @@ constexpr int min_blocks() {
   if (S::BM < 128) return 0;
   if (WF == wfmt::e4m3 && 2 * S::WTM * S::WTN / 32 > 64) return 1;
   return 512 / S::threads;
+}
+
+// The epilogue of a block's tile, for the warp whose accumulators these are. Accumulator q of
+// block (mi, ni): row r0 + mi·16 + lane/4 (+8 for q >= 2), column c0 + ni·8 + (lane%4)·2 + q%2, the
+// layout of mma.sync's m16n8 tiles and of wgmma's m64nN (per warp of the warpgroup). GEMM 1: the
+// activation (gate and up columns interleaved by 8) into h; GEMM 2: bias and routing weight into
+// y. kBounded: columns at N and beyond (a column tile past the padded width) are skipped.
+template <bool GEMM1, bool Q8, bool kBounded, int MI, int NI>
+__device__ __forceinline__ void store_tile(const gemm_params& p, const float (&acc)[MI][NI][4],
+                                           const float (&wt)[MI][2], bool early_weights, int e, long long base,
+                                           int rows, int r0, int c0, int lane) {
+  const float* bias = p.bias ? p.bias + static_cast<long long>(e) * p.N : nullptr;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = r0 + mi * 16 + (lane >> 2) + half * 8;
+      if (r >= rows) continue;
+      const long long row = base + r;
+      if constexpr (GEMM1) {
+        std::uint16_t* hrow = p.h + row * p.ldh;
+        if (p.gated) {
+#pragma unroll
+          for (int nj = 0; nj < NI / 2; ++nj) {
+            const int n = c0 + nj * 16 + (lane & 3) * 2;  // gate column; up is n + 8
+            if (kBounded && n >= p.N) continue;
+            float v[2];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float g = acc[mi][2 * nj][half * 2 + c], u = acc[mi][2 * nj + 1][half * 2 + c];
+              if (bias) {
+                g += bias[n + c];
+                u += bias[n + 8 + c];
+              }
+              v[c] = gated(p.act, g, u, p.alpha, p.limit);
+            }
+            const int j = (c0 + nj * 16) / 2 + (lane & 3) * 2;
+            if constexpr (Q8) *reinterpret_cast<float2*>(p.hf + row * p.ldh + j) = make_float2(v[0], v[1]);
+            else *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
+          }
+        } else {
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            const int j = c0 + ni * 8 + (lane & 3) * 2;
+            if (kBounded && j >= p.N) continue;
+            float v[2];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float x = acc[mi][ni][half * 2 + c];
+              if (bias) x += bias[j + c];
+              v[c] = plain(p.act, x);
+            }
+            if constexpr (Q8) *reinterpret_cast<float2*>(p.hf + row * p.ldh + j) = make_float2(v[0], v[1]);
+            else *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
+          }
+        }
+      } else {
+        float* yrow = p.y + (p.y_row ? static_cast<long long>(p.y_row[p.sorted_pair[row]]) : row) * p.ldy;
+        const float wrow = early_weights ? wt[mi][half] : p.weights ? p.weights[p.sorted_pair[row]] : 1.0f;
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const int c0n = c0 + ni * 8 + (lane & 3) * 2;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            if (c0n + c >= p.H) continue;  // H <= N
+            float v = acc[mi][ni][half * 2 + c];
+            if (bias) v += bias[c0n + c];
+            if (p.weights) v *= wrow;
+            yrow[c0n + c] = v;
+          }
+        }
+      }
+    }
+  }
 }
 
 template <class S, bool GEMM1, wfmt WF>
@@ -944,69 +1021,225 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
         for (int q = 0; q < 4; ++q) acc[mi][ni][q] *= g;
   }
 
-  // Epilogue. Accumulator q of block (mi, ni): row wm·WTM + mi·16 + lane/4 (+8 for q >= 2),
-  // column wn·WTN + ni·8 + (lane%4)·2 + q%2.
-  const float* bias = p.bias ? p.bias + static_cast<long long>(e) * p.N : nullptr;
+  store_tile<GEMM1, Q8, false>(p, acc, wt, kEarlyWeights, e, base, rows, wm * S::WTM, n0 + wn * S::WTN, lane);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The wide tiles (sm_90a): a block of two warpgroups computes 128 rows x 256 columns with wgmma,
+// both operands read by the tensor cores from shared memory (no ldmatrix, no fragments in
+// registers), the accumulators 128 registers a thread. A stage holds 64 k of A's 128 rows and of
+// W's 256 rows, each row 128 bytes laid in the 128-byte swizzle wgmma reads (16-byte chunk c of
+// row r at chunk c ^ (r % 8)), so that the cp.async stores and the tensor cores' reads both spread
+// over the banks. Per column byte of the tile, a block reads a third less from L2 than the large
+// tiles' 128 x 128, whose loop was bound by L2.
+
+struct wide_tiles {
+  static constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, threads = 256;
+  static constexpr int AHEAD = STAGES - 2;  // stages loaded ahead: one more is read by the wgmma in flight
+  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr size_t smem = static_cast<size_t>(STAGES) * STAGE_BYTES + 1024;  // + alignment to 1024
+};
+static_assert(wide_tiles::BM == large_tiles::BM, "the sort lays out the rows in tiles of 128 for both");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define POLYMOE_WGMMA 1
+#endif
+
+// A shared-memory matrix descriptor for wgmma: K-major rows of 128 bytes in the 128-byte swizzle,
+// 8-row groups 1024 bytes apart.
+__device__ __forceinline__ unsigned long long wgmma_desc(const void* smem) {
+  const unsigned long long a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// D[64 x 256] += A[64 x 16] · B[256 x 16]ᵀ, bf16 in, fp32 accumulators; per warp of the
+// warpgroup the accumulators are the m16n8 layout of 32 column blocks (d[ni][q]).
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[32][4], unsigned long long da, unsigned long long db) {
+#ifdef POLYMOE_WGMMA
+  asm volatile(
+      "{\n.reg .pred d_in;\nsetp.ne.b32 d_in, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, d_in, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]),
+        "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]),
+        "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]),
+        "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]),
+        "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]),
+        "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]),
+        "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]),
+        "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]),
+        "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]),
+        "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]),
+        "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]),
+        "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]),
+        "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]),
+        "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]),
+        "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]),
+        "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]),
+        "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
+      : "l"(da), "l"(db), "r"(1));  // d_in: D += A·B (the accumulators start at zero)
+#endif
+}
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef POLYMOE_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#ifdef POLYMOE_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef POLYMOE_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// The accumulators stay where the wgmma in flight writes them: no access moves across this.
+__device__ __forceinline__ void wgmma_hold(float (&d)[32][4]) {
 #pragma unroll
-  for (int mi = 0; mi < S::MI; ++mi) {
+  for (int i = 0; i < 32; ++i)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = wm * S::WTM + mi * 16 + (lane >> 2) + half * 8;
-      if (r >= rows) continue;
-      const long long row = base + r;
-      if constexpr (GEMM1) {
-        std::uint16_t* hrow = p.h + row * p.ldh;
-        if (p.gated) {
-#pragma unroll
-          for (int nj = 0; nj < S::NI / 2; ++nj) {
-            const int n = n0 + wn * S::WTN + nj * 16 + (lane & 3) * 2;  // gate column; up is n + 8
-            float v[2];
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float g = acc[mi][2 * nj][half * 2 + c], u = acc[mi][2 * nj + 1][half * 2 + c];
-              if (bias) {
-                g += bias[n + c];
-                u += bias[n + 8 + c];
-              }
-              v[c] = gated(p.act, g, u, p.alpha, p.limit);
-            }
-            const int j = (n0 + wn * S::WTN + nj * 16) / 2 + (lane & 3) * 2;
-            if constexpr (Q8) *reinterpret_cast<float2*>(p.hf + row * p.ldh + j) = make_float2(v[0], v[1]);
-            else *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
-          }
-        } else {
-#pragma unroll
-          for (int ni = 0; ni < S::NI; ++ni) {
-            const int j = n0 + wn * S::WTN + ni * 8 + (lane & 3) * 2;
-            float v[2];
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float x = acc[mi][ni][half * 2 + c];
-              if (bias) x += bias[j + c];
-              v[c] = plain(p.act, x);
-            }
-            if constexpr (Q8) *reinterpret_cast<float2*>(p.hf + row * p.ldh + j) = make_float2(v[0], v[1]);
-            else *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(v[0], v[1]);
-          }
-        }
-      } else {
-        float* yrow = p.y + (p.y_row ? static_cast<long long>(p.y_row[p.sorted_pair[row]]) : row) * p.ldy;
-        const float wrow = kEarlyWeights ? wt[mi][half] : p.weights ? p.weights[p.sorted_pair[row]] : 1.0f;
-#pragma unroll
-        for (int ni = 0; ni < S::NI; ++ni) {
-          const int c0 = n0 + wn * S::WTN + ni * 8 + (lane & 3) * 2;
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            if (c0 + c >= p.H) continue;
-            float v = acc[mi][ni][half * 2 + c];
-            if (bias) v += bias[c0 + c];
-            if (p.weights) v *= wrow;
-            yrow[c0 + c] = v;
-          }
-        }
-      }
-    }
+    for (int q = 0; q < 4; ++q) asm volatile("" : "+f"(d[i][q])::"memory");
+}
+// The stage's cp.async stores (generic proxy) made visible to wgmma's reads (async proxy).
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef POLYMOE_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// bf16 only; rows as the large tiles lay them out (tile_info, 128 a tile).
+template <bool GEMM1>
+__global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_params p) {
+#ifdef POLYMOE_WGMMA
+  using S = wide_tiles;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                                         ~std::uintptr_t{1023});
+  if constexpr (GEMM1) {
+    griddep_wait();
+    griddep_launch();
   }
+  const int4 ti = reinterpret_cast<const int4*>(p.tile_info)[p.rows_on_y ? blockIdx.y : blockIdx.x];
+  if (ti.x < 0) {
+    if constexpr (!GEMM1) griddep_wait();
+    return;
+  }
+  const int e = ti.x, rows = ti.z;
+  const long long base = ti.y;
+  const int n0 = (p.rows_on_y ? blockIdx.x : blockIdx.y) * S::BN;
+  const int K = p.K, tid = threadIdx.x;
+  // W's rows: 8 threads a row of 8 chunks, 8 rows a thread (256 rows); past N zero-filled
+  constexpr int B_PER = S::BN * 8 / S::threads, A_PER = S::BM * 8 / S::threads;
+  const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + static_cast<long long>(e) * p.N * K;
+  const int c = tid & 7;
+  const std::uint16_t* b_src[B_PER];
+  int b_dst[B_PER];
+  bool b_ok[B_PER];
+#pragma unroll
+  for (int q = 0; q < B_PER; ++q) {
+    const int r = (tid >> 3) + q * (S::threads / 8);
+    b_ok[q] = n0 + r < p.N;
+    b_src[q] = W + static_cast<long long>(b_ok[q] ? n0 + r : 0) * K + c * 8;
+    b_dst[q] = S::A_BYTES + r * 128 + ((c ^ (r & 7)) << 4);
+  }
+  auto load_b = [&](int stage, int kt) {
+    unsigned char* st = smem + stage * S::STAGE_BYTES;
+#pragma unroll
+    for (int q = 0; q < B_PER; ++q) cp_async16(st + b_dst[q], b_src[q] + kt * S::BK, b_ok[q]);
+  };
+  const int KT = K / S::BK;
+#pragma unroll
+  for (int s = 0; s < S::AHEAD; ++s)
+    if (s < KT) load_b(s, s);
+  if constexpr (!GEMM1) {
+    griddep_wait();  // the rows are GEMM 1's output
+    griddep_launch();
+  }
+  const std::uint16_t* a_src[A_PER];
+  int a_dst[A_PER];
+  bool a_ok[A_PER];
+#pragma unroll
+  for (int q = 0; q < A_PER; ++q) {
+    const int r = (tid >> 3) + q * (S::threads / 8);
+    a_ok[q] = r < rows;
+    long long row = 0;
+    if (a_ok[q]) row = GEMM1 ? p.sorted_pair[base + r] / p.k : base + r;
+    a_src[q] = p.A + row * K + c * 8;
+    a_dst[q] = r * 128 + ((c ^ (r & 7)) << 4);
+  }
+  auto load_a = [&](int stage, int kt) {
+    unsigned char* st = smem + stage * S::STAGE_BYTES;
+#pragma unroll
+    for (int q = 0; q < A_PER; ++q) cp_async16(st + a_dst[q], a_src[q] + kt * S::BK, a_ok[q]);
+  };
+#pragma unroll
+  for (int s = 0; s < S::AHEAD; ++s)
+    if (s < KT) load_a(s, s);
+  cp_async_commit();
+
+  const int warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  float acc[1][32][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[0][i][q] = 0.0f;
+  for (int kt = 0; kt < KT; ++kt) {
+    // stage kt landed (the first iteration: the whole prologue); the wgmma of kt - 2, which read
+    // the stage loaded next, finished on every warp before this barrier
+    if (kt == 0) cp_async_wait<0>();
+    else cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();
+    const int next = kt + S::AHEAD;
+    if (next < KT) {
+      load_a(next % S::STAGES, next);
+      load_b(next % S::STAGES, next);
+    }
+    cp_async_commit();
+    const unsigned char* st = smem + (kt % S::STAGES) * S::STAGE_BYTES;
+    const unsigned long long da = wgmma_desc(st + wg * 64 * 128), db = wgmma_desc(st + S::A_BYTES);
+    wgmma_fence();
+    wgmma_hold(acc[0]);
+#pragma unroll
+    for (int kk = 0; kk < S::BK / 16; ++kk) wgmma_m64n256k16(acc[0], da + 2 * kk, db + 2 * kk);  // +32 bytes of k
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_hold(acc[0]);
+  }
+  wgmma_wait<0>();
+  wgmma_hold(acc[0]);
+  cp_async_wait<0>();
+  const float wt[1][2] = {{1.0f, 1.0f}};
+  store_tile<GEMM1, false, true>(p, acc, wt, false, e, base, rows, warp * 16, n0, lane);
+#else
+  __trap();  // not an sm_90a build: the host never launches it (wide_available)
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1081,6 +1314,12 @@ cudaError_t prepare_gemm() {
   return prepare_gemm_shape<typename shape_of<T, WF>::type, GEMM1, WF>();
 }
 
+template <bool GEMM1>
+cudaError_t prepare_wide() {
+  return cudaFuncSetAttribute(wide_gemm<GEMM1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(wide_tiles::smem));
+}
+
 template <wfmt WF>
 cudaError_t prepare_format() {
   cudaError_t err = prepare_gemm<tiles::tiny, true, WF>();
@@ -1104,6 +1343,17 @@ cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream
   return launch_pdl(grouped_gemm<S, GEMM1, WF>, grid, dim3(S::threads), smem_of<S, WF>(), stream, p);
 }
 
+template <tiles T, bool GEMM1, wfmt WF>
+cudaError_t launch_tiles(const gemm_params& p, int tiles_max, cudaStream_t stream) {
+  if constexpr (T == tiles::wide && WF == wfmt::bf16) {
+    const int cols = (p.N + wide_tiles::BN - 1) / wide_tiles::BN;  // the last may be half past N
+    const dim3 grid = p.rows_on_y ? dim3(cols, tiles_max) : dim3(tiles_max, cols);
+    return launch_pdl(wide_gemm<GEMM1>, grid, dim3(wide_tiles::threads), wide_tiles::smem, stream, p);
+  } else {
+    return launch_gemm<typename shape_of<T, WF>::type, GEMM1, WF>(p, tiles_max, stream);
+  }
+}
+
 int grid_for(long long n, int threads) {
   const long long b = (n + threads - 1) / threads;
   return static_cast<int>(b < 65536 ? (b > 0 ? b : 1) : 65536);
@@ -1118,7 +1368,6 @@ long long pairs_computed(const forward_args& a) {
 template <tiles TILES, wfmt WF>
 cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
                       cudaStream_t stream, const char** step) {
-  using S = typename shape_of<TILES, WF>::type;
   const int tiles_max = max_row_tiles(TILES, pairs_computed(a), g.experts);
   gemm_params p{};
   p.k = a.k;
@@ -1146,7 +1395,7 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
     p1.hf = ws.hf;
   }
   *step = "GEMM 1 (grouped_gemm)";
-  cudaError_t err = launch_gemm<S, true, WF>(p1, tiles_max, stream);
+  cudaError_t err = launch_tiles<TILES, true, WF>(p1, tiles_max, stream);
   if (err != cudaSuccess) return err;
 
   gemm_params p2 = p;
@@ -1172,15 +1421,18 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p2.y_row = a.pair_rows;
   p2.weights = a.weight_on_input ? nullptr : a.weights;
   *step = "GEMM 2 (grouped_gemm)";
-  return launch_gemm<S, false, WF>(p2, tiles_max, stream);
+  return launch_tiles<TILES, false, WF>(p2, tiles_max, stream);
 }
 
 template <wfmt WF>
 cudaError_t run_gemms_in(tiles t, const geometry& g, const weights_view& w, const workspace_view& ws,
                          const forward_args& a, cudaStream_t stream, const char** step) {
-  return t == tiles::tiny    ? run_gemms<tiles::tiny, WF>(g, w, ws, a, stream, step)
-         : t == tiles::small ? run_gemms<tiles::small, WF>(g, w, ws, a, stream, step)
-                             : run_gemms<tiles::large, WF>(g, w, ws, a, stream, step);
+  switch (t) {
+    case tiles::tiny: return run_gemms<tiles::tiny, WF>(g, w, ws, a, stream, step);
+    case tiles::small: return run_gemms<tiles::small, WF>(g, w, ws, a, stream, step);
+    case tiles::wide: return run_gemms<tiles::wide, WF>(g, w, ws, a, stream, step);
+    default: return run_gemms<tiles::large, WF>(g, w, ws, a, stream, step);
+  }
 }
 
 cudaError_t run_gemms_of(tiles t, wfmt f, const geometry& g, const weights_view& w, const workspace_view& ws,
@@ -1205,6 +1457,8 @@ cudaError_t prepare_kernels() {
   if (err == cudaSuccess) err = prepare_format<wfmt::mxfp4>();
   if (err == cudaSuccess) err = prepare_format<wfmt::nvfp4>();
   if (err == cudaSuccess) err = prepare_format<wfmt::e4m3>();
+  if (err == cudaSuccess) err = prepare_wide<true>();
+  if (err == cudaSuccess) err = prepare_wide<false>();
   return err;
 }
 

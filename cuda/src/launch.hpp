@@ -119,8 +119,9 @@ struct forward_args {
   const float* logits = nullptr;
 };
 
-/// The tile shapes the GEMMs are compiled for.
-enum class tiles : int { tiny, small, large };
+/// The tile shapes the GEMMs are compiled for. wide: bf16 on wgmma (a build for sm_90a on a
+/// device of compute capability 9.0 only; the caller checks), the large ones for the other formats.
+enum class tiles : int { tiny, small, large, wide };
 
 /// Sort blocks of the counting sort for `pairs` pairs.
 [[nodiscard]] int sort_blocks(long long pairs);

@@ -318,7 +318,8 @@ void check_against_reference(Case c, std::uint32_t seed) {
   cuda::Experts experts(p.w, p.mlp);
   std::vector<cuda::TileChoice> choices{c.tiles};
   if (c.tiles == cuda::TileChoice::automatic)
-    choices = {cuda::TileChoice::automatic, cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large};
+    choices = {cuda::TileChoice::automatic, cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large,
+               cuda::TileChoice::wide};
   for (cuda::TileChoice t : choices) {
     c.tiles = t;
     SCOPED_TRACE(describe(c));
