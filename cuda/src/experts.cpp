@@ -576,6 +576,7 @@ void Experts::impl::init(const ExpertShape& s) {
   g.ip = static_cast<int>(detail::round_up(s.intermediate, detail::pad));
   g.gated = s.gated;
   g.r13p = s.gated ? 2 * g.ip : g.ip;
+  check(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
 }
 
 Experts::Experts(const quant::bf16::weights& w) : impl_(std::make_unique<impl>()) {

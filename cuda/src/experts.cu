@@ -1133,9 +1133,12 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
-// bf16 only; rows as the large tiles lay them out (tile_info, 128 a tile).
+// bf16 only; rows as the large tiles lay them out (tile_info, 128 a tile). Persistent: a block
+// per multiprocessor walks the tiles (row tile t / cols, column tile t % cols) gridDim.x apart, and
+// its loads run AHEAD k steps ahead across tiles, so that the next tile's first stages stream
+// while this one's epilogue writes (one block a multiprocessor: nothing else would cover it).
 template <bool GEMM1>
-__global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_params p) {
+__global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_params p, int cols, int total) {
 #ifdef POLYMOE_WGMMA
   using S = wide_tiles;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1145,100 +1148,126 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
     griddep_wait();
     griddep_launch();
   }
-  const int4 ti = reinterpret_cast<const int4*>(p.tile_info)[p.rows_on_y ? blockIdx.y : blockIdx.x];
-  if (ti.x < 0) {
+  const int4* tile_info = reinterpret_cast<const int4*>(p.tile_info);
+  const auto live = [&](int t) {  // the first tile from t on (gridDim.x apart) with rows, or total
+    while (t < total && tile_info[t / cols].x < 0) t += gridDim.x;
+    return t < total ? t : total;
+  };
+  int pt = live(blockIdx.x);  // the tile the loads are in, and their next k step
+  if (pt >= total) {
     if constexpr (!GEMM1) griddep_wait();
     return;
   }
-  const int e = ti.x, rows = ti.z;
-  const long long base = ti.y;
-  const int n0 = (p.rows_on_y ? blockIdx.x : blockIdx.y) * S::BN;
-  const int K = p.K, tid = threadIdx.x;
-  // W's rows: 8 threads a row of 8 chunks, 8 rows a thread (256 rows); past N zero-filled
+  const int K = p.K, KT = K / S::BK, tid = threadIdx.x, c = tid & 7;
+  // 8 threads a row of 8 chunks: A's 128 rows 4 a thread, W's 256 rows 8 a thread (past N zero-filled)
   constexpr int B_PER = S::BN * 8 / S::threads, A_PER = S::BM * 8 / S::threads;
-  const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + static_cast<long long>(e) * p.N * K;
-  const int c = tid & 7;
   const std::uint16_t* b_src[B_PER];
-  int b_dst[B_PER];
   bool b_ok[B_PER];
+  const std::uint16_t* a_src[A_PER];
+  bool a_ok[A_PER];
+  const auto aim_b = [&](int t) {
+    const int e = tile_info[t / cols].x, n0 = (t % cols) * S::BN;
+    const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + static_cast<long long>(e) * p.N * K;
 #pragma unroll
-  for (int q = 0; q < B_PER; ++q) {
-    const int r = (tid >> 3) + q * (S::threads / 8);
-    b_ok[q] = n0 + r < p.N;
-    b_src[q] = W + static_cast<long long>(b_ok[q] ? n0 + r : 0) * K + c * 8;
-    b_dst[q] = S::A_BYTES + r * 128 + ((c ^ (r & 7)) << 4);
-  }
-  auto load_b = [&](int stage, int kt) {
+    for (int q = 0; q < B_PER; ++q) {
+      const int r = (tid >> 3) + q * (S::threads / 8);
+      b_ok[q] = n0 + r < p.N;
+      b_src[q] = W + static_cast<long long>(b_ok[q] ? n0 + r : 0) * K + c * 8;
+    }
+  };
+  const auto aim_a = [&](int t) {  // GEMM 1 reads the sort's pair order: after griddep_wait
+    const int4 ti = tile_info[t / cols];
+#pragma unroll
+    for (int q = 0; q < A_PER; ++q) {
+      const int r = (tid >> 3) + q * (S::threads / 8);
+      a_ok[q] = r < ti.z;
+      long long row = 0;
+      if (a_ok[q]) row = GEMM1 ? p.sorted_pair[ti.y + r] / p.k : ti.y + r;
+      a_src[q] = p.A + row * K + c * 8;
+    }
+  };
+  // the 16-byte chunk c of row r in the 128-byte swizzle
+  const auto at = [&](int r) { return r * 128 + ((c ^ (r & 7)) << 4); };
+  const auto load_b = [&](int stage, int kt) {
+    unsigned char* st = smem + stage * S::STAGE_BYTES + S::A_BYTES;
+#pragma unroll
+    for (int q = 0; q < B_PER; ++q)
+      cp_async16(st + at((tid >> 3) + q * (S::threads / 8)), b_src[q] + kt * S::BK, b_ok[q]);
+  };
+  const auto load_a = [&](int stage, int kt) {
     unsigned char* st = smem + stage * S::STAGE_BYTES;
 #pragma unroll
-    for (int q = 0; q < B_PER; ++q) cp_async16(st + b_dst[q], b_src[q] + kt * S::BK, b_ok[q]);
+    for (int q = 0; q < A_PER; ++q)
+      cp_async16(st + at((tid >> 3) + q * (S::threads / 8)), a_src[q] + kt * S::BK, a_ok[q]);
   };
-  const int KT = K / S::BK;
+  // The first tile's first AHEAD steps (K >= 128: KT >= AHEAD), a group each; GEMM 2's weights
+  // before its wait, so that they stream while GEMM 1 finishes.
+  static_assert(S::AHEAD * S::BK <= pad, "the first steps lie in the first tile");
+  aim_b(pt);
 #pragma unroll
-  for (int s = 0; s < S::AHEAD; ++s)
-    if (s < KT) load_b(s, s);
+  for (int s = 0; s < S::AHEAD; ++s) load_b(s, s);
   if constexpr (!GEMM1) {
     griddep_wait();  // the rows are GEMM 1's output
     griddep_launch();
   }
-  const std::uint16_t* a_src[A_PER];
-  int a_dst[A_PER];
-  bool a_ok[A_PER];
+  aim_a(pt);
 #pragma unroll
-  for (int q = 0; q < A_PER; ++q) {
-    const int r = (tid >> 3) + q * (S::threads / 8);
-    a_ok[q] = r < rows;
-    long long row = 0;
-    if (a_ok[q]) row = GEMM1 ? p.sorted_pair[base + r] / p.k : base + r;
-    a_src[q] = p.A + row * K + c * 8;
-    a_dst[q] = r * 128 + ((c ^ (r & 7)) << 4);
+  for (int s = 0; s < S::AHEAD; ++s) {
+    load_a(s, s);
+    cp_async_commit();
   }
-  auto load_a = [&](int stage, int kt) {
-    unsigned char* st = smem + stage * S::STAGE_BYTES;
-#pragma unroll
-    for (int q = 0; q < A_PER; ++q) cp_async16(st + a_dst[q], a_src[q] + kt * S::BK, a_ok[q]);
-  };
-#pragma unroll
-  for (int s = 0; s < S::AHEAD; ++s)
-    if (s < KT) load_a(s, s);
-  cp_async_commit();
-
-  const int warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  float acc[1][32][4];
-#pragma unroll
-  for (int i = 0; i < 32; ++i)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) acc[0][i][q] = 0.0f;
-  for (int kt = 0; kt < KT; ++kt) {
-    // stage kt landed (the first iteration: the whole prologue); the wgmma of kt - 2, which read
-    // the stage loaded next, finished on every warp before this barrier
-    if (kt == 0) cp_async_wait<0>();
-    else cp_async_wait<1>();
-    fence_proxy_async();
-    __syncthreads();
-    const int next = kt + S::AHEAD;
-    if (next < KT) {
-      load_a(next % S::STAGES, next);
-      load_b(next % S::STAGES, next);
+  int pk = S::AHEAD, made = S::AHEAD;  // steps loaded
+  const auto load_next = [&] {         // the next step, wherever it lies; a group (maybe empty)
+    if (pk == KT) {
+      pk = 0;
+      pt = live(pt + gridDim.x);
+      if (pt < total) {
+        aim_b(pt);
+        aim_a(pt);
+      }
+    }
+    if (pt < total) {
+      load_a(made % S::STAGES, pk);
+      load_b(made % S::STAGES, pk);
+      ++pk, ++made;
     }
     cp_async_commit();
-    const unsigned char* st = smem + (kt % S::STAGES) * S::STAGE_BYTES;
-    const unsigned long long da = wgmma_desc(st + wg * 64 * 128), db = wgmma_desc(st + S::A_BYTES);
-    wgmma_fence();
-    wgmma_hold(acc[0]);
-#pragma unroll
-    for (int kk = 0; kk < S::BK / 16; ++kk) wgmma_m64n256k16(acc[0], da + 2 * kk, db + 2 * kk);  // +32 bytes of k
-    wgmma_commit();
-    wgmma_wait<1>();
-    wgmma_hold(acc[0]);
-  }
-  wgmma_wait<0>();
-  wgmma_hold(acc[0]);
-  cp_async_wait<0>();
+  };
+
+  const int warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const float wt[1][2] = {{1.0f, 1.0f}};
-  store_tile<GEMM1, false, true>(p, acc, wt, false, e, base, rows, warp * 16, n0, lane);
+  float acc[1][32][4];
+  int used = 0;  // steps computed
+  for (int t = live(blockIdx.x); t < total; t = live(t + gridDim.x)) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[0][i][q] = 0.0f;
+    for (int kt = 0; kt < KT; ++kt, ++used) {
+      // this step's stage landed; the wgmma two steps back, which read the stage loaded next,
+      // finished on every warp before this barrier
+      cp_async_wait<S::AHEAD - 1>();
+      fence_proxy_async();
+      __syncthreads();
+      load_next();
+      const unsigned char* st = smem + (used % S::STAGES) * S::STAGE_BYTES;
+      const unsigned long long da = wgmma_desc(st + wg * 64 * 128), db = wgmma_desc(st + S::A_BYTES);
+      wgmma_fence();
+      wgmma_hold(acc[0]);
+#pragma unroll
+      for (int kk = 0; kk < S::BK / 16; ++kk) wgmma_m64n256k16(acc[0], da + 2 * kk, db + 2 * kk);  // +32 bytes of k
+      wgmma_commit();
+      wgmma_wait<1>();
+      wgmma_hold(acc[0]);
+    }
+    wgmma_wait<0>();
+    wgmma_hold(acc[0]);
+    const int4 ti = tile_info[t / cols];
+    store_tile<GEMM1, false, true>(p, acc, wt, false, ti.x, ti.y, ti.z, warp * 16, (t % cols) * S::BN, lane);
+  }
+  cp_async_wait<0>();
 #else
-  __trap();  // not an sm_90a build: the host never launches it (wide_available)
+  __trap();  // not an sm_90a build: the host never launches it (wide_tiles_run)
 #endif
 }
 
@@ -1344,11 +1373,14 @@ cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream
 }
 
 template <tiles T, bool GEMM1, wfmt WF>
-cudaError_t launch_tiles(const gemm_params& p, int tiles_max, cudaStream_t stream) {
+cudaError_t launch_tiles(const gemm_params& p, int tiles_max, int sms, cudaStream_t stream) {
   if constexpr (T == tiles::wide && WF == wfmt::bf16) {
     const int cols = (p.N + wide_tiles::BN - 1) / wide_tiles::BN;  // the last may be half past N
-    const dim3 grid = p.rows_on_y ? dim3(cols, tiles_max) : dim3(tiles_max, cols);
-    return launch_pdl(wide_gemm<GEMM1>, grid, dim3(wide_tiles::threads), wide_tiles::smem, stream, p);
+    const long long total = static_cast<long long>(cols) * tiles_max;
+    if (total >= (1LL << 31)) return cudaErrorInvalidValue;
+    const int grid = static_cast<int>(total < sms ? total : sms);
+    return launch_pdl(wide_gemm<GEMM1>, dim3(grid), dim3(wide_tiles::threads), wide_tiles::smem, stream, p, cols,
+                      static_cast<int>(total));
   } else {
     return launch_gemm<typename shape_of<T, WF>::type, GEMM1, WF>(p, tiles_max, stream);
   }
@@ -1395,7 +1427,7 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
     p1.hf = ws.hf;
   }
   *step = "GEMM 1 (grouped_gemm)";
-  cudaError_t err = launch_tiles<TILES, true, WF>(p1, tiles_max, stream);
+  cudaError_t err = launch_tiles<TILES, true, WF>(p1, tiles_max, g.sms, stream);
   if (err != cudaSuccess) return err;
 
   gemm_params p2 = p;
@@ -1421,7 +1453,7 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p2.y_row = a.pair_rows;
   p2.weights = a.weight_on_input ? nullptr : a.weights;
   *step = "GEMM 2 (grouped_gemm)";
-  return launch_tiles<TILES, false, WF>(p2, tiles_max, stream);
+  return launch_tiles<TILES, false, WF>(p2, tiles_max, g.sms, stream);
 }
 
 template <wfmt WF>

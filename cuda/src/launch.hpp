@@ -26,6 +26,7 @@ struct geometry {
   int experts = 0, hidden = 0, inter = 0;
   int hp = 0, ip = 0, r13p = 0;
   bool gated = true;
+  int sms = 1;  ///< the device's multiprocessors (the persistent grids)
 };
 
 /// How the uploaded weights are stored.
