@@ -1033,23 +1033,36 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
 // over the banks. Per column byte of the tile, a block reads a third less from L2 than the large
 // tiles' 128 x 128, whose loop was bound by L2.
 
-struct wide_tiles {
-  static constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, threads = 256;
-  static constexpr int AHEAD = STAGES - 2;  // stages loaded ahead: one more is read by the wgmma in flight
-  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE_BYTES = A_BYTES + B_BYTES;
+template <int BK_, int STAGES_, int INFLIGHT_>
+struct wide_shape {
+  static constexpr int BM = 128, BN = 256, BK = BK_, STAGES = STAGES_, threads = 256;
+  static constexpr int INFLIGHT = INFLIGHT_;           // wgmma groups left running past a step
+  static constexpr int AHEAD = STAGES - 1 - INFLIGHT;  // steps loaded ahead
+  static constexpr int ROW = BK * 2, CPR = ROW / 16;   // a row's bytes and 16-byte chunks
+  // 128-byte swizzle for rows of 128 bytes (atoms of 8 rows, 1024 bytes), 64-byte for 64
+  static constexpr int SWIZZLE = ROW == 128 ? 1 : 2, ATOM = 8 * ROW;
+  static constexpr int A_BYTES = BM * ROW, B_BYTES = BN * ROW, STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr size_t smem = static_cast<size_t>(STAGES) * STAGE_BYTES + 1024;  // + alignment to 1024
+  // the 16-byte chunk c of row r
+  __device__ static int at(int r, int c) { return r * ROW + ((c ^ (ROW == 128 ? r & 7 : (r >> 1) & 3)) << 4); }
 };
+// 64 k a stage, one wgmma group left running past each step, two steps loaded ahead: faster than
+// 32 k in 8 stages (more barriers) and than no wgmma overlap with three ahead
+// (decisions.md#cuda-wide-tiles).
+using wide_tiles = wide_shape<64, 4, 1>;
 static_assert(wide_tiles::BM == large_tiles::BM, "the sort lays out the rows in tiles of 128 for both");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define POLYMOE_WGMMA 1
 #endif
 
-// A shared-memory matrix descriptor for wgmma: K-major rows of 128 bytes in the 128-byte swizzle,
-// 8-row groups 1024 bytes apart.
+// A shared-memory matrix descriptor for wgmma: K-major rows of S::ROW bytes in the swizzle of that
+// width, 8-row groups S::ATOM bytes apart.
+template <class S>
 __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem) {
   const unsigned long long a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+  return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(S::ATOM >> 4) << 32) |
+         (static_cast<unsigned long long>(S::SWIZZLE) << 62);
 }
 
 // D[64 x 256] += A[64 x 16] · B[256 x 16]ᵀ, bf16 in, fp32 accumulators; per warp of the
@@ -1158,9 +1171,11 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
     if constexpr (!GEMM1) griddep_wait();
     return;
   }
-  const int K = p.K, KT = K / S::BK, tid = threadIdx.x, c = tid & 7;
-  // 8 threads a row of 8 chunks: A's 128 rows 4 a thread, W's 256 rows 8 a thread (past N zero-filled)
-  constexpr int B_PER = S::BN * 8 / S::threads, A_PER = S::BM * 8 / S::threads;
+  const int K = p.K, KT = K / S::BK, tid = threadIdx.x;
+  // CPR threads a row of CPR chunks (W's rows past N zero-filled)
+  constexpr int B_PER = S::BN * S::CPR / S::threads, A_PER = S::BM * S::CPR / S::threads;
+  constexpr int RPQ = S::threads / S::CPR;  // rows a q apart
+  const int c = tid % S::CPR;
   const std::uint16_t* b_src[B_PER];
   bool b_ok[B_PER];
   const std::uint16_t* a_src[A_PER];
@@ -1170,7 +1185,7 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
     const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + static_cast<long long>(e) * p.N * K;
 #pragma unroll
     for (int q = 0; q < B_PER; ++q) {
-      const int r = (tid >> 3) + q * (S::threads / 8);
+      const int r = tid / S::CPR + q * RPQ;
       b_ok[q] = n0 + r < p.N;
       b_src[q] = W + static_cast<long long>(b_ok[q] ? n0 + r : 0) * K + c * 8;
     }
@@ -1179,45 +1194,41 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
     const int4 ti = tile_info[t / cols];
 #pragma unroll
     for (int q = 0; q < A_PER; ++q) {
-      const int r = (tid >> 3) + q * (S::threads / 8);
+      const int r = tid / S::CPR + q * RPQ;
       a_ok[q] = r < ti.z;
       long long row = 0;
       if (a_ok[q]) row = GEMM1 ? p.sorted_pair[ti.y + r] / p.k : ti.y + r;
       a_src[q] = p.A + row * K + c * 8;
     }
   };
-  // the 16-byte chunk c of row r in the 128-byte swizzle
-  const auto at = [&](int r) { return r * 128 + ((c ^ (r & 7)) << 4); };
   const auto load_b = [&](int stage, int kt) {
     unsigned char* st = smem + stage * S::STAGE_BYTES + S::A_BYTES;
 #pragma unroll
     for (int q = 0; q < B_PER; ++q)
-      cp_async16(st + at((tid >> 3) + q * (S::threads / 8)), b_src[q] + kt * S::BK, b_ok[q]);
+      cp_async16(st + S::at(tid / S::CPR + q * RPQ, c), b_src[q] + kt * S::BK, b_ok[q]);
   };
   const auto load_a = [&](int stage, int kt) {
     unsigned char* st = smem + stage * S::STAGE_BYTES;
 #pragma unroll
     for (int q = 0; q < A_PER; ++q)
-      cp_async16(st + at((tid >> 3) + q * (S::threads / 8)), a_src[q] + kt * S::BK, a_ok[q]);
+      cp_async16(st + S::at(tid / S::CPR + q * RPQ, c), a_src[q] + kt * S::BK, a_ok[q]);
   };
-  // The first tile's first AHEAD steps (K >= 128: KT >= AHEAD), a group each; GEMM 2's weights
-  // before its wait, so that they stream while GEMM 1 finishes.
-  static_assert(S::AHEAD * S::BK <= pad, "the first steps lie in the first tile");
+  // The first AHEAD steps, a group each: the first tile's (GEMM 2's weights before its wait, so
+  // that they stream while GEMM 1 finishes), then the next tiles'.
+  const int first = S::AHEAD < KT ? S::AHEAD : KT;
   aim_b(pt);
-#pragma unroll
-  for (int s = 0; s < S::AHEAD; ++s) load_b(s, s);
+  for (int s = 0; s < first; ++s) load_b(s, s);
   if constexpr (!GEMM1) {
     griddep_wait();  // the rows are GEMM 1's output
     griddep_launch();
   }
   aim_a(pt);
-#pragma unroll
-  for (int s = 0; s < S::AHEAD; ++s) {
+  for (int s = 0; s < first; ++s) {
     load_a(s, s);
     cp_async_commit();
   }
-  int pk = S::AHEAD, made = S::AHEAD;  // steps loaded
-  const auto load_next = [&] {         // the next step, wherever it lies; a group (maybe empty)
+  int pk = first, made = first;  // steps loaded
+  const auto load_next = [&] {   // the next step, wherever it lies; a group (maybe empty)
     if (pk == KT) {
       pk = 0;
       pt = live(pt + gridDim.x);
@@ -1233,6 +1244,7 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
     }
     cp_async_commit();
   };
+  for (int s = first; s < S::AHEAD; ++s) load_next();
 
   const int warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const float wt[1][2] = {{1.0f, 1.0f}};
@@ -1244,20 +1256,20 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[0][i][q] = 0.0f;
     for (int kt = 0; kt < KT; ++kt, ++used) {
-      // this step's stage landed; the wgmma two steps back, which read the stage loaded next,
-      // finished on every warp before this barrier
+      // this step's stage landed; the wgmma INFLIGHT + 1 steps back, which read the stage loaded
+      // next, finished on every warp before this barrier
       cp_async_wait<S::AHEAD - 1>();
       fence_proxy_async();
       __syncthreads();
       load_next();
       const unsigned char* st = smem + (used % S::STAGES) * S::STAGE_BYTES;
-      const unsigned long long da = wgmma_desc(st + wg * 64 * 128), db = wgmma_desc(st + S::A_BYTES);
+      const unsigned long long da = wgmma_desc<S>(st + wg * 64 * S::ROW), db = wgmma_desc<S>(st + S::A_BYTES);
       wgmma_fence();
       wgmma_hold(acc[0]);
 #pragma unroll
       for (int kk = 0; kk < S::BK / 16; ++kk) wgmma_m64n256k16(acc[0], da + 2 * kk, db + 2 * kk);  // +32 bytes of k
       wgmma_commit();
-      wgmma_wait<1>();
+      wgmma_wait<S::INFLIGHT>();
       wgmma_hold(acc[0]);
     }
     wgmma_wait<0>();
