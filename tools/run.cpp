@@ -64,12 +64,9 @@ struct mpi_session {
       MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Comm_size(MPI_COMM_WORLD, &size);
-      MPI_Comm host = MPI_COMM_NULL;
-      if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
-        MPI_Comm_rank(host, &host_rank);
-        MPI_Comm_size(host, &host_size);
-        MPI_Comm_free(&host);
-      }
+      const polymoe::a2a::detail::host_place here = polymoe::a2a::detail::place_on_host(MPI_COMM_WORLD, rank);
+      host_rank = here.rank;
+      host_size = here.size;
       active = true;
     }
 #else

@@ -30,6 +30,22 @@ inline void mpi_check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw error(std::string("MPI call ") + what + " failed");
 }
 
+/// A rank's place among the ranks of its host (MPI's shared-memory split of a communicator).
+struct host_place {
+  int rank = 0, size = 1;
+};
+/// Collective over `comm`.
+inline host_place place_on_host(MPI_Comm comm, int rank) {
+  MPI_Comm host = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+  host_place p;
+  const int got_rank = MPI_Comm_rank(host, &p.rank), got_size = MPI_Comm_size(host, &p.size);
+  MPI_Comm_free(&host);
+  mpi_check(got_rank, "MPI_Comm_rank");
+  mpi_check(got_size, "MPI_Comm_size");
+  return p;
+}
+
 /// What the ranks of one expert-parallel layer must share, in the order it is compared: the
 /// policies, the MoeConfig fields every rank's result depends on (not ep_rank, nor the tokens and
 /// their count: each rank has its own), and checksums of the weights every rank holds whole (the

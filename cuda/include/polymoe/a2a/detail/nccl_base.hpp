@@ -57,13 +57,7 @@ class nccl_base : public mpi_base {
 
   /// Collective: whether every rank runs on one host (MPI's shared-memory split holds them all).
   [[nodiscard]] bool on_one_host() const {
-    MPI_Comm host = MPI_COMM_NULL;
-    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
-    int n = 0;
-    const int r = MPI_Comm_size(host, &n);
-    MPI_Comm_free(&host);
-    mpi_check(r, "MPI_Comm_size");
-    int all = n == size_ ? 1 : 0;
+    int all = place_on_host(comm_, rank_).size == size_ ? 1 : 0;
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
     return all == 1;
   }
