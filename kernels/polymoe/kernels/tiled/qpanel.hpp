@@ -210,16 +210,19 @@ inline void load_e2m1_row(const QPanel<F>& p, index_t k, __m512 (&w)[4]) noexcep
   }
 }
 
+/// The E4M3 values of k-row k, unscaled (the group scale is applied to the group's sum).
+template <class F>
+inline void load_e4m3_row(const QPanel<F>& p, index_t k, __m512 (&w)[4]) noexcept {
+  const std::uint8_t* row = p.codes + k * F::row_bytes;
+  for (int v = 0; v < 4; ++v) w[v] = simd::e4m3_to_ps(simd::widen16(row + 16 * v));
+}
+
 /// k-row k of a panel as four fp32 vectors (the dequantized weights), given its group's scales.
 template <class F>
 inline void load_qrow(const QPanel<F>& p, index_t k, const __m512 (&s)[4], __m512 (&w)[4]) noexcept {
-  const std::uint8_t* row = p.codes + k * F::row_bytes;
-  if constexpr (F::code == qcode::e4m3) {
-    for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(simd::e4m3_to_ps(simd::widen16(row + 16 * v)), s[v]);
-  } else {
-    load_e2m1_row(p, k, w);
-    for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(w[v], s[v]);
-  }
+  if constexpr (F::code == qcode::e4m3) load_e4m3_row(p, k, w);
+  else load_e2m1_row(p, k, w);
+  for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(w[v], s[v]);
   if constexpr (F::scale == qscale::e4m3) {
     const __m512 g = _mm512_set1_ps(p.global);
     for (int v = 0; v < 4; ++v) w[v] = _mm512_mul_ps(w[v], g);
@@ -239,10 +242,12 @@ inline void expand(const QPanel<F>& p, index_t k0, index_t k1, float* slab) noex
 }
 
 /// C[M][64] = sum over k in [0, K) of a[r][k] · W[k][:] for M = 1 or 2, widening in registers (the
-/// decode path). E4M3 panels: each weight scaled, two accumulator sets (even and odd k) as in
-/// decode.hpp. E2M1 panels: the unscaled E2M1 values are summed over a scale group and the sum is
-/// scaled once per group (for MXFP4 the scale is a power of two, so this changes no bit of a
-/// group's sum; NVFP4's (e4m3 · scale_2) is rounded once per group instead of once per weight).
+/// decode path). The products with the unscaled values are summed over a scale group and the sum
+/// is scaled once per group: E4M3 panels in two accumulator sets (even and odd k) as in
+/// decode.hpp, each weight's rounding of e4m3 · s replaced by one rounding of the group's scaled
+/// sum (a multiply a weight less); E2M1 panels in one (for MXFP4 the scale is a power of two, so
+/// this changes no bit of a group's sum; NVFP4's (e4m3 · scale_2) is rounded once per group
+/// instead of once per weight).
 template <int M, class F>
 inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, float* c) noexcept {
   constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads
@@ -273,17 +278,18 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
     for (int r = 0; r < M; ++r)
       for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
   } else {
-    __m512 even[M][4], odd[M][4], u[4];
+    __m512 acc[M][4], even[M][4], odd[M][4], u[4];
     for (int r = 0; r < M; ++r)
-      for (int v = 0; v < 4; ++v) even[r][v] = odd[r][v] = _mm512_setzero_ps();
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
     for (index_t g0 = 0; g0 < K; g0 += F::group) {
-      load_group_scales(p, g0 / F::group, s);
+      for (int r = 0; r < M; ++r)
+        for (int v = 0; v < 4; ++v) even[r][v] = odd[r][v] = _mm512_setzero_ps();
       const index_t g1 = std::min(K, g0 + F::group);
       index_t k = g0;
       for (; k + 1 < g1; k += 2) {
         prefetch_lines(p.codes + k * F::row_bytes, ahead, ahead + 2 * F::row_bytes);
-        load_qrow(p, k, s, w);
-        load_qrow(p, k + 1, s, u);
+        load_e4m3_row(p, k, w);
+        load_e4m3_row(p, k + 1, u);
         for (int r = 0; r < M; ++r) {
           const __m512 x = _mm512_set1_ps(a[r][k]), y = _mm512_set1_ps(a[r][k + 1]);
           for (int v = 0; v < 4; ++v) {
@@ -293,16 +299,18 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
         }
       }
       if (k < g1) {
-        load_qrow(p, k, s, w);
+        load_e4m3_row(p, k, w);
         for (int r = 0; r < M; ++r) {
           const __m512 x = _mm512_set1_ps(a[r][k]);
           for (int v = 0; v < 4; ++v) even[r][v] = _mm512_fmadd_ps(x, w[v], even[r][v]);
         }
       }
+      load_group_scales(p, g0 / F::group, s);
+      for (int r = 0; r < M; ++r)
+        for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(_mm512_add_ps(even[r][v], odd[r][v]), s[v], acc[r][v]);
     }
     for (int r = 0; r < M; ++r)
-      for (int v = 0; v < 4; ++v)
-        _mm512_store_ps(c + r * panel_cols + 16 * v, _mm512_add_ps(even[r][v], odd[r][v]));
+      for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
   }
 }
 
