@@ -9,15 +9,17 @@
 //
 //   decode (one or two rows per expert): each k-row is widened to four fp32 vectors in registers
 //     (E2M1: a 16-entry lookup with vpermps on the nibble; E4M3: shifts into the fp32 bit
-//     pattern and one exact multiply by 2^120) and multiplied by its group's scales;
+//     pattern and one exact multiply by 2^120), the products summed over the scale group and
+//     the group's sum multiplied by its scales;
 //   three or four rows (qtile): the same widening, scaled per weight, in registers, each k-row
 //     against every row of the block;
 //   prefill: the same widening writes a 32 KiB slab of the panel into an L1 buffer once per row
 //     block, and the fp32 micro-kernel runs all the block's tiles over it.
 //
-// The widened weight is exactly the scheme's dequantized value, computed in the same order as the
-// quant policies' dequantize (e4m3 · s; e2m1 · 2^e; (e2m1 · e4m3) · scale_2), so the tiled kernel
-// differs from the reference only in the order of the sums.
+// Outside decode, the widened weight is exactly the scheme's dequantized value, computed in the
+// same order as the quant policies' dequantize (e4m3 · s; e2m1 · 2^e; (e2m1 · e4m3) · scale_2), so
+// the tiled kernel differs from the reference only in the order of the sums; decode rounds each
+// group's scaled sum once instead of each weight (decode_qtile).
 //
 // E2M1 k-row layout: byte j of half h (j < 16, h < 2) holds column 32h + j in its low nibble and
 // column 32h + 16 + j in its high nibble, so one byte-to-dword widening of 16 bytes serves two
