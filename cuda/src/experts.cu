@@ -671,7 +671,7 @@ template <wfmt WF>
 struct shape_of<tiles::large, WF> {
   using type = std::conditional_t<WF == wfmt::e4m3, e4m3_large_tiles, large_tiles>;
 };
-// The wide tiles are bf16's (wide_gemm); the other formats take the large ones in their place.
+// The wide tiles are bf16's and E4M3's (wide_gemm); the 4-bit formats take the large ones in their place.
 template <wfmt WF>
 struct shape_of<tiles::wide, WF> : shape_of<tiles::large, WF> {};
 constexpr int bm_of(tiles t) {
@@ -1033,9 +1033,10 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
 // over the banks. Per column byte of the tile, a block reads a third less from L2 than the large
 // tiles' 128 x 128, whose loop was bound by L2.
 
-template <int BK_, int STAGES_, int INFLIGHT_>
+template <int BK_, int STAGES_, int INFLIGHT_, int BN_ = 256>
 struct wide_shape {
-  static constexpr int BM = 128, BN = 256, BK = BK_, STAGES = STAGES_, threads = 256;
+  static constexpr int BM = 128, BN = BN_, BK = BK_, STAGES = STAGES_, threads = 256;
+  static constexpr int NI = BN / 8;  // m16n8 column blocks of a warp's accumulators
   static constexpr int INFLIGHT = INFLIGHT_;           // wgmma groups left running past a step
   static constexpr int AHEAD = STAGES - 1 - INFLIGHT;  // steps loaded ahead
   static constexpr int ROW = BK * 2, CPR = ROW / 16;   // a row's bytes and 16-byte chunks
@@ -1050,7 +1051,14 @@ struct wide_shape {
 // 32 k in 8 stages (more barriers) and than no wgmma overlap with three ahead
 // (decisions.md#cuda-wide-tiles).
 using wide_tiles = wide_shape<64, 4, 1>;
-static_assert(wide_tiles::BM == large_tiles::BM, "the sort lays out the rows in tiles of 128 for both");
+// E4M3: a stage's 64 units are one 128-k scale block; the block's sums (wgmma into `part`, 64
+// registers at 128 columns) are folded into the accumulators with their scales once the stage's
+// wgmma group is done, so none is left in flight, and the loads run further ahead instead.
+using wide_e4m3_tiles = wide_shape<64, 6, 0, 128>;
+template <wfmt WF>
+using wide_shape_of = std::conditional_t<WF == wfmt::e4m3, wide_e4m3_tiles, wide_tiles>;
+static_assert(wide_tiles::BM == large_tiles::BM && wide_e4m3_tiles::BM == large_tiles::BM,
+              "the sort lays out the rows in tiles of 128 for all");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define POLYMOE_WGMMA 1
@@ -1116,6 +1124,38 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[32][4], unsigned lon
       : "l"(da), "l"(db), "r"(1));  // d_in: D += A·B (the accumulators start at zero)
 #endif
 }
+// D[64 x 128] (+)= A[64 x 32] · B[128 x 32]ᵀ on E4M3 codes, fp32 accumulators (the layout of
+// wgmma_m64n256k16's, 16 column blocks); accumulate false: D = A·B.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[16][4], unsigned long long da, unsigned long long db,
+                                                      bool accumulate) {
+#ifdef POLYMOE_WGMMA
+  asm volatile(
+      "{\n.reg .pred d_in;\nsetp.ne.b32 d_in, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, d_in, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(da), "l"(db), "r"(accumulate ? 1 : 0));
+#endif
+}
 __device__ __forceinline__ void wgmma_fence() {
 #ifdef POLYMOE_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -1133,9 +1173,10 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 // The accumulators stay where the wgmma in flight writes them: no access moves across this.
-__device__ __forceinline__ void wgmma_hold(float (&d)[32][4]) {
+template <int NI>
+__device__ __forceinline__ void wgmma_hold(float (&d)[NI][4]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i)
+  for (int i = 0; i < NI; ++i)
 #pragma unroll
     for (int q = 0; q < 4; ++q) asm volatile("" : "+f"(d[i][q])::"memory");
 }
@@ -1146,14 +1187,16 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
-// bf16 only; rows as the large tiles lay them out (tile_info, 128 a tile). Persistent: a block
+// bf16 and E4M3; rows as the large tiles lay them out (tile_info, 128 a tile). Persistent: a block
 // per multiprocessor walks the tiles (row tile t / cols, column tile t % cols) gridDim.x apart, and
 // its loads run AHEAD k steps ahead across tiles, so that the next tile's first stages stream
 // while this one's epilogue writes (one block a multiprocessor: nothing else would cover it).
-template <bool GEMM1>
+template <bool GEMM1, wfmt WF>
 __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_params p, int cols, int total) {
 #ifdef POLYMOE_WGMMA
-  using S = wide_tiles;
+  constexpr bool Q8 = WF == wfmt::e4m3;
+  using S = wide_shape_of<WF>;
+  static_assert(WF == wfmt::bf16 || Q8, "wide tiles: bf16 or E4M3");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
                                                          ~std::uintptr_t{1023});
@@ -1171,7 +1214,14 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
     if constexpr (!GEMM1) griddep_wait();
     return;
   }
-  const int K = p.K, KT = K / S::BK, tid = threadIdx.x;
+  const int K = Q8 ? p.K / 2 : p.K;  // a row in 2-byte units (E4M3: two codes a unit)
+  const int KT = K / S::BK, tid = threadIdx.x;
+  // E4M3: each stage's scales, [STAGES, BM] of A's rows then [STAGES, BN/8] of W's 8-row groups
+  float* sSA = reinterpret_cast<float*>(smem + S::STAGES * S::STAGE_BYTES);
+  float* sSW = sSA + S::STAGES * S::BM;
+  const float* sa_src = nullptr;  // row tid's scales (a row of the tile), null past its rows
+  const float* sw_src = nullptr;  // W's scales of this column tile, if tid < BN/32 holds a piece
+  bool sw_ok = false;
   // CPR threads a row of CPR chunks (W's rows past N zero-filled)
   constexpr int B_PER = S::BN * S::CPR / S::threads, A_PER = S::BM * S::CPR / S::threads;
   constexpr int RPQ = S::threads / S::CPR;  // rows a q apart
@@ -1183,6 +1233,10 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
   const auto aim_b = [&](int t) {
     const int e = tile_info[t / cols].x, n0 = (t % cols) * S::BN;
     const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + static_cast<long long>(e) * p.N * K;
+    if constexpr (Q8) {  // 16 bytes a thread: the scales of 32 columns, none past N
+      sw_ok = tid < S::BN / 32 && n0 + tid * 32 < p.N;
+      sw_src = p.SW + (static_cast<long long>(e) * KT * p.N + n0) / 8 + tid * 4;
+    }
 #pragma unroll
     for (int q = 0; q < B_PER; ++q) {
       const int r = tid / S::CPR + q * RPQ;
@@ -1200,18 +1254,29 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
       if (a_ok[q]) row = GEMM1 ? p.sorted_pair[ti.y + r] / p.k : ti.y + r;
       a_src[q] = p.A + row * K + c * 8;
     }
+    if constexpr (Q8) {
+      sa_src = nullptr;
+      if (tid < S::BM && tid < ti.z)
+        sa_src = p.SA + (GEMM1 ? static_cast<long long>(p.sorted_pair[ti.y + tid] / p.k) : ti.y + tid) * KT;
+    }
   };
   const auto load_b = [&](int stage, int kt) {
     unsigned char* st = smem + stage * S::STAGE_BYTES + S::A_BYTES;
 #pragma unroll
     for (int q = 0; q < B_PER; ++q)
       cp_async16(st + S::at(tid / S::CPR + q * RPQ, c), b_src[q] + kt * S::BK, b_ok[q]);
+    if constexpr (Q8)
+      if (tid < S::BN / 32)
+        cp_async16(sSW + stage * (S::BN / 8) + tid * 4, sw_ok ? sw_src + static_cast<long long>(kt) * (p.N / 8) : p.SW,
+                   sw_ok);
   };
   const auto load_a = [&](int stage, int kt) {
     unsigned char* st = smem + stage * S::STAGE_BYTES;
 #pragma unroll
     for (int q = 0; q < A_PER; ++q)
       cp_async16(st + S::at(tid / S::CPR + q * RPQ, c), a_src[q] + kt * S::BK, a_ok[q]);
+    if constexpr (Q8)
+      if (tid < S::BM) cp_async4(sSA + stage * S::BM + tid, sa_src ? sa_src + kt : p.SA, sa_src != nullptr);
   };
   // The first AHEAD steps, a group each: the first tile's (GEMM 2's weights before its wait, so
   // that they stream while GEMM 1 finishes), then the next tiles'.
@@ -1248,11 +1313,12 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
 
   const int warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const float wt[1][2] = {{1.0f, 1.0f}};
-  float acc[1][32][4];
-  int used = 0;  // steps computed
+  float acc[1][S::NI][4];
+  float part[1][Q8 ? S::NI : 1][4];  // E4M3: one 128-k block's sums
+  int used = 0;                       // steps computed
   for (int t = live(blockIdx.x); t < total; t = live(t + gridDim.x)) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i)
+    for (int i = 0; i < S::NI; ++i)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[0][i][q] = 0.0f;
     for (int kt = 0; kt < KT; ++kt, ++used) {
@@ -1265,17 +1331,37 @@ __global__ void __launch_bounds__(wide_tiles::threads, 1) wide_gemm(const gemm_p
       const unsigned char* st = smem + (used % S::STAGES) * S::STAGE_BYTES;
       const unsigned long long da = wgmma_desc<S>(st + wg * 64 * S::ROW), db = wgmma_desc<S>(st + S::A_BYTES);
       wgmma_fence();
-      wgmma_hold(acc[0]);
+      if constexpr (Q8) {
+        wgmma_hold(part[0]);
 #pragma unroll
-      for (int kk = 0; kk < S::BK / 16; ++kk) wgmma_m64n256k16(acc[0], da + 2 * kk, db + 2 * kk);  // +32 bytes of k
-      wgmma_commit();
-      wgmma_wait<S::INFLIGHT>();
-      wgmma_hold(acc[0]);
+        for (int kk = 0; kk < S::BK / 16; ++kk)  // +32 bytes: 32 k a step
+          wgmma_m64n128k32_e4m3(part[0], da + 2 * kk, db + 2 * kk, kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold(part[0]);
+        // the block's sums times the scales of their row and 8-row group of W, into fp32
+        const float* sa = sSA + (used % S::STAGES) * S::BM + warp * 16 + (lane >> 2);
+        const float* sw = sSW + (used % S::STAGES) * (S::BN / 8);
+        const float asc[2] = {sa[0], sa[8]};
+#pragma unroll
+        for (int ni = 0; ni < S::NI; ++ni) {
+          const float wsc = sw[ni];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[0][ni][q] = fmaf(part[0][ni][q], asc[q >> 1] * wsc, acc[0][ni][q]);
+        }
+      } else {
+        wgmma_hold(acc[0]);
+#pragma unroll
+        for (int kk = 0; kk < S::BK / 16; ++kk) wgmma_m64n256k16(acc[0], da + 2 * kk, db + 2 * kk);  // +32 bytes of k
+        wgmma_commit();
+        wgmma_wait<S::INFLIGHT>();
+        wgmma_hold(acc[0]);
+      }
     }
     wgmma_wait<0>();
     wgmma_hold(acc[0]);
     const int4 ti = tile_info[t / cols];
-    store_tile<GEMM1, false, true>(p, acc, wt, false, ti.x, ti.y, ti.z, warp * 16, (t % cols) * S::BN, lane);
+    store_tile<GEMM1, Q8, true>(p, acc, wt, false, ti.x, ti.y, ti.z, warp * 16, (t % cols) * S::BN, lane);
   }
   cp_async_wait<0>();
 #else
@@ -1355,10 +1441,17 @@ cudaError_t prepare_gemm() {
   return prepare_gemm_shape<typename shape_of<T, WF>::type, GEMM1, WF>();
 }
 
-template <bool GEMM1>
+// E4M3: each stage's 128 k also brings the scales of A's rows and of W's 8-row groups
+template <wfmt WF>
+constexpr size_t wide_smem() {
+  using S = wide_shape_of<WF>;
+  return S::smem + (WF == wfmt::e4m3 ? sizeof(float) * S::STAGES * (S::BM + S::BN / 8) : 0);
+}
+template <bool GEMM1, wfmt WF>
 cudaError_t prepare_wide() {
-  return cudaFuncSetAttribute(wide_gemm<GEMM1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(wide_tiles::smem));
+  static_assert(wide_smem<WF>() <= 227 * 1024);
+  return cudaFuncSetAttribute(wide_gemm<GEMM1, WF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(wide_smem<WF>()));
 }
 
 template <wfmt WF>
@@ -1386,12 +1479,13 @@ cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream
 
 template <tiles T, bool GEMM1, wfmt WF>
 cudaError_t launch_tiles(const gemm_params& p, int tiles_max, int sms, cudaStream_t stream) {
-  if constexpr (T == tiles::wide && WF == wfmt::bf16) {
-    const int cols = (p.N + wide_tiles::BN - 1) / wide_tiles::BN;  // the last may be half past N
+  if constexpr (T == tiles::wide && (WF == wfmt::bf16 || WF == wfmt::e4m3)) {
+    using S = wide_shape_of<WF>;
+    const int cols = (p.N + S::BN - 1) / S::BN;  // the last may be half past N
     const long long total = static_cast<long long>(cols) * tiles_max;
     if (total >= (1LL << 31)) return cudaErrorInvalidValue;
     const int grid = static_cast<int>(total < sms ? total : sms);
-    return launch_pdl(wide_gemm<GEMM1>, dim3(grid), dim3(wide_tiles::threads), wide_tiles::smem, stream, p, cols,
+    return launch_pdl(wide_gemm<GEMM1, WF>, dim3(grid), dim3(S::threads), wide_smem<WF>(), stream, p, cols,
                       static_cast<int>(total));
   } else {
     return launch_gemm<typename shape_of<T, WF>::type, GEMM1, WF>(p, tiles_max, stream);
@@ -1501,8 +1595,10 @@ cudaError_t prepare_kernels() {
   if (err == cudaSuccess) err = prepare_format<wfmt::mxfp4>();
   if (err == cudaSuccess) err = prepare_format<wfmt::nvfp4>();
   if (err == cudaSuccess) err = prepare_format<wfmt::e4m3>();
-  if (err == cudaSuccess) err = prepare_wide<true>();
-  if (err == cudaSuccess) err = prepare_wide<false>();
+  if (err == cudaSuccess) err = prepare_wide<true, wfmt::bf16>();
+  if (err == cudaSuccess) err = prepare_wide<false, wfmt::bf16>();
+  if (err == cudaSuccess) err = prepare_wide<true, wfmt::e4m3>();
+  if (err == cudaSuccess) err = prepare_wide<false, wfmt::e4m3>();
   return err;
 }
 

@@ -120,8 +120,8 @@ struct forward_args {
   const float* logits = nullptr;
 };
 
-/// The tile shapes the GEMMs are compiled for. wide: bf16 on wgmma (a build for sm_90a on a
-/// device of compute capability 9.0 only; the caller checks), the large ones for the other formats.
+/// The tile shapes the GEMMs are compiled for. wide: bf16 and E4M3 on wgmma (a build for sm_90a on
+/// a device of compute capability 9.0 only; the caller checks), the large ones for the 4-bit formats.
 enum class tiles : int { tiny, small, large, wide };
 
 /// Sort blocks of the counting sort for `pairs` pairs.

@@ -156,9 +156,9 @@ class Router {
 };
 
 /// Which GEMM tiles a forward uses: by the mean rows an expert (automatic), or one of them
-/// (tests run each on every shape). wide: 128 x 256 tiles on Hopper's wgmma, for bf16 weights in a
-/// build for sm_90a on a device of compute capability 9.0; elsewhere, and for the other formats,
-/// the large tiles in their place.
+/// (tests run each on every shape). wide: Hopper's wgmma (128 x 256 tiles for bf16 weights, 128 x
+/// 128 for E4M3) in a build for sm_90a on a device of compute capability 9.0; elsewhere, and for
+/// the 4-bit formats, the large tiles in their place.
 enum class TileChoice { automatic, tiny, small, large, wide };
 
 /// One forward over views (kernel::cuda's run): out [T, H] (=, or += with accumulate) the routed
