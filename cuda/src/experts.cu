@@ -1033,28 +1033,28 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
 // over the banks. Per column byte of the tile, a block reads a third less from L2 than the large
 // tiles' 128 x 128, whose loop was bound by L2.
 
-template <int BK_, int STAGES_, int INFLIGHT_, int BN_ = 256>
+template <int STAGES_, int INFLIGHT_, int BN_ = 256>
 struct wide_shape {
-  static constexpr int BM = 128, BN = BN_, BK = BK_, STAGES = STAGES_, threads = 256;
+  static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_, threads = 256;
   static constexpr int NI = BN / 8;  // m16n8 column blocks of a warp's accumulators
   static constexpr int INFLIGHT = INFLIGHT_;           // wgmma groups left running past a step
   static constexpr int AHEAD = STAGES - 1 - INFLIGHT;  // steps loaded ahead
   static constexpr int ROW = BK * 2, CPR = ROW / 16;   // a row's bytes and 16-byte chunks
-  // 128-byte swizzle for rows of 128 bytes (atoms of 8 rows, 1024 bytes), 64-byte for 64
-  static constexpr int SWIZZLE = ROW == 128 ? 1 : 2, ATOM = 8 * ROW;
+  // the 128-byte swizzle (wgmma's layout code 1), atoms of 8 rows
+  static constexpr int SWIZZLE = 1, ATOM = 8 * ROW;
   static constexpr int A_BYTES = BM * ROW, B_BYTES = BN * ROW, STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr size_t smem = static_cast<size_t>(STAGES) * STAGE_BYTES + 1024;  // + alignment to 1024
   // the 16-byte chunk c of row r
-  __device__ static int at(int r, int c) { return r * ROW + ((c ^ (ROW == 128 ? r & 7 : (r >> 1) & 3)) << 4); }
+  __device__ static int at(int r, int c) { return r * ROW + ((c ^ (r & 7)) << 4); }
 };
 // 64 k a stage, one wgmma group left running past each step, two steps loaded ahead: faster than
 // 32 k in 8 stages (more barriers) and than no wgmma overlap with three ahead
 // (decisions.md#cuda-wide-tiles).
-using wide_tiles = wide_shape<64, 4, 1>;
+using wide_tiles = wide_shape<4, 1>;
 // E4M3: a stage's 64 units are one 128-k scale block; the block's sums (wgmma into `part`, 64
 // registers at 128 columns) are folded into the accumulators with their scales once the stage's
 // wgmma group is done, so none is left in flight, and the loads run further ahead instead.
-using wide_e4m3_tiles = wide_shape<64, 6, 0, 128>;
+using wide_e4m3_tiles = wide_shape<6, 0, 128>;
 template <wfmt WF>
 using wide_shape_of = std::conditional_t<WF == wfmt::e4m3, wide_e4m3_tiles, wide_tiles>;
 static_assert(wide_tiles::BM == large_tiles::BM && wide_e4m3_tiles::BM == large_tiles::BM,
