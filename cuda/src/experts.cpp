@@ -755,8 +755,10 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
       // E4M3 streams half the bytes a row: the small tiles' wider column tiles keep enough in
       // flight at every batch, never the tiny ones (docs/decisions.md#cuda-e4m3-tiles)
       const bool e4m3 = m.wv.format == detail::wfmt::e4m3;
-      const bool wide = m.wide && (m.wv.format == detail::wfmt::bf16 || e4m3);
-      const detail::tiles many = wide ? detail::tiles::wide : detail::tiles::large;
+      // E4M3's wide tiles only when asked for: wgmma sums each 128 k in an accumulator of 13
+      // fraction bits, so the intermediate's E4M3 codes move off the reference's far more often
+      // than with the large tiles' mma.sync (docs/decisions.md#cuda-e4m3-wide-opt-in)
+      const detail::tiles many = m.wide && m.wv.format == detail::wfmt::bf16 ? detail::tiles::wide : detail::tiles::large;
       t = rows >= 32 * E ? many
           : rows >= 8 * E || e4m3 ? detail::tiles::small
                                   : detail::tiles::tiny;

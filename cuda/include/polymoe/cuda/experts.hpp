@@ -158,7 +158,9 @@ class Router {
 /// Which GEMM tiles a forward uses: by the mean rows an expert (automatic), or one of them
 /// (tests run each on every shape). wide: Hopper's wgmma (128 x 256 tiles for bf16 weights, 128 x
 /// 128 for E4M3) in a build for sm_90a on a device of compute capability 9.0; elsewhere, and for
-/// the 4-bit formats, the large tiles in their place.
+/// the 4-bit formats, the large tiles in their place. automatic takes the wide tiles for bf16 only:
+/// for E4M3 they are faster at prefill but sum in wgmma's narrower accumulator (DeepGEMM's
+/// numerics), so they are the caller's choice.
 enum class TileChoice { automatic, tiny, small, large, wide };
 
 /// One forward over views (kernel::cuda's run): out [T, H] (=, or += with accumulate) the routed
