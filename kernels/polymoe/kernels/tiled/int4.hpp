@@ -14,8 +14,10 @@
 //   y[c] = s_row · sum_g acc_g[c] · s_g[c]
 // acc_g is exact in int32 and in fp32 (|acc_g| <= 32 · 128 · 8 < 2^24); the groups are scaled and
 // summed in fp32, group after group, into the block's fp32 accumulators.
-//   VNNI: a slab of groups is unpacked into an L1 buffer in int8's VNNI layout; each row group of
-//     the block then runs int8's tile_i8 over each group of the slab.
+//   VNNI: a slab of groups is unpacked into an L1 buffer in int8's VNNI layout; each group of 3
+//     rows of the block then runs int8's products over the slab's groups, its fp32 sums kept in
+//     registers across the slab (loading and storing them at each group took more time than the
+//     products: docs/decisions.md#int4-slab-rows).
 //   Tiles: a tdpbusd tile row is 64 k, two groups; each group runs on its own, as int8's
 //     amx::int8_block over one k-block whose other group is zero weights: twice the tile work of
 //     int8 for the same weights (a tile configuration of 32-k rows would avoid it).
@@ -260,24 +262,35 @@ inline void decode_i4(const std::uint8_t* const* a, index_t G, const I4Panel& pa
     for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * panel_cols + 16 * v, f[r][v]);
 }
 
-/// One group of the slab path for MR rows: tile_i8's products over the group's quads (buf: its
-/// lines unpacked in VNNI order; a[r] the rows at the group's first k) and add_int4_group's scaling
-/// from the registers, without the int32 block's store and reload: the same bits.
+/// Rows of a register tile of the slab path: their fp32 sums stay in registers over the slab's
+/// groups (f and the int32 sums, 8 vectors a row, with the weights' 4 and the row's broadcast).
+inline constexpr int int4_slab_rows = 3;
+
+/// The slab path for MR rows (rows[i]: row i at k = 0) over groups [g0, g1) unpacked in buf:
+/// int8's products (products_i8) over each group's quads, the group's int32 sums scaled into the
+/// fp32 sums in registers (scale_i4_group), group after group; the fp32 sums loaded and stored
+/// once a slab.
 template <int MR>
-inline void tile_i4_group(const std::uint8_t* const* a, const std::int8_t* buf, const I4Panel& panel, index_t g,
-                          float* acc, bool first) noexcept {
-  __m512i sum[MR][4];
+inline void tile_i4_slab(const std::uint8_t* const* rows, index_t g0, index_t g1, const std::int8_t* buf,
+                         const I4Panel& panel, float* acc) noexcept {
   __m512 f[MR][4];
-#pragma GCC unroll 6
+#pragma GCC unroll 3
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      sum[r][v] = _mm512_setzero_si512();
-      f[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * panel_cols + 16 * v);
+    for (int v = 0; v < 4; ++v) f[r][v] = g0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * panel_cols + 16 * v);
+  const std::uint8_t* at[MR];
+  for (index_t g = g0; g < g1; ++g) {
+    __m512i sum[MR][4];
+#pragma GCC unroll 3
+    for (int r = 0; r < MR; ++r) {
+      at[r] = rows[r] + g * int4_group_k;
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_setzero_si512();
     }
-  products_i8<MR, false>(a, 0, int4_group_k / int8_quad, buf, sum, false);
-  scale_i4_group<MR>(sum, panel, g, f, first);
-#pragma GCC unroll 6
+    products_i8<MR, false>(at, 0, int4_group_k / int8_quad, buf + (g - g0) * int4_group_bytes, sum, false);
+    scale_i4_group<MR>(sum, panel, g, f, g == 0);
+  }
+#pragma GCC unroll 3
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * panel_cols + 16 * v, f[r][v]);
@@ -346,22 +359,25 @@ inline void block_times_i4panel(index_t m, RowOf row, index_t K4, const I4Panel&
         for (index_t v = 0; v < 4; ++v)
           unpack_int4_line(panel.codes, int8_slot(g * int4_group_k + q * int8_quad, v * 16, panel.tiles) / 64,
                            buf + (g - g0) * int4_group_bytes + (q * 4 + v) * 64);
+#if POLYMOE_TILED_ISA_VNNI
+    for (index_t r0 = 0; r0 < m; r0 += int4_slab_rows) {
+      const int n = static_cast<int>(std::min<index_t>(int4_slab_rows, m - r0));
+      for (int i = 0; i < n; ++i) rows[i] = row(r0 + i);
+      with_rows<int4_slab_rows>(
+          n, [&]<int M>() { tile_i4_slab<M>(rows, g0, g1, buf, panel, acc + r0 * panel_cols); });
+    }
+#else
     for (index_t r0 = 0; r0 < m; r0 += max_tile_rows) {
       const int n = static_cast<int>(std::min<index_t>(max_tile_rows, m - r0));
       for (index_t g = g0; g < g1; ++g) {
         for (int i = 0; i < n; ++i) rows[i] = row(r0 + i) + g * int4_group_k;
-#if POLYMOE_TILED_ISA_VNNI
-        with_rows<max_tile_rows>(n, [&]<int M>() {
-          tile_i4_group<M>(rows, buf + (g - g0) * int4_group_bytes, panel, g, acc + r0 * panel_cols, g == 0);
-        });
-#else
         with_rows<max_tile_rows>(n, [&]<int M>() {
           tile_i8<M, false>(rows, 0, int4_group_k / int8_quad, buf + (g - g0) * int4_group_bytes, part, false, false);
         });
         add_int4_group(part, n, panel, g, acc + r0 * panel_cols, g == 0);
-#endif
       }
     }
+#endif
   }
 }
 
