@@ -16,8 +16,8 @@
 // summed in fp32, group after group, into the block's fp32 accumulators.
 //   VNNI: a slab of groups is unpacked into an L1 buffer in int8's VNNI layout; each group of 3
 //     rows of the block then runs int8's products over the slab's groups, its fp32 sums kept in
-//     registers across the slab (loading and storing them at each group took more time than the
-//     products: docs/decisions.md#int4-slab-rows).
+//     registers across the slab (loading and storing them at each group cost about a third of a
+//     prefill: docs/decisions.md#int4-slab-rows).
 //   Tiles: a tdpbusd tile row is 64 k, two groups; each group runs on its own, as int8's
 //     amx::int8_block over one k-block whose other group is zero weights: twice the tile work of
 //     int8 for the same weights (a tile configuration of 32-k rows would avoid it).
