@@ -1384,7 +1384,8 @@ __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ po
 template <class S, wfmt WF>
 constexpr size_t smem_of() {
   if constexpr (WF == wfmt::e4m3) return S::smem + sizeof(float) * S::STAGES * (S::BM + S::BN / 8);
-  return WF == wfmt::bf16 ? S::smem : S::smem_q(scale_bytes(WF));
+  else if constexpr (WF == wfmt::bf16) return S::smem;
+  else return S::smem_q(scale_bytes(WF));
 }
 
 template <class S, bool GEMM1, wfmt WF>
@@ -1403,10 +1404,11 @@ cudaError_t prepare_gemm() {
 }
 
 // E4M3: each stage's 128 k also brings the scales of A's rows and of W's 8-row groups
+// (E4M3: each stage's 128 k also brings the scales of A's rows and of W's 8-row groups, as the
+// large tiles' stages do)
 template <wfmt WF>
 constexpr size_t wide_smem() {
-  using S = wide_shape_of<WF>;
-  return S::smem + (WF == wfmt::e4m3 ? sizeof(float) * S::STAGES * (S::BM + S::BN / 8) : 0);
+  return smem_of<wide_shape_of<WF>, WF>();
 }
 template <bool GEMM1, wfmt WF>
 cudaError_t prepare_wide() {
