@@ -1403,9 +1403,8 @@ cudaError_t prepare_gemm() {
   return prepare_gemm_shape<typename shape_of<T, WF>::type, GEMM1, WF>();
 }
 
-// E4M3: each stage's 128 k also brings the scales of A's rows and of W's 8-row groups
-// (E4M3: each stage's 128 k also brings the scales of A's rows and of W's 8-row groups, as the
-// large tiles' stages do)
+// E4M3: each stage's 128 k also brings the scales of A's rows and of W's 8-row groups, as the
+// large tiles' stages do
 template <wfmt WF>
 constexpr size_t wide_smem() {
   return smem_of<wide_shape_of<WF>, WF>();
