@@ -723,6 +723,62 @@ TEST(Tiled, FewRowQuantizedTilesAreTheSlabPathsBits) {
   expect_register_tiles_are_the_slab_paths_bits<kt::nvfp4_format>();
 }
 
+#if POLYMOE_TILED_DPBF16
+/// Rows of bf16 values (W4A16) against an E2M1 panel of format F on the decode loop
+/// (block_times_panel<true>: decode_qtile_bf16 on this target) give the double sum of the rows times
+/// the codec's weights (e2m1 · scale, NVFP4 also · global) within the rounding of K fp32 additions;
+/// K odd and with a partial last group, and random codes and scales.
+template <class F>
+void expect_bf16_pair_decode_agrees() {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd;
+  for (const index_t K : {index_t{301}, index_t{1024}}) {
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * F::row_bytes));
+    for (auto& b : codes) b = static_cast<std::uint8_t>(rng());
+    kt::AlignedBuffer<std::uint8_t> scales(static_cast<std::size_t>(F::groups(K) * kt::panel_cols));
+    for (std::size_t i = 0; i < scales.size(); ++i)
+      scales.data()[i] = static_cast<std::uint8_t>(F::scale == kt::qscale::e8m0 ? 120 + rng() % 12 : rng() % 127);
+    const kt::QPanel<F> panel{codes.data(), scales.data(), 0.37f};
+    const auto weight = [&](index_t k, index_t c) {
+      const auto [byte, shift] = kt::code_position<F>(c);
+      const auto q = static_cast<std::uint8_t>((codes[static_cast<std::size_t>(k * F::row_bytes + byte)] >> shift) & 15);
+      const std::uint8_t s = scales.data()[(k / F::group) * kt::panel_cols + c];
+      if constexpr (F::scale == kt::qscale::e8m0)
+        return static_cast<double>(codecs::e2m1_to_float(q)) * codecs::e8m0_to_float(s);
+      else
+        return static_cast<double>(codecs::e2m1_to_float(q)) * codecs::e4m3_to_float(s) * panel.global;
+    };
+    std::vector<float> x(static_cast<std::size_t>(2 * K));
+    for (auto& v : x) v = codecs::bf16_to_float(codecs::float_to_bf16(nd(rng)));
+    for (const index_t m : {index_t{1}, index_t{2}}) {
+      alignas(64) float got[kt::max_tile_rows * kt::panel_cols];
+      kt::detail::block_times_panel<true>(m, [&](index_t i) { return x.data() + i * K; }, K, panel, got,
+                                          /*short_loops=*/true);
+      int wrong = 0;
+      for (index_t r = 0; r < m; ++r)
+        for (index_t c = 0; c < kt::panel_cols; ++c) {
+          double want = 0.0, size = 0.0;
+          for (index_t k = 0; k < K; ++k) {
+            const double t = static_cast<double>(x[static_cast<std::size_t>(r * K + k)]) * weight(k, c);
+            want += t;
+            size += std::abs(t);
+          }
+          const double bound = static_cast<double>(K + 2) * 0x1p-24 * size + 1e-30;
+          if (std::abs(got[r * kt::panel_cols + c] - want) > bound && ++wrong <= 5)
+            ADD_FAILURE() << "K " << K << " m " << m << " row " << r << " column " << c << ": "
+                          << got[r * kt::panel_cols + c] << " against " << want << " (bound " << bound << ")";
+        }
+      EXPECT_EQ(wrong, 0) << "K " << K << " m " << m;
+    }
+  }
+}
+
+TEST(Tiled, Bf16PairDecodeOfE2m1PanelsIsTheDoubleSum) {
+  expect_bf16_pair_decode_agrees<kt::mxfp4_format>();
+  expect_bf16_pair_decode_agrees<kt::nvfp4_format>();
+}
+#endif
+
 TEST(Tiled, Int8ActivationQuantizationIsThePolicy) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);

@@ -206,7 +206,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
         return;
       }
 #endif
-      detail::block_times_panel(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
+      detail::block_times_panel<a16>(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
                                 pk.panel13(b.expert, cb), c, tune.short_loops());
       const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
       detail::finish13<a16>(mlp, pk, b, cb, c, ws.act.data(), I);
@@ -235,7 +235,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
                     pk.panel2(b.expert, task.panel), c);
       else
 #endif
-        detail::block_times_panel(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
+        detail::block_times_panel<a16>(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
                                   pk.panel2(b.expert, task.panel), c, tune.short_loops());
       detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
     };

@@ -144,61 +144,6 @@ inline bool split_bf16_row(const float* src, float wt, index_t n, index_t n32, s
   return _mm256_testz_si256(lo_bits, lo_bits) != 0;
 }
 
-namespace detail {
-
-/// The E2M1 codes of k-rows k and k + 1 of a panel (rows from K on read as zero), interleaved for
-/// the tile layout: half[h] holds bytes 16h .. 16h + 15 of both rows, (row k, row k + 1) per
-/// column byte, one byte per word. Prefetches the codes 2 KiB ahead. Two 32-byte loads, two
-/// unpacks, two lane moves and two widenings (load_kpair_vbmi does it in one load and two vpermb).
-inline void load_kpair_shuffled(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
-  constexpr index_t row_bytes = panel_cols / 2;  // 64 nibbles
-  const std::uint8_t* row = codes + k * row_bytes;
-  _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
-  const __m256i r0 = k < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)) : _mm256_setzero_si256();
-  const __m256i r1 =
-      k + 1 < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + row_bytes)) : _mm256_setzero_si256();
-  const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
-  half[0] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20));
-  half[1] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31));
-}
-
-#if POLYMOE_TILED_ISA_VBMI
-/// load_kpair_shuffled's words from one 64-byte load of both rows (row k + 1 masked off past K) and
-/// two zero-masked vpermb.
-inline void load_kpair_vbmi(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
-  constexpr index_t row_bytes = panel_cols / 2;
-  const std::uint8_t* row = codes + k * row_bytes;
-  _mm_prefetch(reinterpret_cast<const char*>(row) + 2048, _MM_HINT_T0);
-  const __m512i both = k + 1 < K ? _mm512_loadu_si512(row)
-                       : k < K   ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row)
-                                 : _mm512_setzero_si512();
-  // the low byte of word w of half h: byte 16h + w / 2 of row k + (w & 1)
-  static constexpr auto index = [] {
-    std::array<std::uint8_t, 128> t{};
-    for (int h = 0; h < 2; ++h)
-      for (int w = 0; w < 32; ++w)
-        t[static_cast<std::size_t>(64 * h + 2 * w)] = static_cast<std::uint8_t>((w & 1) * row_bytes + 16 * h + w / 2);
-    return t;
-  }();
-  constexpr __mmask64 low_bytes = 0x5555555555555555ull;
-  half[0] = _mm512_maskz_permutexvar_epi8(low_bytes, _mm512_loadu_si512(index.data()), both);
-  half[1] = _mm512_maskz_permutexvar_epi8(low_bytes, _mm512_loadu_si512(index.data() + 64), both);
-}
-#endif
-
-/// The decoders' k-pair load: load_kpair_vbmi where the build targets AVX512-VBMI (every AMX CPU
-/// has it), else load_kpair_shuffled. The VBMI load took the decode alone from about 230 to 155-183
-/// ns per k-block per thread at 16 threads on the device machine (docs/decisions.md#e2m1-decode).
-inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
-#if POLYMOE_TILED_ISA_VBMI
-  load_kpair_vbmi(codes, k, K, half);
-#else
-  load_kpair_shuffled(codes, k, K, half);
-#endif
-}
-
-}  // namespace detail
-
 /// Decodes an MXFP4 panel of K rows into amx.hpp's bf16 tile layout, a k-block or part of one per
 /// call: each weight e2m1 · 2^(e - 127) as bf16 bits (exact where mxfp4_exact_in_bf16 holds; both
 /// zeros as +0, which gives the tiles' sums the same bits: they start from +0), rows k >= K zero.

@@ -55,8 +55,9 @@ inline void tall_block_times_panel(index_t m, RowOf row, index_t K, const std::u
 
 /// Runs the tiles of rows [0, m) of a row block against one panel; `row(i)` is the i-th input row.
 /// Leaves the results in c[m][64]. `short_loops` (tuning::short_loops): one or two rows may run the
-/// decode loop, which sums in another order than the tiles.
-template <class W, class RowOf>
+/// decode loop, which sums in another order than the tiles. Bf16Rows: the rows hold bf16 values
+/// (the scheme rounds its GEMM inputs), which the quantized panels' decode may take as bf16 pairs.
+template <bool Bf16Rows = false, class W, class RowOf>
 inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, float* c, bool short_loops) {
   const float* rows[max_tile_rows];
   if (short_loops && m <= decode_rows) {
@@ -85,18 +86,25 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
 }
 
 /// The same for a quantized panel: widened in registers for one or two rows (decode, where
-/// `short_loops`) and for up to four (qtile: the bits of the slab path), else a slab at a time into
-/// an L1 buffer that all the block's tiles share (see qpanel.hpp).
-template <class F, class RowOf>
+/// `short_loops`; E2M1 panels with Bf16Rows in bf16 pairs where vdpbf16ps is chosen:
+/// decode_qtile_bf16) and for up to four (qtile: the bits of the slab path), else a slab at a time
+/// into an L1 buffer that all the block's tiles share (see qpanel.hpp).
+template <bool Bf16Rows = false, class F, class RowOf>
 inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& panel, float* c, bool short_loops) {
   const float* rows[max_tile_rows];
 #if POLYMOE_TILED_AVX512
   if (m <= max_qtile_rows) {
     for (index_t i = 0; i < m; ++i) rows[i] = row(i);
+    const auto decode = [&]<int M>() {
+#if POLYMOE_TILED_DPBF16
+      if constexpr (Bf16Rows && F::code == qcode::e2m1) return decode_qtile_bf16<M>(rows, K, panel, c);
+#endif
+      decode_qtile<M>(rows, K, panel, c);
+    };
     if (m == 1)
-      short_loops ? decode_qtile<1>(rows, K, panel, c) : qtile<1>(rows, K, panel, c);
+      short_loops ? decode.template operator()<1>() : qtile<1>(rows, K, panel, c);
     else if (m == 2)
-      short_loops ? decode_qtile<2>(rows, K, panel, c) : qtile<2>(rows, K, panel, c);
+      short_loops ? decode.template operator()<2>() : qtile<2>(rows, K, panel, c);
     else if (m == 3)
       qtile<3>(rows, K, panel, c);
     else

@@ -10,7 +10,9 @@
 //   decode (one or two rows per expert): each k-row is widened to four fp32 vectors in registers
 //     (E2M1: a 16-entry lookup with vpermps on the nibble; E4M3: shifts into the fp32 bit
 //     pattern and one exact multiply by 2^120), the products summed over the scale group and
-//     the group's sum multiplied by its scales;
+//     the group's sum multiplied by its scales; rows of bf16 values on E2M1 panels (W4A16), where
+//     vdpbf16ps is chosen, as bf16 pairs instead (decode_qtile_bf16: a k-pair a vpermw per 16
+//     columns);
 //   three or four rows (qtile): the same widening, scaled per weight, in registers, each k-row
 //     against every row of the block;
 //   prefill: the same widening writes a 32 KiB slab of the panel into an L1 buffer once per row
@@ -33,6 +35,8 @@
 #define POLYMOE_TILED_GUARD_QPANEL
 #endif
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -40,6 +44,7 @@
 
 #include <polymoe/kernels/parallel.hpp>
 
+#include <polymoe/codecs/bf16.hpp>
 #include <polymoe/codecs/e2m1.hpp>
 #include <polymoe/codecs/e4m3.hpp>
 #include <polymoe/codecs/e8m0.hpp>
@@ -182,6 +187,65 @@ inline __m512i widen16(const std::uint8_t* p) noexcept {
 
 }  // namespace simd
 
+namespace detail {
+
+/// The E2M1 codes of k-rows k and k + 1 of a panel (rows from K on read as zero), interleaved for
+/// the tile layout: half[h] holds bytes 16h .. 16h + 15 of both rows, (row k, row k + 1) per
+/// column byte, one byte per word. Prefetches the codes Ahead bytes ahead. Two 32-byte loads, two
+/// unpacks, two lane moves and two widenings (load_kpair_vbmi does it in one load and two vpermb).
+template <index_t Ahead = 2048>
+inline void load_kpair_shuffled(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
+  constexpr index_t row_bytes = panel_cols / 2;  // 64 nibbles
+  const std::uint8_t* row = codes + k * row_bytes;
+  _mm_prefetch(reinterpret_cast<const char*>(row) + Ahead, _MM_HINT_T0);
+  const __m256i r0 = k < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)) : _mm256_setzero_si256();
+  const __m256i r1 =
+      k + 1 < K ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + row_bytes)) : _mm256_setzero_si256();
+  const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
+  half[0] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20));
+  half[1] = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+#if POLYMOE_TILED_ISA_VBMI
+/// load_kpair_shuffled's words from one 64-byte load of both rows (row k + 1 masked off past K) and
+/// two zero-masked vpermb.
+template <index_t Ahead = 2048>
+inline void load_kpair_vbmi(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
+  constexpr index_t row_bytes = panel_cols / 2;
+  const std::uint8_t* row = codes + k * row_bytes;
+  _mm_prefetch(reinterpret_cast<const char*>(row) + Ahead, _MM_HINT_T0);
+  const __m512i both = k + 1 < K ? _mm512_loadu_si512(row)
+                       : k < K   ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row)
+                                 : _mm512_setzero_si512();
+  // the low byte of word w of half h: byte 16h + w / 2 of row k + (w & 1)
+  static constexpr auto index = [] {
+    std::array<std::uint8_t, 128> t{};
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 32; ++w)
+        t[static_cast<std::size_t>(64 * h + 2 * w)] = static_cast<std::uint8_t>((w & 1) * row_bytes + 16 * h + w / 2);
+    return t;
+  }();
+  constexpr __mmask64 low_bytes = 0x5555555555555555ull;
+  half[0] = _mm512_maskz_permutexvar_epi8(low_bytes, _mm512_loadu_si512(index.data()), both);
+  half[1] = _mm512_maskz_permutexvar_epi8(low_bytes, _mm512_loadu_si512(index.data() + 64), both);
+}
+#endif
+
+/// The decoders' k-pair load: load_kpair_vbmi where the build targets AVX512-VBMI (every AMX CPU
+/// has it), else load_kpair_shuffled. The VBMI load took the decode alone from about 230 to 155-183
+/// ns per k-block per thread at 16 threads on the device machine (docs/decisions.md#e2m1-decode).
+/// Ahead: bytes of codes prefetched ahead of row k (the tiles' decoders: 2 KiB).
+template <index_t Ahead = 2048>
+inline void load_kpair(const std::uint8_t* codes, index_t k, index_t K, __m512i (&half)[2]) noexcept {
+#if POLYMOE_TILED_ISA_VBMI
+  load_kpair_vbmi<Ahead>(codes, k, K, half);
+#else
+  load_kpair_shuffled<Ahead>(codes, k, K, half);
+#endif
+}
+
+}  // namespace detail
+
 /// The scales of group g of a panel, as four fp32 vectors.
 template <class F>
 inline void load_group_scales(const QPanel<F>& p, index_t g, __m512 (&s)[4]) noexcept {
@@ -243,6 +307,28 @@ inline void expand(const QPanel<F>& p, index_t k0, index_t k1, float* slab) noex
   }
 }
 
+/// The E2M1 decode loops' frame: c[M][64] = the sum over the scale groups [g0, g1) of K of the
+/// group's sums of unscaled products (group(g0, g1, blk) adds them to blk, zeroed) times the
+/// group's scales (NVFP4: and the panel's factor after them), once a group.
+template <int M, class F, class Group>
+inline void e2m1_group_sums(index_t K, const QPanel<F>& p, float* c, Group group) noexcept {
+  __m512 acc[M][4], blk[M][4], s[4];
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (index_t g0 = 0; g0 < K; g0 += F::group) {
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_setzero_ps();
+    group(g0, std::min(K, g0 + F::group), blk);
+    load_group_scales(p, g0 / F::group, s);
+    if constexpr (F::scale == qscale::e4m3)
+      for (int v = 0; v < 4; ++v) s[v] = _mm512_mul_ps(s[v], _mm512_set1_ps(p.global));
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(blk[r][v], s[v], acc[r][v]);
+  }
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
+}
+
 /// C[M][64] = sum over k in [0, K) of a[r][k] · W[k][:] for M = 1 or 2, widening in registers (the
 /// decode path). The products with the unscaled values are summed over a scale group and the sum
 /// is scaled once per group: E4M3 panels in two accumulator sets (even and odd k) as in
@@ -255,13 +341,7 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
   constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads
   __m512 s[4], w[4];
   if constexpr (F::code == qcode::e2m1) {
-    __m512 acc[M][4], blk[M][4];
-    for (int r = 0; r < M; ++r)
-      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
-    for (index_t g0 = 0; g0 < K; g0 += F::group) {
-      const index_t g1 = std::min(K, g0 + F::group);
-      for (int r = 0; r < M; ++r)
-        for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_setzero_ps();
+    e2m1_group_sums<M>(K, p, c, [&](index_t g0, index_t g1, __m512 (&blk)[M][4]) {
       for (index_t k = g0; k < g1; ++k) {
         if (k % 2 == 0)
           _mm_prefetch(reinterpret_cast<const char*>(p.codes + k * F::row_bytes) + ahead, _MM_HINT_T0);
@@ -271,14 +351,7 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
           for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_fmadd_ps(x, w[v], blk[r][v]);
         }
       }
-      load_group_scales(p, g0 / F::group, s);
-      if constexpr (F::scale == qscale::e4m3)
-        for (int v = 0; v < 4; ++v) s[v] = _mm512_mul_ps(s[v], _mm512_set1_ps(p.global));
-      for (int r = 0; r < M; ++r)
-        for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(blk[r][v], s[v], acc[r][v]);
-    }
-    for (int r = 0; r < M; ++r)
-      for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
+    });
   } else {
     __m512 acc[M][4], even[M][4], odd[M][4], u[4];
     for (int r = 0; r < M; ++r)
@@ -315,6 +388,49 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
       for (int v = 0; v < 4; ++v) _mm512_store_ps(c + r * panel_cols + 16 * v, acc[r][v]);
   }
 }
+
+#if POLYMOE_TILED_DPBF16
+/// decode_qtile for an E2M1 panel whose rows hold bf16 values (the W4A16 schemes round them), where
+/// vdpbf16ps issues at the FMA's rate (AMD Zen 4; POLYMOE_TILED_DPBF16): per k-pair, the two
+/// k-rows' codes interleaved (load_kpair) become the bf16 pairs (row k, row k + 1) of 16 columns
+/// with one vpermw from the signed E2M1 values (exact in bf16), and one vdpbf16ps a row adds both
+/// products of each column: a quarter of the shuffles of decode_qtile's widening to fp32, which
+/// bounds that loop there (one core, in cache: 1.2 against 2.4 ns a k-row). The products are exact;
+/// the sums are fp32 in the instruction's rounding, pairs in k order, subnormal inputs and results
+/// flushed to zero, and a scale group's sum is scaled once, as decode_qtile does.
+template <int M, class F>
+inline void decode_qtile_bf16(const float* const* a, index_t K, const QPanel<F>& p, float* c) noexcept {
+  static_assert(F::code == qcode::e2m1 && F::group % 2 == 0, "k-pairs within the scale groups of E2M1 panels");
+  constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads, as decode_qtile
+  // the E2M1 values as bf16 bits; vpermw reads index bits 0-4, so the table repeats at 16
+  static constexpr auto table = [] {
+    std::array<std::uint16_t, 32> t{};
+    for (std::uint8_t i = 0; i < 32; ++i) t[i] = codecs::float_to_bf16(codecs::e2m1_to_float(static_cast<std::uint8_t>(i & 15)));
+    return t;
+  }();
+  const __m512i lut = _mm512_loadu_si512(table.data());
+  // a[r][k] and a[r][k + 1] (0 past K) as a bf16 pair: their top halves, the whole value of a bf16 one
+  const auto pair = [&](int r, index_t k) {
+    const std::uint32_t lo = std::bit_cast<std::uint32_t>(a[r][k]) >> 16;
+    const std::uint32_t hi = k + 1 < K ? std::bit_cast<std::uint32_t>(a[r][k + 1]) & 0xFFFF0000u : 0u;
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(lo | hi)));
+  };
+  e2m1_group_sums<M>(K, p, c, [&](index_t g0, index_t g1, __m512 (&blk)[M][4]) {
+    for (index_t k = g0; k < g1; k += 2) {
+      __m512i half[2];
+      detail::load_kpair<ahead>(p.codes, k, K, half);
+      __m512bh w[4];
+      for (int v = 0; v < 4; ++v)  // columns 16v ..: byte j of half v / 2, its low nibble or its high one
+        w[v] = reinterpret_cast<__m512bh>(
+            _mm512_permutexvar_epi16(v % 2 == 0 ? half[v / 2] : _mm512_srli_epi16(half[v / 2], 4), lut));
+      for (int r = 0; r < M; ++r) {
+        const __m512bh x = pair(r, k);
+        for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_dpbf16_ps(blk[r][v], x, w[v]);
+      }
+    }
+  });
+}
+#endif
 
 /// Rows per block up to which block_times_panel runs qtile on a quantized panel (above: a slab
 /// expanded into L1 and tile<M> over it). Four rows: qtile<4> keeps 16 accumulators, the k-row's
