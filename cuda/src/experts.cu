@@ -621,33 +621,47 @@ struct gemm_params {
   const float* weights;  ///< [T·k] routing weights, or null when they multiplied the input
 };
 
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_>
+// WK warps share each (row, column) warp tile, each taking WK-th of every stage's k steps; their
+// sums are added in warp order after the loop (through the stages' shared memory), so the tile's
+// result does not depend on timing.
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int WK_ = 1>
 struct tile_shape {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
-  static constexpr int threads = WM * WN * 32;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_, WK = WK_;
+  static constexpr int threads = WM * WN * WK * 32;
   static constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
   static constexpr int LDS = BK + 8;  // a row of a stage, padded: ldmatrix's 8 rows hit distinct banks
   static constexpr int CPR = BK / 8;  // 16-byte chunks a row
   static constexpr int A_PER = (BM * CPR + threads - 1) / threads;
   static constexpr int B_PER = BN * CPR / threads;
-  static constexpr size_t smem = sizeof(std::uint16_t) * STAGES * (BM + BN) * LDS;
+  static constexpr size_t smem() { return sizeof(std::uint16_t) * STAGES * (BM + BN) * LDS; }
   // 4-bit weights: a stage holds BN packed rows of BK/2 bytes (LDB apart: rows of 64 bytes padded
   // so that the 64-bit loads of a half-warp's four rows hit distinct banks) and their scale codes.
   static constexpr int LDB = BK == 64 ? 32 : BK / 2 + 32;
   static constexpr int QCPR = BK / 32;  // 16-byte chunks of a packed row a stage
   static constexpr int KC = BK / 64;    // 64-k units a stage
-  static constexpr int QB_PER = BN * QCPR / threads;
+  static constexpr int QB_PER = (BN * QCPR + threads - 1) / threads;
   static constexpr size_t smem_q(int scale_bytes) {
     return sizeof(std::uint16_t) * STAGES * BM * LDS + static_cast<size_t>(STAGES) * BN * (LDB + KC * scale_bytes);
   }
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tiles of whole m16 and n16 blocks");
+  static_assert((BK / 16) % WK == 0, "the k steps of a stage divide among the WK warps");
+  // the partial sums of warps 1.. of each k set, after the loop, in the A stages (every format has them)
+  static_assert(static_cast<size_t>(WK - 1) * MI * NI * 4 * WM * WN * 32 * sizeof(float) <=
+                    sizeof(std::uint16_t) * STAGES * BM * LDS,
+                "the k sets' partial sums fit the A stages");
   static_assert((BN * CPR) % threads == 0, "the weight tile divides among the threads");
   static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
 };
 // Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
 // deep pipelines, so that many bytes are in flight on each multiprocessor; the tiny tiles load 256
-// bytes of each weight row a stage, which streamed faster than 128 bytes in twice the stages.
-using tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4>;
+// bytes of each weight row a stage, which streamed faster than 128 bytes in twice the stages. Each
+// stage's k steps are split over 4 warps a column set: a block's walk over K is one chain of
+// dependent loads and decodes, and at one row an expert too few warps run for a multiprocessor to
+// hide its latency.
+using tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4, 4>;
+// 4-bit weights: the k steps over 2 warps (4 loaded each 64-k unit's codes twice, and was slower
+// from 16 rows of a batch on)
+using q4_tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4, 2>;
 using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
 // Many rows an expert (prefill): 64 columns of K a stage, so that half as many barriers and waits
 // pace the loop as with 32; 3 stages keep two blocks (16 warps) on a multiprocessor.
@@ -656,7 +670,9 @@ using large_tiles = tile_shape<128, 128, 64, 2, 4, 3>;
 // twice the stages; the large tiles take 16 warps of 32x32, whose two sets of accumulators (the
 // sums of each 128 k apart) fit 128 registers, where 8 warps of 64x32 needed 255 and ran one block
 // of 8 warps a multiprocessor.
-using e4m3_tiny_tiles = tile_shape<16, 32, 64, 1, 2, 8>;
+// The E4M3 tiny tiles split each stage's four k32 steps over 4 warps, as bf16's are split (automatic
+// choice takes the small tiles for E4M3 below 32 rows an expert).
+using e4m3_tiny_tiles = tile_shape<16, 32, 64, 1, 2, 8, 4>;
 using e4m3_large_tiles = tile_shape<128, 128, 64, 4, 4, 3>;
 
 template <tiles T, wfmt WF>
@@ -665,7 +681,8 @@ struct shape_of {
 };
 template <wfmt WF>
 struct shape_of<tiles::tiny, WF> {
-  using type = std::conditional_t<WF == wfmt::e4m3, e4m3_tiny_tiles, tiny_tiles>;
+  using type = std::conditional_t<WF == wfmt::e4m3, e4m3_tiny_tiles,
+                                  std::conditional_t<WF == wfmt::bf16, tiny_tiles, q4_tiny_tiles>>;
 };
 template <wfmt WF>
 struct shape_of<tiles::large, WF> {
@@ -677,7 +694,8 @@ struct shape_of<tiles::wide, WF> : shape_of<tiles::large, WF> {};
 constexpr int bm_of(tiles t) {
   return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;  // wide: 128 too
 }
-static_assert(e4m3_tiny_tiles::BM == tiny_tiles::BM && e4m3_large_tiles::BM == large_tiles::BM,
+static_assert(e4m3_tiny_tiles::BM == tiny_tiles::BM && q4_tiny_tiles::BM == tiny_tiles::BM &&
+                  e4m3_large_tiles::BM == large_tiles::BM,
               "one row tile height a tile choice, whatever the format: the sort lays out the rows");
 
 // Blocks a multiprocessor for the launch bounds. The large tiles are held to 16 warps (128
@@ -769,7 +787,7 @@ template <class S, bool GEMM1, wfmt WF>
 __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(const gemm_params p) {
   constexpr bool Q4 = WF == wfmt::mxfp4 || WF == wfmt::nvfp4;
   constexpr bool Q8 = WF == wfmt::e4m3;
-  static_assert(!Q4 || (S::BK % 64 == 0 && (S::BN * S::QCPR) % S::threads == 0), "4-bit stages of whole 64-k units");
+  static_assert(!Q4 || S::BK % 64 == 0, "4-bit stages of whole 64-k units");
   static_assert(!Q8 || S::BK == 64, "E4M3 stages of one 128-k block");
   constexpr int SB = WF == wfmt::mxfp4 ? 2 : 4;  // scale_bytes(WF), a host function
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -832,7 +850,9 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     if constexpr (Q4) {
       unsigned char* b = sQ + stage * S::BN * S::LDB;
 #pragma unroll
-      for (int q = 0; q < B_N; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * (S::BK / 2), true);
+      for (int q = 0; q < B_N; ++q)
+        if ((S::BN * S::QCPR) % S::threads == 0 || tid + q * S::threads < S::BN * S::QCPR)
+          cp_async16(b + b_dst[q], b_src[q] + kt * (S::BK / 2), true);
       constexpr int pieces = S::BN * SB / 16;  // 16-byte pieces of one unit's codes
       unsigned char* sc = sS + stage * S::KC * S::BN * SB;
       for (int idx = tid; idx < S::KC * pieces; idx += S::threads) {
@@ -899,7 +919,10 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
   cp_async_commit();
 
   const int warp = tid >> 5, lane = tid & 31;
-  const int wm = warp / S::WN, wn = warp % S::WN;
+  constexpr int WMN = S::WM * S::WN;
+  const int wk = S::WK == 1 ? 0 : warp / WMN, wmn = S::WK == 1 ? warp : warp % WMN;  // k set, and warp tile
+  const int wm = wmn / S::WN, wn = wmn % S::WN;
+  constexpr int KW = S::BK / 16 / S::WK;  // k steps of one warp a stage
   // GEMM 2's routing weights of the rows this thread writes: for row tiles of 16 (decode, short
   // loops) loaded now rather than after the loop; the large tiles keep the registers for the loop.
   constexpr bool kEarlyWeights = S::BM <= 16;
@@ -937,7 +960,8 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     uint2 packed[S::NI];    // 4-bit: this thread's codes of one 64-k unit, per n8 block
     unsigned codes[S::NI];  // and their scale codes
 #pragma unroll
-    for (int kk = 0; kk < S::BK / 16; ++kk) {
+    for (int kq = 0; kq < KW; ++kq) {
+      const int kk = wk * KW + kq;
       unsigned af[S::MI][4];
       unsigned bf[S::NI][2];
 #pragma unroll
@@ -946,7 +970,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
       if constexpr (Q4) {
         // B fragment: column n = lane/4 of each n8 block, k = 2q, 2q+1, 2q+8, 2q+9 (q = lane%4)
         const int j = kk / 4, s = kk % 4;
-        if (s == 0) {
+        if (kq == 0 || s == 0) {
 #pragma unroll
           for (int ni = 0; ni < S::NI; ++ni) {
             const int n = wn * S::WTN + ni * 8 + (lane >> 2);
@@ -979,10 +1003,10 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
         for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
           for (int ni = 0; ni < S::NI; ++ni) {
-            if (kk == 0) mma_e4m3_first(part[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+            if (kq == 0) mma_e4m3_first(part[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
             else mma_e4m3(part[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
           }
-        if (kk == 3) {  // the stage's 128 k: its sums times the scales of their row and n8 block
+        if (kq == KW - 1) {  // this warp's part of the stage's 128 k: its sums times their row's and n8 block's scales
           const float* sa = sSA + (kt % S::STAGES) * S::BM + wm * S::WTM + (lane >> 2);
           const float* sw = sSW + (kt % S::STAGES) * (S::BN / 8) + wn * (S::WTN / 8);
           float wsc[S::NI];
@@ -1011,6 +1035,31 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     }
   }
   cp_async_wait<0>();
+  if constexpr (S::WK > 1) {  // k sets 1.. hand their sums to set 0, which adds them in set order
+    constexpr int PER = S::MI * S::NI * 4, T = WMN * 32;
+    float* red = reinterpret_cast<float*>(smem_raw);
+    __syncthreads();  // every warp is done with the stages
+    if (wk > 0) {
+#pragma unroll
+      for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < S::NI; ++ni)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            red[((wk - 1) * PER + (mi * S::NI + ni) * 4 + q) * T + wmn * 32 + lane] = acc[mi][ni][q];
+    }
+    __syncthreads();
+    if (wk > 0) return;
+#pragma unroll
+    for (int w = 0; w < S::WK - 1; ++w)
+#pragma unroll
+      for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < S::NI; ++ni)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            acc[mi][ni][q] += red[(w * PER + (mi * S::NI + ni) * 4 + q) * T + wmn * 32 + lane];
+  }
   if constexpr (WF == wfmt::nvfp4) {  // the expert's scale_2, on the sums of E2M1 x E4M3 products
     const float g = p.G[e];
 #pragma unroll
@@ -1043,7 +1092,7 @@ struct wide_shape {
   // the 128-byte swizzle (wgmma's layout code 1), atoms of 8 rows
   static constexpr int SWIZZLE = 1, ATOM = 8 * ROW;
   static constexpr int A_BYTES = BM * ROW, B_BYTES = BN * ROW, STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr size_t smem = static_cast<size_t>(STAGES) * STAGE_BYTES + 1024;  // + alignment to 1024
+  static constexpr size_t smem() { return static_cast<size_t>(STAGES) * STAGE_BYTES + 1024; }  // + alignment to 1024
   // the 16-byte chunk c of row r
   __device__ static int at(int r, int c) { return r * ROW + ((c ^ (r & 7)) << 4); }
 };
@@ -1383,8 +1432,8 @@ __global__ void topk_sum(const float* __restrict__ y, const int* __restrict__ po
 
 template <class S, wfmt WF>
 constexpr size_t smem_of() {
-  if constexpr (WF == wfmt::e4m3) return S::smem + sizeof(float) * S::STAGES * (S::BM + S::BN / 8);
-  else if constexpr (WF == wfmt::bf16) return S::smem;
+  if constexpr (WF == wfmt::e4m3) return S::smem() + sizeof(float) * S::STAGES * (S::BM + S::BN / 8);
+  else if constexpr (WF == wfmt::bf16) return S::smem();
   else return S::smem_q(scale_bytes(WF));
 }
 

@@ -33,21 +33,34 @@ __device__ __forceinline__ best warp_best(best b) {
 }
 
 // The n best of v[lo, hi) into sel[0, n) (absolute indices), best first; the whole warp calls it.
+// Lane l holds the candidates lo + l + 32j; its best not yet taken (bit j of `taken`) enters a
+// warp reduction each round, and only the lane that owned the winner scans its candidates again.
+// Each lane's best is the one the scan of all its untaken candidates in index order gives, so the
+// selection is the same as one scan of the whole range per round.
 __device__ void warp_topk(const float* v, int lo, int hi, int n, int* sel) {
   const int lane = threadIdx.x & 31;
-  for (int r = 0; r < n; ++r) {
+  const int per = (hi - lo + 31) >> 5;  // candidates a lane, at most 32 (E <= 1024: the callers check)
+  unsigned taken = 0;
+  auto local_best = [&] {
     best b{-INFINITY, INT_MAX};
-    for (int i = lo + lane; i < hi; i += 32) {
-      bool taken = false;
-      for (int q = 0; q < r; ++q) taken |= sel[q] == i;
-      if (taken) continue;
+    for (int j = 0; j < per; ++j) {
+      const int i = lo + lane + 32 * j;
+      if (i >= hi || (taken >> j & 1u)) continue;
       const best c{v[i], i};
       if (b.i == INT_MAX || before(c, b)) b = c;
     }
-    b = warp_best(b);
+    return b;
+  };
+  best mine = local_best();
+  for (int r = 0; r < n; ++r) {
+    const best b = warp_best(mine);
     if (lane == 0) sel[r] = b.i;
-    __syncwarp();
+    if (b.i != INT_MAX && ((b.i - lo) & 31) == lane) {
+      taken |= 1u << ((b.i - lo) >> 5);
+      mine = local_best();
+    }
   }
+  __syncwarp();
 }
 
 // Floats of shared memory one routing warp uses.
