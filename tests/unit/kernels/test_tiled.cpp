@@ -671,6 +671,32 @@ TEST(Tiled, QuantizedPanelsWidenToTheCodecValues) {
   });
 }
 
+/// A panel of format F over K k-rows with random codes (no E4M3 NaN codes) and random scales in a
+/// range that keeps the products finite: fp32 0.01-0.08, E8M0 2^-7-2^4, E4M3 codes below 127.
+template <class F>
+struct random_qpanel {
+  std::vector<std::uint8_t> codes;
+  kt::AlignedBuffer<typename F::scale_type> scales;
+  kt::QPanel<F> panel;
+  random_qpanel(index_t K, std::mt19937& rng)
+      : codes(static_cast<std::size_t>(K * F::row_bytes)),
+        scales(static_cast<std::size_t>(F::groups(K) * kt::panel_cols)),
+        panel{codes.data(), scales.data(), 0.37f} {
+    for (auto& b : codes) {
+      b = static_cast<std::uint8_t>(rng());
+      if (F::code == kt::qcode::e4m3 && (b & 0x7F) == 0x7F) b = 0x38;
+    }
+    for (std::size_t i = 0; i < scales.size(); ++i) {
+      if constexpr (F::scale == kt::qscale::f32)
+        scales.data()[i] = 1e-2f * static_cast<float>(1 + rng() % 8);
+      else if constexpr (F::scale == kt::qscale::e8m0)
+        scales.data()[i] = static_cast<std::uint8_t>(120 + rng() % 12);
+      else
+        scales.data()[i] = static_cast<std::uint8_t>(rng() % 127);
+    }
+  }
+};
+
 /// Blocks of 3 and 4 rows on a quantized panel of format F (block_times_panel: qtile, the weights
 /// widened in registers), and of 1 and 2 rows without the short loops (a batch-invariant run), give
 /// the bits of the slab path (expand a slab into L1, tile<M> over it), over K = 300 and 1000
@@ -680,21 +706,8 @@ void expect_register_tiles_are_the_slab_paths_bits() {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   for (const index_t K : {index_t{300}, index_t{1000}}) {
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * F::row_bytes));
-    for (auto& b : codes) {
-      b = static_cast<std::uint8_t>(rng());
-      if (F::code == kt::qcode::e4m3 && (b & 0x7F) == 0x7F) b = 0x38;  // no NaN codes
-    }
-    kt::AlignedBuffer<typename F::scale_type> scales(static_cast<std::size_t>(F::groups(K) * kt::panel_cols));
-    for (std::size_t i = 0; i < scales.size(); ++i) {
-      if constexpr (F::scale == kt::qscale::f32)
-        scales.data()[i] = 1e-2f * static_cast<float>(1 + rng() % 8);
-      else if constexpr (F::scale == kt::qscale::e8m0)
-        scales.data()[i] = static_cast<std::uint8_t>(120 + rng() % 12);
-      else
-        scales.data()[i] = static_cast<std::uint8_t>(rng() % 127);
-    }
-    const kt::QPanel<F> panel{codes.data(), scales.data(), 0.37f};
+    const random_qpanel<F> rp(K, rng);
+    const kt::QPanel<F>& panel = rp.panel;
     std::vector<float> x(static_cast<std::size_t>(4 * K));
     for (auto& v : x) v = nd(rng);
     for (const index_t m : {index_t{1}, index_t{2}, index_t{3}, index_t{4}}) {
@@ -733,12 +746,10 @@ void expect_bf16_pair_decode_agrees() {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd;
   for (const index_t K : {index_t{301}, index_t{1024}}) {
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(K * F::row_bytes));
-    for (auto& b : codes) b = static_cast<std::uint8_t>(rng());
-    kt::AlignedBuffer<std::uint8_t> scales(static_cast<std::size_t>(F::groups(K) * kt::panel_cols));
-    for (std::size_t i = 0; i < scales.size(); ++i)
-      scales.data()[i] = static_cast<std::uint8_t>(F::scale == kt::qscale::e8m0 ? 120 + rng() % 12 : rng() % 127);
-    const kt::QPanel<F> panel{codes.data(), scales.data(), 0.37f};
+    const random_qpanel<F> rp(K, rng);
+    const kt::QPanel<F>& panel = rp.panel;
+    const std::vector<std::uint8_t>& codes = rp.codes;
+    const auto& scales = rp.scales;
     const auto weight = [&](index_t k, index_t c) {
       const auto [byte, shift] = kt::code_position<F>(c);
       const auto q = static_cast<std::uint8_t>((codes[static_cast<std::size_t>(k * F::row_bytes + byte)] >> shift) & 15);

@@ -207,7 +207,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       }
 #endif
       detail::block_times_panel<a16>(b.rows, [&](index_t i) { return ws.a_rows[at(b.begin + i)]; }, H,
-                                pk.panel13(b.expert, cb), c, tune.short_loops());
+                                     pk.panel13(b.expert, cb), c, tune.short_loops());
       const TaskClock epilogue(w.task_ns, PhaseTimes::gemm1_epilogue);
       detail::finish13<a16>(mlp, pk, b, cb, c, ws.act.data(), I);
     };
@@ -236,7 +236,7 @@ void forward_amx_decoded(const DispatchOutput<format::standard>& d, const Prepar
       else
 #endif
         detail::block_times_panel<a16>(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
-                                  pk.panel2(b.expert, task.panel), c, tune.short_loops());
+                                       pk.panel2(b.expert, task.panel), c, tune.short_loops());
       detail::finish2(mlp, pk, b, task.panel, c, ws.row_weight.data(), ws.y.data(), stream, w.task_ns);
     };
     if constexpr (qact)

@@ -165,8 +165,8 @@ class mxfp4_decoder {
   void operator()(index_t kb, index_t j0, index_t j1, std::uint16_t* out) noexcept {
     static constexpr auto table = [] {
       std::array<std::uint16_t, 32> t{};
-      for (std::uint8_t i = 0; i < 32; ++i) {
-        const std::uint16_t b = codecs::float_to_bf16(codecs::e2m1_to_float(static_cast<std::uint8_t>(i & 15)));
+      for (std::size_t i = 0; i < 32; ++i) {
+        const std::uint16_t b = detail::e2m1_bf16_table[i];
         t[i] = (b & 0x7FFF) == 0 ? std::uint16_t{0} : static_cast<std::uint16_t>((b & 0x8000) | ((b & 0x7FFF) + bias));
       }
       return t;

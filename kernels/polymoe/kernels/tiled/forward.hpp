@@ -150,7 +150,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
       const RowBlock& b = sr.block(task);
       const index_t cb = task.panel;
       detail::block_times_panel<RoundBf16>(b.rows, [&](index_t i) { return ws.a_rows[static_cast<std::size_t>(b.begin + i)]; }, H,
-                                pk.panel13(b.expert, cb), c, tune.short_loops());
+                                           pk.panel13(b.expert, cb), c, tune.short_loops());
       detail::finish13<RoundBf16>(mlp, pk, b, cb, c, ws.act.data(), I);
     };
     // The scheme's rounding of a finished block's activations.
@@ -165,7 +165,7 @@ void forward_standard(const DispatchOutput<format::standard>& d, const Prepared<
       const RowBlock& b = sr.block(task);
       const index_t cb = task.panel;
       detail::block_times_panel<RoundBf16>(b.rows, [&](index_t i) { return ws.act.data() + (b.begin + i) * I; }, I,
-                                pk.panel2(b.expert, cb), c, tune.short_loops());
+                                           pk.panel2(b.expert, cb), c, tune.short_loops());
       detail::finish2(mlp, pk, b, cb, c, ws.row_weight.data(), ws.y.data(), stream, nullptr);
     };
     if constexpr (Act::per_row)

@@ -189,6 +189,14 @@ inline __m512i widen16(const std::uint8_t* p) noexcept {
 
 namespace detail {
 
+/// The 16 E2M1 codes' values as bf16 bits, twice: vpermw reads index bits 0-4, so a table of 32
+/// words serves the codes in the low 4 bits of each index whatever bit 4 is.
+inline constexpr std::array<std::uint16_t, 32> e2m1_bf16_table = [] {
+  std::array<std::uint16_t, 32> t{};
+  for (std::uint8_t i = 0; i < 32; ++i) t[i] = codecs::float_to_bf16(codecs::e2m1_to_float(static_cast<std::uint8_t>(i & 15)));
+  return t;
+}();
+
 /// The E2M1 codes of k-rows k and k + 1 of a panel (rows from K on read as zero), interleaved for
 /// the tile layout: half[h] holds bytes 16h .. 16h + 15 of both rows, (row k, row k + 1) per
 /// column byte, one byte per word. Prefetches the codes Ahead bytes ahead. Two 32-byte loads, two
@@ -402,13 +410,7 @@ template <int M, class F>
 inline void decode_qtile_bf16(const float* const* a, index_t K, const QPanel<F>& p, float* c) noexcept {
   static_assert(F::code == qcode::e2m1 && F::group % 2 == 0, "k-pairs within the scale groups of E2M1 panels");
   constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads, as decode_qtile
-  // the E2M1 values as bf16 bits; vpermw reads index bits 0-4, so the table repeats at 16
-  static constexpr auto table = [] {
-    std::array<std::uint16_t, 32> t{};
-    for (std::uint8_t i = 0; i < 32; ++i) t[i] = codecs::float_to_bf16(codecs::e2m1_to_float(static_cast<std::uint8_t>(i & 15)));
-    return t;
-  }();
-  const __m512i lut = _mm512_loadu_si512(table.data());
+  const __m512i lut = _mm512_loadu_si512(detail::e2m1_bf16_table.data());
   // a[r][k] and a[r][k + 1] (0 past K) as a bf16 pair: their top halves, the whole value of a bf16 one
   const auto pair = [&](int r, index_t k) {
     const std::uint32_t lo = std::bit_cast<std::uint32_t>(a[r][k]) >> 16;
