@@ -737,11 +737,12 @@ TEST(Tiled, FewRowQuantizedTilesAreTheSlabPathsBits) {
 }
 
 #if POLYMOE_TILED_DPBF16
-/// Rows of bf16 values (W4A16) against an E2M1 panel of format F on the decode loop
-/// (block_times_panel<true>: decode_qtile_bf16 on this target) give the double sum of the rows times
-/// the codec's weights (e2m1 · scale, NVFP4 also · global) within the rounding of K fp32 additions;
+/// Rows of bf16 values (W4A16: block_times_panel<true>) or of fp32 values (W4A32, as two bf16
+/// terms) against an E2M1 panel of format F on the decode loop (decode_qtile_bf16 on this target)
+/// give the double sum of the rows times the codec's weights (e2m1 · scale, NVFP4 also · global)
+/// within the rounding of K fp32 additions, and for fp32 rows 2^-17 of each product (hi + lo);
 /// K odd and with a partial last group, and random codes and scales.
-template <class F>
+template <class F, bool Bf16Rows>
 void expect_bf16_pair_decode_agrees() {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd;
@@ -760,11 +761,11 @@ void expect_bf16_pair_decode_agrees() {
         return static_cast<double>(codecs::e2m1_to_float(q)) * codecs::e4m3_to_float(s) * panel.global;
     };
     std::vector<float> x(static_cast<std::size_t>(2 * K));
-    for (auto& v : x) v = codecs::bf16_to_float(codecs::float_to_bf16(nd(rng)));
+    for (auto& v : x) v = Bf16Rows ? codecs::bf16_to_float(codecs::float_to_bf16(nd(rng))) : nd(rng);
     for (const index_t m : {index_t{1}, index_t{2}}) {
       alignas(64) float got[kt::max_tile_rows * kt::panel_cols];
-      kt::detail::block_times_panel<true>(m, [&](index_t i) { return x.data() + i * K; }, K, panel, got,
-                                          /*short_loops=*/true);
+      kt::detail::block_times_panel<Bf16Rows>(m, [&](index_t i) { return x.data() + i * K; }, K, panel, got,
+                                              /*short_loops=*/true);
       int wrong = 0;
       for (index_t r = 0; r < m; ++r)
         for (index_t c = 0; c < kt::panel_cols; ++c) {
@@ -774,7 +775,7 @@ void expect_bf16_pair_decode_agrees() {
             want += t;
             size += std::abs(t);
           }
-          const double bound = static_cast<double>(K + 2) * 0x1p-24 * size + 1e-30;
+          const double bound = (static_cast<double>(K + 2) * 0x1p-24 + (Bf16Rows ? 0.0 : 0x1p-17)) * size + 1e-30;
           if (std::abs(got[r * kt::panel_cols + c] - want) > bound && ++wrong <= 5)
             ADD_FAILURE() << "K " << K << " m " << m << " row " << r << " column " << c << ": "
                           << got[r * kt::panel_cols + c] << " against " << want << " (bound " << bound << ")";
@@ -785,8 +786,13 @@ void expect_bf16_pair_decode_agrees() {
 }
 
 TEST(Tiled, Bf16PairDecodeOfE2m1PanelsIsTheDoubleSum) {
-  expect_bf16_pair_decode_agrees<kt::mxfp4_format>();
-  expect_bf16_pair_decode_agrees<kt::nvfp4_format>();
+  expect_bf16_pair_decode_agrees<kt::mxfp4_format, true>();
+  expect_bf16_pair_decode_agrees<kt::nvfp4_format, true>();
+}
+
+TEST(Tiled, Bf16TermsDecodeOfE2m1PanelsOnFp32RowsIsTheDoubleSum) {
+  expect_bf16_pair_decode_agrees<kt::mxfp4_format, false>();
+  expect_bf16_pair_decode_agrees<kt::nvfp4_format, false>();
 }
 #endif
 

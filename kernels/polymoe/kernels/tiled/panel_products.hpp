@@ -86,8 +86,8 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const W* panel, f
 }
 
 /// The same for a quantized panel: widened in registers for one or two rows (decode, where
-/// `short_loops`; E2M1 panels with Bf16Rows in bf16 pairs where vdpbf16ps is chosen:
-/// decode_qtile_bf16) and for up to four (qtile: the bits of the slab path), else a slab at a time
+/// `short_loops`; E2M1 panels in bf16 pairs where vdpbf16ps is chosen, fp32 rows as two bf16
+/// terms: decode_qtile_bf16) and for up to four (qtile: the bits of the slab path), else a slab at a time
 /// into an L1 buffer that all the block's tiles share (see qpanel.hpp).
 template <bool Bf16Rows = false, class F, class RowOf>
 inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& panel, float* c, bool short_loops) {
@@ -97,7 +97,7 @@ inline void block_times_panel(index_t m, RowOf row, index_t K, const QPanel<F>& 
     for (index_t i = 0; i < m; ++i) rows[i] = row(i);
     const auto decode = [&]<int M>() {
 #if POLYMOE_TILED_DPBF16
-      if constexpr (Bf16Rows && F::code == qcode::e2m1) return decode_qtile_bf16<M>(rows, K, panel, c);
+      if constexpr (F::code == qcode::e2m1) return decode_qtile_bf16<M, !Bf16Rows>(rows, K, panel, c);
 #endif
       decode_qtile<M>(rows, K, panel, c);
     };

@@ -10,9 +10,9 @@
 //   decode (one or two rows per expert): each k-row is widened to four fp32 vectors in registers
 //     (E2M1: a 16-entry lookup with vpermps on the nibble; E4M3: shifts into the fp32 bit
 //     pattern and one exact multiply by 2^120), the products summed over the scale group and
-//     the group's sum multiplied by its scales; rows of bf16 values on E2M1 panels (W4A16), where
-//     vdpbf16ps is chosen, as bf16 pairs instead (decode_qtile_bf16: a k-pair a vpermw per 16
-//     columns);
+//     the group's sum multiplied by its scales; on E2M1 panels, where vdpbf16ps is chosen, as
+//     bf16 pairs instead (decode_qtile_bf16: a k-pair a vpermw per 16 columns; fp32 rows as two
+//     bf16 terms, rows of bf16 values (W4A16) as one);
 //   three or four rows (qtile): the same widening, scaled per weight, in registers, each k-row
 //     against every row of the block;
 //   prefill: the same widening writes a 32 KiB slab of the panel into an L1 buffer once per row
@@ -38,6 +38,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -398,26 +399,41 @@ inline void decode_qtile(const float* const* a, index_t K, const QPanel<F>& p, f
 }
 
 #if POLYMOE_TILED_DPBF16
-/// decode_qtile for an E2M1 panel whose rows hold bf16 values (the W4A16 schemes round them), where
-/// vdpbf16ps issues at the FMA's rate (AMD Zen 4; POLYMOE_TILED_DPBF16): per k-pair, the two
-/// k-rows' codes interleaved (load_kpair) become the bf16 pairs (row k, row k + 1) of 16 columns
-/// with one vpermw from the signed E2M1 values (exact in bf16), and one vdpbf16ps a row adds both
-/// products of each column: a quarter of the shuffles of decode_qtile's widening to fp32, which
-/// bounds that loop there (one core, in cache: 1.2 against 2.4 ns a k-row). The products are exact;
-/// the sums are fp32 in the instruction's rounding, pairs in k order, subnormal inputs and results
-/// flushed to zero, and a scale group's sum is scaled once, as decode_qtile does.
-template <int M, class F>
+/// decode_qtile for an E2M1 panel where vdpbf16ps issues at the FMA's rate (AMD Zen 4;
+/// POLYMOE_TILED_DPBF16): per k-pair, the two k-rows' codes interleaved (load_kpair) become the
+/// bf16 pairs (row k, row k + 1) of 16 columns with one vpermw from the signed E2M1 values (exact in
+/// bf16), and one vdpbf16ps a row adds both products of each column: a quarter of the shuffles of
+/// decode_qtile's widening to fp32, which bounds that loop there (one core, in cache: 1.2 against
+/// 2.4 ns a k-row). Rows of bf16 values (the W4A16 schemes round them) enter as they are; with
+/// Split, rows of fp32 values enter as two terms, hi = bf16(x) and lo = bf16(x - hi), as the AMX
+/// tiles take them (docs/decisions.md#bf16-terms: x within 2^-17 |x|), two vdpbf16ps a row. The
+/// products are exact; the sums are fp32 in the instruction's rounding, pairs in k order,
+/// subnormal inputs and results flushed to zero, and a scale group's sum is scaled once, as
+/// decode_qtile does.
+template <int M, bool Split, class F>
 inline void decode_qtile_bf16(const float* const* a, index_t K, const QPanel<F>& p, float* c) noexcept {
-  static_assert(F::code == qcode::e2m1 && F::group % 2 == 0, "k-pairs within the scale groups of E2M1 panels");
+  static_assert(F::code == qcode::e2m1 && F::group % 16 == 0, "k-pairs within the scale groups of E2M1 panels");
   constexpr index_t ahead = 4096;  // bytes of codes prefetched ahead of the loads, as decode_qtile
+  constexpr int terms = Split ? 2 : 1;
   const __m512i lut = _mm512_loadu_si512(detail::e2m1_bf16_table.data());
-  // a[r][k] and a[r][k + 1] (0 past K) as a bf16 pair: their top halves, the whole value of a bf16 one
-  const auto pair = [&](int r, index_t k) {
-    const std::uint32_t lo = std::bit_cast<std::uint32_t>(a[r][k]) >> 16;
-    const std::uint32_t hi = k + 1 < K ? std::bit_cast<std::uint32_t>(a[r][k + 1]) & 0xFFFF0000u : 0u;
-    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(lo | hi)));
-  };
   e2m1_group_sums<M>(K, p, c, [&](index_t g0, index_t g1, __m512 (&blk)[M][4]) {
+    // the group's k of each row as bf16 terms, 0 from K on: bf16 rows by their top halves, fp32
+    // rows rounded to nearest (hi) and the rest rounded again (lo)
+    alignas(64) std::uint16_t xs[M][terms][F::group];
+    for (int r = 0; r < M; ++r)
+      for (index_t k = g0; k < g1; k += 16) {
+        const auto mask = static_cast<__mmask16>(g1 - k >= 16 ? 0xFFFF : (1u << (g1 - k)) - 1u);
+        const __m512 x = _mm512_maskz_loadu_ps(mask, a[r] + k);
+        const auto at = [&](int t) { return reinterpret_cast<__m256i*>(&xs[r][t][k - g0]); };
+        if constexpr (Split) {
+          const __m256bh hi = _mm512_cvtneps_pbh(x);
+          _mm256_store_si256(at(0), reinterpret_cast<const __m256i&>(hi));
+          const __m256bh lo = _mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(hi)));
+          _mm256_store_si256(at(1), reinterpret_cast<const __m256i&>(lo));
+        } else {
+          _mm256_store_si256(at(0), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+        }
+      }
     for (index_t k = g0; k < g1; k += 2) {
       __m512i half[2];
       detail::load_kpair<ahead>(p.codes, k, K, half);
@@ -425,10 +441,13 @@ inline void decode_qtile_bf16(const float* const* a, index_t K, const QPanel<F>&
       for (int v = 0; v < 4; ++v)  // columns 16v ..: byte j of half v / 2, its low nibble or its high one
         w[v] = reinterpret_cast<__m512bh>(
             _mm512_permutexvar_epi16(v % 2 == 0 ? half[v / 2] : _mm512_srli_epi16(half[v / 2], 4), lut));
-      for (int r = 0; r < M; ++r) {
-        const __m512bh x = pair(r, k);
-        for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_dpbf16_ps(blk[r][v], x, w[v]);
-      }
+      for (int r = 0; r < M; ++r)
+        for (int t = 0; t < terms; ++t) {
+          std::uint32_t pair;
+          std::memcpy(&pair, &xs[r][t][k - g0], sizeof pair);
+          const auto x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+          for (int v = 0; v < 4; ++v) blk[r][v] = _mm512_dpbf16_ps(blk[r][v], x, w[v]);
+        }
     }
   });
 }
