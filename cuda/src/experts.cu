@@ -1037,28 +1037,20 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
   cp_async_wait<0>();
   if constexpr (S::WK > 1) {  // k sets 1.. hand their sums to set 0, which adds them in set order
     constexpr int PER = S::MI * S::NI * 4, T = WMN * 32;
-    float* red = reinterpret_cast<float*>(smem_raw);
+    float* red = reinterpret_cast<float*>(smem_raw);  // [WK - 1][PER][T]: set, accumulator, thread
+    const auto sum = [&](int i) -> float& { return acc[i / (S::NI * 4)][i / 4 % S::NI][i % 4]; };
+    const auto at = [&](int w, int i) -> float& { return red[(w * PER + i) * T + wmn * 32 + lane]; };
     __syncthreads();  // every warp is done with the stages
     if (wk > 0) {
 #pragma unroll
-      for (int mi = 0; mi < S::MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < S::NI; ++ni)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            red[((wk - 1) * PER + (mi * S::NI + ni) * 4 + q) * T + wmn * 32 + lane] = acc[mi][ni][q];
+      for (int i = 0; i < PER; ++i) at(wk - 1, i) = sum(i);
     }
     __syncthreads();
     if (wk > 0) return;
 #pragma unroll
     for (int w = 0; w < S::WK - 1; ++w)
 #pragma unroll
-      for (int mi = 0; mi < S::MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < S::NI; ++ni)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            acc[mi][ni][q] += red[(w * PER + (mi * S::NI + ni) * 4 + q) * T + wmn * 32 + lane];
+      for (int i = 0; i < PER; ++i) sum(i) += at(w, i);
   }
   if constexpr (WF == wfmt::nvfp4) {  // the expert's scale_2, on the sums of E2M1 x E4M3 products
     const float g = p.G[e];
