@@ -741,7 +741,8 @@ TEST(Tiled, FewRowQuantizedTilesAreTheSlabPathsBits) {
 /// terms) against an E2M1 panel of format F on the decode loop (decode_qtile_bf16 on this target)
 /// give the double sum of the rows times the codec's weights (e2m1 · scale, NVFP4 also · global)
 /// within the rounding of K fp32 additions, and for fp32 rows 2^-17 of each product (hi + lo);
-/// K odd and with a partial last group, and random codes and scales.
+/// K odd and with a partial last group, and random codes and scales; an infinite input gives the
+/// infinities (and NaN on zero weights) the products do.
 template <class F, bool Bf16Rows>
 void expect_bf16_pair_decode_agrees() {
   std::mt19937 rng(12);
@@ -781,6 +782,19 @@ void expect_bf16_pair_decode_agrees() {
                           << got[r * kt::panel_cols + c] << " against " << want << " (bound " << bound << ")";
         }
       EXPECT_EQ(wrong, 0) << "K " << K << " m " << m;
+    }
+    // An infinite input: each column is that infinity times the sign of its weight there, NaN where
+    // the weight is zero (inf · 0), whatever the row's finite values add.
+    x[7] = -std::numeric_limits<float>::infinity();
+    alignas(64) float got[kt::max_tile_rows * kt::panel_cols];
+    kt::detail::block_times_panel<Bf16Rows>(1, [&](index_t) { return x.data(); }, K, panel, got, /*short_loops=*/true);
+    for (index_t c = 0; c < kt::panel_cols; ++c) {
+      const double w = weight(7, c);
+      if (w == 0.0)
+        EXPECT_TRUE(std::isnan(got[c])) << "K " << K << " column " << c << ": " << got[c];
+      else
+        EXPECT_EQ(got[c], w > 0.0 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity())
+            << "K " << K << " column " << c;
     }
   }
 }

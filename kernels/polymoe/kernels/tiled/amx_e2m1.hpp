@@ -132,9 +132,8 @@ inline bool split_bf16_row(const float* src, float wt, index_t n, index_t n32, s
   for (index_t k = 0; k < n32; k += 16) {
     const __mmask16 m = k + 16 <= n ? __mmask16(0xFFFF) : k < n ? __mmask16((1u << (n - k)) - 1) : __mmask16(0);
     const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + k), w);
-    const __m512 hi = simd::round_bf16(x);
-    __m512 lo = simd::round_bf16(_mm512_sub_ps(x, hi));
-    lo = _mm512_mask_mov_ps(lo, _mm512_fpclass_ps_mask(x, 0x18), _mm512_setzero_ps());  // ±inf
+    __m512 hi, lo;
+    simd::split_bf16(x, hi, lo);
     std::uint16_t* d = dst + (k / amx_kb) * 2 * amx_kb + k % amx_kb;
     const __m256i lo16 = simd::bf16_bits(lo);
     lo_bits = _mm256_or_si256(lo_bits, lo16);

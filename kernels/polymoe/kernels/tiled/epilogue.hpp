@@ -69,6 +69,19 @@ inline __m256i bf16_bits(__m512 rounded) noexcept {
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(rounded), 16));
 }
 
+/// x as two bf16 terms, hi = bf16(x) and lo = bf16(x - hi), which leaves |x - hi - lo| <= 2^-17 |x|;
+/// an infinite x gets lo = 0, so that hi alone carries it (x - hi would be NaN). `round`: fp32 to
+/// bf16 values, to nearest even (round_bf16, or vcvtneps2bf16's where the reader of the terms flushes
+/// subnormal bf16 inputs anyway and the instruction is cheaper).
+template <class Round>
+inline void split_bf16(__m512 x, __m512& hi, __m512& lo, Round round) noexcept {
+  hi = round(x);
+  lo = _mm512_mask_mov_ps(round(_mm512_sub_ps(x, hi)), _mm512_fpclass_ps_mask(x, 0x18), _mm512_setzero_ps());
+}
+inline void split_bf16(__m512 x, __m512& hi, __m512& lo) noexcept {
+  split_bf16(x, hi, lo, [](__m512 v) { return round_bf16(v); });
+}
+
 }  // namespace simd
 
 /// h[0..n) = f(g[0..n)) or f(g, u) (u == nullptr: non-gated), then rounded to bf16 if RoundBf16;

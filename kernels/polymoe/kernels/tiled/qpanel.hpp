@@ -36,7 +36,6 @@
 #endif
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -49,6 +48,7 @@
 #include <polymoe/codecs/e2m1.hpp>
 #include <polymoe/codecs/e4m3.hpp>
 #include <polymoe/codecs/e8m0.hpp>
+#include <polymoe/kernels/tiled/epilogue.hpp>
 #include <polymoe/kernels/tiled/microkernel.hpp>
 
 namespace polymoe::kernels::tiled {
@@ -418,7 +418,7 @@ inline void decode_qtile_bf16(const float* const* a, index_t K, const QPanel<F>&
   const __m512i lut = _mm512_loadu_si512(detail::e2m1_bf16_table.data());
   e2m1_group_sums<M>(K, p, c, [&](index_t g0, index_t g1, __m512 (&blk)[M][4]) {
     // the group's k of each row as bf16 terms, 0 from K on: bf16 rows by their top halves, fp32
-    // rows rounded to nearest (hi) and the rest rounded again (lo)
+    // rows split (simd::split_bf16, as the AMX tiles' rows)
     alignas(64) std::uint16_t xs[M][terms][F::group];
     for (int r = 0; r < M; ++r)
       for (index_t k = g0; k < g1; k += 16) {
@@ -426,12 +426,12 @@ inline void decode_qtile_bf16(const float* const* a, index_t K, const QPanel<F>&
         const __m512 x = _mm512_maskz_loadu_ps(mask, a[r] + k);
         const auto at = [&](int t) { return reinterpret_cast<__m256i*>(&xs[r][t][k - g0]); };
         if constexpr (Split) {
-          const __m256bh hi = _mm512_cvtneps_pbh(x);
-          _mm256_store_si256(at(0), reinterpret_cast<const __m256i&>(hi));
-          const __m256bh lo = _mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(hi)));
-          _mm256_store_si256(at(1), reinterpret_cast<const __m256i&>(lo));
+          __m512 hi, lo;  // vcvtneps2bf16 flushes subnormals, as vdpbf16ps does to its inputs
+          simd::split_bf16(x, hi, lo, [](__m512 v) { return _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(v)); });
+          _mm256_store_si256(at(0), simd::bf16_bits(hi));
+          _mm256_store_si256(at(1), simd::bf16_bits(lo));
         } else {
-          _mm256_store_si256(at(0), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+          _mm256_store_si256(at(0), simd::bf16_bits(x));
         }
       }
     for (index_t k = g0; k < g1; k += 2) {
