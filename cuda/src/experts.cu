@@ -639,7 +639,7 @@ struct tile_shape {
   static constexpr int LDB = BK == 64 ? 32 : BK / 2 + 32;
   static constexpr int QCPR = BK / 32;  // 16-byte chunks of a packed row a stage
   static constexpr int KC = BK / 64;    // 64-k units a stage
-  static constexpr int QB_PER = (BN * QCPR + threads - 1) / threads;
+  static constexpr int QB_PER = BN * QCPR / threads;
   static constexpr size_t smem_q(int scale_bytes) {
     return sizeof(std::uint16_t) * STAGES * BM * LDS + static_cast<size_t>(STAGES) * BN * (LDB + KC * scale_bytes);
   }
@@ -787,7 +787,7 @@ template <class S, bool GEMM1, wfmt WF>
 __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(const gemm_params p) {
   constexpr bool Q4 = WF == wfmt::mxfp4 || WF == wfmt::nvfp4;
   constexpr bool Q8 = WF == wfmt::e4m3;
-  static_assert(!Q4 || S::BK % 64 == 0, "4-bit stages of whole 64-k units");
+  static_assert(!Q4 || (S::BK % 64 == 0 && (S::BN * S::QCPR) % S::threads == 0), "4-bit stages of whole 64-k units");
   static_assert(!Q8 || S::BK == 64, "E4M3 stages of one 128-k block");
   constexpr int SB = WF == wfmt::mxfp4 ? 2 : 4;  // scale_bytes(WF), a host function
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -850,9 +850,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     if constexpr (Q4) {
       unsigned char* b = sQ + stage * S::BN * S::LDB;
 #pragma unroll
-      for (int q = 0; q < B_N; ++q)
-        if ((S::BN * S::QCPR) % S::threads == 0 || tid + q * S::threads < S::BN * S::QCPR)
-          cp_async16(b + b_dst[q], b_src[q] + kt * (S::BK / 2), true);
+      for (int q = 0; q < B_N; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * (S::BK / 2), true);
       constexpr int pieces = S::BN * SB / 16;  // 16-byte pieces of one unit's codes
       unsigned char* sc = sS + stage * S::KC * S::BN * SB;
       for (int idx = tid; idx < S::KC * pieces; idx += S::threads) {
