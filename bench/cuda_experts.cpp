@@ -6,7 +6,7 @@
 // copy bandwidth measured in the same run.
 //   polymoe_cuda_bench [--hidden 2048] [--inter 768] [--experts 128] [--top-k 8] [--tokens 1,64,4096]
 //                      [--iters N] [--quant LIST (default: every scheme of kernel::cuda's row)]
-//                      [--tiles LIST (default tiny,small,large,wide,auto)]
+//                      [--tiles LIST (default tiny,deep,small,large,wide,auto)]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -75,10 +75,10 @@ int main(int argc, char** argv) try {
       ->delimiter(',')
       ->type_name("LIST")
       ->check(positive);
-  std::vector<std::string> tile_names{"tiny", "small", "large", "wide", "auto"};
-  app.add_option("--tiles", tile_names, "tile choices timed (default tiny,small,large,wide,auto; '-' in the table: not timed)")
+  std::vector<std::string> tile_names{"tiny", "deep", "small", "large", "wide", "auto"};
+  app.add_option("--tiles", tile_names, "tile choices timed (default tiny,deep,small,large,wide,auto; '-' in the table: not timed)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"tiny", "small", "large", "wide", "auto"}));
+      ->check(CLI::IsMember({"tiny", "deep", "small", "large", "wide", "auto"}));
   app.add_option("--iters", iters, "forwards per timing (default 20)")->type_name("N")->check(CLI::Range(1, 1 << 20));
   app.add_option("--quant", quants, "schemes (default: every scheme of kernel::cuda's row)")
       ->delimiter(',')
@@ -175,7 +175,7 @@ int main(int argc, char** argv) try {
     std::printf("layer: H=%lld I=%lld E=%lld k=%lld, %s (%s weights, %.1f MB an expert)\n", (long long)H,
                 (long long)I, (long long)E, (long long)k, f.c_str(), experts.weight_format().data(),
                 expert_bytes / 1e6);
-    std::printf("%8s %9s %9s %9s %9s %9s %9s %9s %8s %12s %8s\n", "T", "route us", "tiny us", "small us", "large us",
+    std::printf("%8s %9s %9s %9s %9s %9s %9s %9s %9s %8s %12s %8s\n", "T", "route us", "tiny us", "deep us", "small us", "large us",
                 "wide us", "auto us", "graph us", "experts", "weight GB/s", "TFLOP/s");
     for (index_t T : tokens) {
       const int sets = T <= 64 ? 8 : 2;  // routings rotated, so that decode reads its experts from HBM
@@ -200,12 +200,12 @@ int main(int argc, char** argv) try {
       const double route = time_ms(s, iters, inner, [&](int i) {
         router.route(dz.data() + (i % sets) * T * E, T, di.data(), dw.data(), s);
       });
-      constexpr int kChoices = 5;
-      double by_tiles[kChoices] = {0, 0, 0, 0, 0};
-      const cuda::TileChoice choices[kChoices] = {cuda::TileChoice::tiny, cuda::TileChoice::small,
-                                                  cuda::TileChoice::large, cuda::TileChoice::wide,
-                                                  cuda::TileChoice::automatic};
-      const char* names[kChoices] = {"tiny", "small", "large", "wide", "auto"};
+      constexpr int kChoices = 6, kAuto = kChoices - 1;
+      double by_tiles[kChoices] = {};
+      const cuda::TileChoice choices[kChoices] = {cuda::TileChoice::tiny,  cuda::TileChoice::deep,
+                                                  cuda::TileChoice::small, cuda::TileChoice::large,
+                                                  cuda::TileChoice::wide,  cuda::TileChoice::automatic};
+      const char* names[kChoices] = {"tiny", "deep", "small", "large", "wide", "auto"};
       for (int c = 0; c < kChoices; ++c) {
         if (std::find(tile_names.begin(), tile_names.end(), names[c]) == tile_names.end()) continue;
         experts.set_tiles(choices[c]);
@@ -225,13 +225,13 @@ int main(int argc, char** argv) try {
       const double graph = time_ms(s, iters, std::max(1, inner / sets), [&](int) { ck(cudaGraphLaunch(ge, s), "cudaGraphLaunch"); }) / sets;
       cudaGraphExecDestroy(ge);
       cudaGraphDestroy(g);
-      const double best = (by_tiles[4] > 0 ? std::min(by_tiles[4], graph) : graph) * 1e-3;
+      const double best = (by_tiles[kAuto] > 0 ? std::min(by_tiles[kAuto], graph) : graph) * 1e-3;
       const double flops = 2.0 * T * k * (2.0 * I * H + static_cast<double>(H) * I);
       char cell[kChoices][16];
       for (int c = 0; c < kChoices; ++c)
         std::snprintf(cell[c], sizeof cell[c], by_tiles[c] > 0 ? "%.1f" : "-", by_tiles[c] * 1e3);
-      std::printf("%8lld %9.1f %9s %9s %9s %9s %9s %9.1f %8.1f %12.0f %8.1f\n", (long long)T, route * 1e3, cell[0],
-                  cell[1], cell[2], cell[3], cell[4], graph * 1e3, distinct, distinct * expert_bytes / best / 1e9, flops / best / 1e12);
+      std::printf("%8lld %9.1f %9s %9s %9s %9s %9s %9s %9.1f %8.1f %12.0f %8.1f\n", (long long)T, route * 1e3, cell[0],
+                  cell[1], cell[2], cell[3], cell[4], cell[5], graph * 1e3, distinct, distinct * expert_bytes / best / 1e9, flops / best / 1e12);
     }
   });
   std::printf("(auto and graph: the engine's own tile choice; weight GB/s and TFLOP/s from the better of the two)\n");

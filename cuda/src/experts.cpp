@@ -418,6 +418,7 @@ void Experts::impl::upload(const fp4_store& w, const quant::ExpertStore& store) 
   weights = device_memory(b_q13 + b_q2 + b_s13 + b_s2 + 2 * b_g + bias_bytes(shape, g));
   char* base = static_cast<char*>(weights.get());
   wv.format = format;
+  check(detail::deep_blocks_per_sm(format, &g.deep_per_sm), "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   wv.w13 = base;
   wv.w2 = base + b_q13;
   wv.s13 = reinterpret_cast<const std::uint8_t*>(base + b_q13 + b_q2);
@@ -750,6 +751,7 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
     case TileChoice::small: t = detail::tiles::small; break;
     case TileChoice::large: t = detail::tiles::large; break;
     case TileChoice::wide: t = m.wide ? detail::tiles::wide : detail::tiles::large; break;
+    case TileChoice::deep: t = detail::tiles::deep; break;
     case TileChoice::automatic: {  // by the mean rows an expert
       const index_t rows = rows_hint > 0 ? rows_hint : tokens * top_k;
       // E4M3 streams half the bytes a row: the small tiles' wider column tiles keep enough in
@@ -762,6 +764,11 @@ void Experts::launch(const routed_call& c, const ExpertMlp& mlp, stream_t stream
       t = rows >= 32 * E ? many
           : rows >= 8 * E || e4m3 ? detail::tiles::small
                                   : detail::tiles::tiny;
+      // 4-bit weights: the deep tiles while the blocks with rows fill at most one and a half
+      // waves (docs/decisions.md#cuda-deep-tiles)
+      const long long blocks = std::min<long long>(rows, E) * (std::max(m.g.r13p, m.g.hp) / detail::deep_tile_cols);
+      if (t == detail::tiles::tiny && m.g.deep_per_sm > 0 && 2 * blocks <= 3LL * m.g.sms * m.g.deep_per_sm)
+        t = detail::tiles::deep;
       break;
     }
   }

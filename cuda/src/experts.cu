@@ -397,6 +397,30 @@ struct prep_params {
   long long items;  ///< input chunks, or quant items (one a warp)
 };
 
+// At most 32 pairs: the sort and the tile map by one warp, in registers (lane i: pair i). The same
+// result as the counting sort: experts in order, each one's pairs in pair order.
+__device__ void sort_pairs_warp(const prep_params& p) {
+  const int lane = threadIdx.x & 31;
+  const int e = valid_id(p.ids, lane, p.pairs, p.E);  // -1: no pair, or not computed
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int cnt = __popc(peers), tr = p.tile_rows;
+  const bool lead = e >= 0 && (peers & ((1u << lane) - 1u)) == 0;  // the expert's first pair
+  const int tiles = lead ? (cnt + tr - 1) / tr : 0;
+  int first = 0, t0 = 0;  // rows and row tiles of the experts below e
+  for (int j = 0; j < 32; ++j) {
+    const int ej = __shfl_sync(0xffffffffu, e, j), tj = __shfl_sync(0xffffffffu, tiles, j);
+    if (ej >= 0 && ej < e) ++first, t0 += tj;
+  }
+  const int total = __reduce_add_sync(0xffffffffu, tiles);
+  if (lane < p.pairs) {
+    const int pos = e < 0 ? -1 : first + __popc(peers & ((1u << lane) - 1u));
+    if (pos >= 0) p.sorted_pair[pos] = lane;
+    p.pos_of_pair[lane] = pos;
+  }
+  if (lead) put_expert_tiles(p.tile_info, e, cnt, first, t0, tr);
+  for (int q = total + lane; q < p.tiles_max; q += 32) put_tile(p.tile_info, q, -1, 0, 0);
+}
+
 __global__ void __launch_bounds__(kSortThreads) decode_prep(const prep_params p) {
   extern __shared__ int sh[];
   griddep_wait();
@@ -418,6 +442,10 @@ __global__ void __launch_bounds__(kSortThreads) decode_prep(const prep_params p)
                   p.weights + static_cast<long long>(warp) * p.r.k,
                   reinterpret_cast<float*>(sh) + warp * route_warp_floats(E));
     __syncthreads();  // the ids, in global memory, are read by all threads below
+  }
+  if (p.pairs <= 32) {
+    if (warp == 0) sort_pairs_warp(p);
+    return;
   }
   // count [E] | base [E] | first tile [E] | warp sums [2, kSortWarps] | warp_count [kSortWarps, E]
   int* cnt = sh;
@@ -650,7 +678,9 @@ struct tile_shape {
                     sizeof(std::uint16_t) * STAGES * BM * LDS,
                 "the k sets' partial sums fit the A stages");
   static_assert((BN * CPR) % threads == 0, "the weight tile divides among the threads");
-  static_assert(pad % BN == 0 && pad % BK == 0, "padded dimensions are whole tiles");
+  // a stage of more than the padding's k: the last stage of K may be half full (zero-filled)
+  static constexpr bool kTail = pad % BK != 0;
+  static_assert(pad % BN == 0 && (pad % BK == 0 || BK % pad == 0), "padded dimensions are whole tiles");
 };
 // Few rows an expert (decode): narrow column tiles, so that many blocks stream the weights, and
 // deep pipelines, so that many bytes are in flight on each multiprocessor; the tiny tiles load 256
@@ -662,6 +692,12 @@ using tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4, 4>;
 // 4-bit weights: the k steps over 2 warps (4 loaded each 64-k unit's codes twice, and was slower
 // from 16 rows of a batch on)
 using q4_tiny_tiles = tile_shape<16, 32, 128, 1, 2, 4, 2>;
+// The deep tiles (4-bit): each stage 128 bytes of a weight row, so that a block's walk over K is
+// half as many dependent steps. At one row an expert the GEMMs take about one wave of blocks, each
+// bound by that walk's latency, not by the bytes; with more blocks than one wave holds, the larger
+// stages' shared memory (fewer blocks a multiprocessor) costs more than the shorter walk gains.
+// K may end in half a stage (zero-filled: kTail).
+using q4_deep_tiles = tile_shape<16, 32, 256, 1, 2, 4, 2>;
 using small_tiles = tile_shape<16, 64, 64, 1, 4, 6>;
 // Many rows an expert (prefill): 64 columns of K a stage, so that half as many barriers and waits
 // pace the loop as with 32; 3 stages keep two blocks (16 warps) on a multiprocessor.
@@ -685,6 +721,11 @@ struct shape_of<tiles::tiny, WF> {
                                   std::conditional_t<WF == wfmt::bf16, tiny_tiles, q4_tiny_tiles>>;
 };
 template <wfmt WF>
+struct shape_of<tiles::deep, WF> {
+  using type = std::conditional_t<WF == wfmt::mxfp4 || WF == wfmt::nvfp4, q4_deep_tiles,
+                                  typename shape_of<tiles::tiny, WF>::type>;
+};
+template <wfmt WF>
 struct shape_of<tiles::large, WF> {
   using type = std::conditional_t<WF == wfmt::e4m3, e4m3_large_tiles, large_tiles>;
 };
@@ -692,9 +733,12 @@ struct shape_of<tiles::large, WF> {
 template <wfmt WF>
 struct shape_of<tiles::wide, WF> : shape_of<tiles::large, WF> {};
 constexpr int bm_of(tiles t) {
-  return t == tiles::tiny ? tiny_tiles::BM : t == tiles::small ? small_tiles::BM : large_tiles::BM;  // wide: 128 too
+  return t == tiles::tiny || t == tiles::deep ? tiny_tiles::BM
+         : t == tiles::small                 ? small_tiles::BM
+                                             : large_tiles::BM;  // wide: 128 too
 }
 static_assert(e4m3_tiny_tiles::BM == tiny_tiles::BM && q4_tiny_tiles::BM == tiny_tiles::BM &&
+                  q4_deep_tiles::BM == tiny_tiles::BM &&
                   e4m3_large_tiles::BM == large_tiles::BM,
               "one row tile height a tile choice, whatever the format: the sort lays out the rows");
 
@@ -823,6 +867,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
   constexpr int B_N = Q4 ? S::QB_PER : S::B_PER;
   const unsigned char* b_src[B_N];
   int b_dst[B_N];
+  int b_k[B_N];  // the chunk's first k within a stage (kTail)
   if constexpr (Q4) {
     const unsigned char* W = static_cast<const unsigned char*>(p.W) + (static_cast<long long>(e) * p.N + n0) * (K / 2);
 #pragma unroll
@@ -831,6 +876,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
       const int r = idx / S::QCPR, c = idx % S::QCPR;
       b_dst[q] = r * S::LDB + c * 16;
       b_src[q] = W + static_cast<long long>(r) * (K / 2) + c * 16;
+      b_k[q] = c * 32;
     }
   } else {
     const std::uint16_t* W = static_cast<const std::uint16_t*>(p.W) + (static_cast<long long>(e) * p.N + n0) * KU;
@@ -840,6 +886,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
       const int r = idx / S::CPR, c = idx % S::CPR;
       b_dst[q] = (r * S::LDS + c * 8) * 2;
       b_src[q] = reinterpret_cast<const unsigned char*>(W + static_cast<long long>(r) * KU + c * 8);
+      b_k[q] = c * 8;
     }
   }
   // 4-bit: the scale codes of the BN rows for each 64-k unit are contiguous ([E, K/64, N])
@@ -850,24 +897,32 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     if constexpr (Q4) {
       unsigned char* b = sQ + stage * S::BN * S::LDB;
 #pragma unroll
-      for (int q = 0; q < B_N; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * (S::BK / 2), true);
+      for (int q = 0; q < B_N; ++q) {
+        const bool in = !S::kTail || kt * S::BK + b_k[q] < K;  // past K: zeros, from a valid address
+        cp_async16(b + b_dst[q], b_src[q] + (in ? kt * (S::BK / 2) : 0), in);
+      }
       constexpr int pieces = S::BN * SB / 16;  // 16-byte pieces of one unit's codes
       unsigned char* sc = sS + stage * S::KC * S::BN * SB;
       for (int idx = tid; idx < S::KC * pieces; idx += S::threads) {
         const int j = idx / pieces, piece = idx % pieces;
+        const bool in = !S::kTail || (kt * S::KC + j) * 64 < K;
         cp_async16(sc + j * S::BN * SB + piece * 16,
-                   s_src + static_cast<long long>(kt * S::KC + j) * p.N * SB + piece * 16, true);
+                   s_src + static_cast<long long>(in ? kt * S::KC + j : 0) * p.N * SB + piece * 16, in);
       }
     } else {
       unsigned char* b = reinterpret_cast<unsigned char*>(sB + stage * S::BN * S::LDS);
 #pragma unroll
-      for (int q = 0; q < B_N; ++q) cp_async16(b + b_dst[q], b_src[q] + kt * S::BK * 2, true);
+      for (int q = 0; q < B_N; ++q) {
+        const bool in = !S::kTail || kt * S::BK + b_k[q] < KU;
+        cp_async16(b + b_dst[q], b_src[q] + (in ? kt * S::BK * 2 : 0), in);
+      }
       if constexpr (Q8)
         for (int idx = tid; idx < S::BN / 32; idx += S::threads)
           cp_async16(sSW + stage * (S::BN / 8) + idx * 4, sw_src + static_cast<long long>(kt) * (p.N / 8) + idx * 4, true);
     }
   };
-  const int KT = KU / S::BK;
+  const int KT = S::kTail ? (KU + S::BK - 1) / S::BK : KU / S::BK;
+  static_assert(!S::kTail || !Q8, "E4M3 stages are whole 128-k blocks");
 
   // The prologue's weights first, as one group with the rows below: the first iteration waits for
   // the whole prologue, later ones for their stage alone.
@@ -903,7 +958,10 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     const int k0 = kt * S::BK;
 #pragma unroll
     for (int q = 0; q < S::A_PER; ++q)
-      if (tid + q * S::threads < S::BM * S::CPR) cp_async16(a + a_dst[q], a_src[q] + k0, a_ok[q]);
+      if (tid + q * S::threads < S::BM * S::CPR) {
+        const bool in = a_ok[q] && (!S::kTail || k0 + (tid + q * S::threads) % S::CPR * 8 < KU);
+        cp_async16(a + a_dst[q], a_src[q] + (S::kTail && !in ? 0 : k0), in);
+      }
     if constexpr (Q8)
       if (tid < S::BM) cp_async4(sSA + stage * S::BM + tid, sa_src ? sa_src + kt : p.SA, sa_src != nullptr);
   };
@@ -1463,6 +1521,8 @@ cudaError_t prepare_format() {
   if (err == cudaSuccess) err = prepare_gemm<tiles::small, false, WF>();
   if (err == cudaSuccess) err = prepare_gemm<tiles::large, true, WF>();
   if (err == cudaSuccess) err = prepare_gemm<tiles::large, false, WF>();
+  if (err == cudaSuccess) err = prepare_gemm<tiles::deep, true, WF>();
+  if (err == cudaSuccess) err = prepare_gemm<tiles::deep, false, WF>();
   return err;
 }
 
@@ -1568,6 +1628,7 @@ cudaError_t run_gemms_in(tiles t, const geometry& g, const weights_view& w, cons
                          const forward_args& a, cudaStream_t stream, const char** step) {
   switch (t) {
     case tiles::tiny: return run_gemms<tiles::tiny, WF>(g, w, ws, a, stream, step);
+    case tiles::deep: return run_gemms<tiles::deep, WF>(g, w, ws, a, stream, step);
     case tiles::small: return run_gemms<tiles::small, WF>(g, w, ws, a, stream, step);
     case tiles::wide: return run_gemms<tiles::wide, WF>(g, w, ws, a, stream, step);
     default: return run_gemms<tiles::large, WF>(g, w, ws, a, stream, step);
@@ -1609,6 +1670,21 @@ int max_row_tiles(tiles t, long long pairs, int experts) {
   const int bm = bm_of(t);
   // every expert with rows adds at most one partial tile
   return static_cast<int>((pairs + bm - 1) / bm + (pairs < experts ? pairs : experts));
+}
+
+static_assert(q4_deep_tiles::BN == deep_tile_cols);
+
+template <wfmt WF>
+cudaError_t deep_blocks_of(int* blocks) {
+  using S = q4_deep_tiles;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, grouped_gemm<S, true, WF>, S::threads, smem_of<S, WF>());
+}
+
+cudaError_t deep_blocks_per_sm(wfmt f, int* blocks) {
+  *blocks = 0;
+  if (f == wfmt::mxfp4) return deep_blocks_of<wfmt::mxfp4>(blocks);
+  if (f == wfmt::nvfp4) return deep_blocks_of<wfmt::nvfp4>(blocks);
+  return cudaSuccess;
 }
 
 int tile_entries(long long pairs, int experts) { return max_row_tiles(tiles::tiny, pairs, experts); }

@@ -27,7 +27,10 @@ struct geometry {
   int hp = 0, ip = 0, r13p = 0;
   bool gated = true;
   int sms = 1;  ///< the device's multiprocessors (the persistent grids)
+  int deep_per_sm = 0;  ///< blocks of the deep tiles' GEMM 1 a multiprocessor holds (4-bit formats)
 };
+/// Columns of the deep tiles' column tiles.
+inline constexpr int deep_tile_cols = 32;
 
 /// How the uploaded weights are stored.
 ///   bf16: w13 and w2 as above, bf16.
@@ -122,12 +125,15 @@ struct forward_args {
 
 /// The tile shapes the GEMMs are compiled for. wide: bf16 and E4M3 on wgmma (a build for sm_90a on
 /// a device of compute capability 9.0 only; the caller checks), the large ones for the 4-bit formats.
-enum class tiles : int { tiny, small, large, wide };
+enum class tiles : int { tiny, small, large, wide, deep };
 
 /// Sort blocks of the counting sort for `pairs` pairs.
 [[nodiscard]] int sort_blocks(long long pairs);
 /// Row tiles of the grid for `pairs` rows over `experts` experts (the worst case of any routing).
 [[nodiscard]] int max_row_tiles(tiles t, long long pairs, int experts);
+/// Blocks of the deep tiles' GEMM 1 for weights of format f a multiprocessor holds (0: f has no
+/// deep tiles).
+[[nodiscard]] cudaError_t deep_blocks_per_sm(wfmt f, int* blocks);
 /// Entries of workspace_view::tile_info for `pairs` pairs: the most row tiles of any tile shape.
 [[nodiscard]] int tile_entries(long long pairs, int experts);
 

@@ -319,7 +319,7 @@ void check_against_reference(Case c, std::uint32_t seed) {
   std::vector<cuda::TileChoice> choices{c.tiles};
   if (c.tiles == cuda::TileChoice::automatic)
     choices = {cuda::TileChoice::automatic, cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large,
-               cuda::TileChoice::wide};
+               cuda::TileChoice::wide, cuda::TileChoice::deep};
   for (cuda::TileChoice t : choices) {
     c.tiles = t;
     SCOPED_TRACE(describe(c));
@@ -391,6 +391,17 @@ TEST(CudaExperts, MatchesReferenceRoutingPatterns) {
   c = Case{8, 128, 128, 1, 64, Activation::silu_gated, false, true};  // weight on the input
   check_against_reference(c, seed++);
   c = Case{64, 128, 96, 8, 1};  // T = 1: most experts without a row
+  check_against_reference(c, seed++);
+  // at most 32 pairs (the one-warp sort): experts shared by several tokens, an expert of two row
+  // tiles, slots not computed
+  c = Case{8, 200, 72, 2, 7};
+  c.ids_pattern = 1;
+  check_against_reference(c, seed++);
+  c = Case{8, 128, 128, 1, 20};
+  c.ids_pattern = 1;
+  check_against_reference(c, seed++);
+  c = Case{64, 96, 136, 8, 4};
+  c.ids_pattern = 2;
   check_against_reference(c, seed++);
 }
 

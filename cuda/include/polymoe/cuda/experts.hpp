@@ -160,8 +160,11 @@ class Router {
 /// 128 for E4M3) in a build for sm_90a on a device of compute capability 9.0; elsewhere, and for
 /// the 4-bit formats, the large tiles in their place. automatic takes the wide tiles for bf16 only:
 /// for E4M3 they are faster at prefill but sum in wgmma's narrower accumulator (DeepGEMM's
-/// numerics), so they are the caller's choice.
-enum class TileChoice { automatic, tiny, small, large, wide };
+/// numerics), so they are the caller's choice. deep: for the 4-bit formats, the tiny row tiles with
+/// twice the k a pipeline stage (fewer, larger loads in each block's walk over K: faster when the
+/// whole grid is resident at once, slower when it takes several waves); elsewhere the tiny tiles.
+/// automatic takes them for 4-bit weights when the blocks with rows fill at most 1.5 waves.
+enum class TileChoice { automatic, tiny, small, large, wide, deep };
 
 /// One forward over views (kernel::cuda's run): out [T, H] (=, or += with accumulate) the routed
 /// sum of the experts of hidden's rows. hidden float32 or bfloat16 with any row stride; ids and
