@@ -403,8 +403,9 @@ __device__ void sort_pairs_warp(const prep_params& p) {
   const int lane = threadIdx.x & 31;
   const int e = valid_id(p.ids, lane, p.pairs, p.E);  // -1: no pair, or not computed
   const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const unsigned below = peers & ((1u << lane) - 1u);  // the expert's pairs before this one
   const int cnt = __popc(peers), tr = p.tile_rows;
-  const bool lead = e >= 0 && (peers & ((1u << lane) - 1u)) == 0;  // the expert's first pair
+  const bool lead = e >= 0 && below == 0;  // the expert's first pair
   const int tiles = lead ? (cnt + tr - 1) / tr : 0;
   int first = 0, t0 = 0;  // rows and row tiles of the experts below e
   for (int j = 0; j < 32; ++j) {
@@ -413,7 +414,7 @@ __device__ void sort_pairs_warp(const prep_params& p) {
   }
   const int total = __reduce_add_sync(0xffffffffu, tiles);
   if (lane < p.pairs) {
-    const int pos = e < 0 ? -1 : first + __popc(peers & ((1u << lane) - 1u));
+    const int pos = e < 0 ? -1 : first + __popc(below);
     if (pos >= 0) p.sorted_pair[pos] = lane;
     p.pos_of_pair[lane] = pos;
   }
