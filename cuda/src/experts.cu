@@ -311,6 +311,44 @@ __device__ __forceinline__ void quant_load4(const quant_rows& r, long long row, 
   }
 }
 
+// A warp's share of a row whose warps share it (quant_rows_shared): the amax of groups g0, g0 +
+// step, .. < g1 of `row`, as bits (non-negative floats order as their bits), and whether a value is
+// not finite. quant_item below does the same for one item with its own loops: the kernels of the
+// other schemes compile it, and they stay as they were.
+__device__ __forceinline__ void quant_amax(const quant_rows& r, long long row, int g0, int g1, int step, int lane,
+                                           unsigned& a, unsigned& bad) {
+  a = 0, bad = 0;
+  for (int g = g0; g < g1; g += step) {
+    float v[4];
+    quant_load4(r, row, g * 128 + lane * 4, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float m = fabsf(v[j]);
+      bad |= !(m <= 3.402823466e38f);  // an infinity or a NaN
+      a = max(a, __float_as_uint(m));
+    }
+  }
+  a = __reduce_max_sync(0xffffffffu, a);
+  bad = __reduce_or_sync(0xffffffffu, bad);
+}
+
+// Those groups' codes and scales, from the amax of their row (quant_amax's, over all its warps).
+__device__ __forceinline__ void quant_store(const quant_rows& r, long long row, int g0, int g1, int step, unsigned a,
+                                            unsigned bad, int lane) {
+  const float amax = __uint_as_float(a);
+  const float s = bad ? __uint_as_float(0x7fc00000u) : amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  const int groups = r.cp / 128;
+  for (int g = g0; g < g1; g += step) {
+    float v[4];
+    quant_load4(r, row, g * 128 + lane * 4, v);
+    unsigned codes = 0;
+    if (!bad)
+      codes = e4m3x2(__fdiv_rn(v[0], s), __fdiv_rn(v[1], s)) | e4m3x2(__fdiv_rn(v[2], s), __fdiv_rn(v[3], s)) << 16;
+    *reinterpret_cast<unsigned*>(r.q + row * r.cp + g * 128 + lane * 4) = codes;
+    if (lane == 0) r.scale[row * groups + g] = s;
+  }
+}
+
 // Item `item` (a row, or a row's group of 128) by the calling warp.
 __device__ void quant_item(const quant_rows& r, long long item, int lane) {
   const int groups = r.cp / 128;
@@ -342,6 +380,26 @@ __device__ void quant_item(const quant_rows& r, long long item, int lane) {
   }
 }
 
+// Per-row scales, rows 0 .. rows - 1 and fewer rows than the block has warps: the block's warps
+// share each row (warps / rows a row, each a strided set of its groups), so that a row's groups are
+// read in parallel rather than one after another by one warp; their amax meet in shared memory.
+// Every thread of the block calls it.
+__device__ void quant_rows_shared(const quant_rows& r, int rows) {
+  __shared__ unsigned part[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int P = static_cast<int>(blockDim.x >> 5) / rows, team = warp / P, m = warp % P;
+  const int groups = r.cp / 128;
+  const bool active = team < rows && !(r.only && r.only[team] < 0);
+  unsigned a = 0, bad = 0;
+  if (active) quant_amax(r, team, m, groups, P, lane, a, bad);
+  if (lane == 0) part[warp] = a | bad << 31;  // a: a float's bits, below 2^31
+  __syncthreads();
+  if (!active) return;
+  unsigned t = 0;
+  for (int j = 0; j < P; ++j) t = max(t, part[team * P + j]);
+  quant_store(r, team, m, groups, P, t & 0x7fffffffu, t >> 31, lane);
+}
+
 // Items of `rows` rows: a row each, or a row's groups of 128.
 __host__ __device__ __forceinline__ long long quant_items(const quant_rows& r, long long rows) {
   return r.per_row ? rows : rows * (r.cp / 128);
@@ -355,14 +413,19 @@ __device__ __forceinline__ void quant_by_warps(const quant_rows& r, long long it
     quant_item(r, q, threadIdx.x & 31);
 }
 
+// kShared (per-row scales, fewer rows than a block has warps, one block): quant_rows_shared. The
+// other instances hold no block barrier and no shared memory.
+template <bool kShared>
 __global__ void quantize_rows(const quant_rows r, long long items) {
   griddep_wait();
   griddep_launch();
-  quant_by_warps(r, items, 0, gridDim.x);
+  if constexpr (kShared) quant_rows_shared(r, static_cast<int>(items));
+  else quant_by_warps(r, items, 0, gridDim.x);
 }
 
 // GEMM 2's input rows: the intermediate rows of each row tile of the map (rows the routing leaves
 // empty are not touched). One block a row tile.
+template <bool kShared>
 __global__ void quantize_tiles(const quant_rows r, const int* __restrict__ tile_info) {
   griddep_wait();
   griddep_launch();
@@ -373,6 +436,12 @@ __global__ void quantize_tiles(const quant_rows r, const int* __restrict__ tile_
   t.q += static_cast<long long>(ti.y) * r.cp;
   t.scale += static_cast<long long>(ti.y) * groups;
   t.src = static_cast<const float*>(r.src) + static_cast<long long>(ti.y) * r.ld;
+  if constexpr (kShared) {  // per-row scales
+    if (ti.z < static_cast<int>(blockDim.x >> 5)) {
+      quant_rows_shared(t, ti.z);
+      return;
+    }
+  }
   const long long items = quant_items(t, ti.z);
   for (long long q = threadIdx.x >> 5; q < items; q += blockDim.x >> 5) quant_item(t, q, threadIdx.x & 31);
 }
@@ -422,13 +491,15 @@ __device__ void sort_pairs_warp(const prep_params& p) {
   for (int q = total + lane; q < p.tiles_max; q += 32) put_tile(p.tile_info, q, -1, 0, 0);
 }
 
+template <bool kShared>
 __global__ void __launch_bounds__(kSortThreads) decode_prep(const prep_params p) {
   extern __shared__ int sh[];
   griddep_wait();
   griddep_launch();
   if (blockIdx.x > 0) {
     if (p.quant) {
-      quant_by_warps(p.qin, p.items, 1, gridDim.x - 1);
+      if constexpr (kShared) quant_rows_shared(p.qin, static_cast<int>(p.items));
+      else quant_by_warps(p.qin, p.items, 1, gridDim.x - 1);
       return;
     }
     for (long long q = static_cast<long long>(blockIdx.x - 1) * blockDim.x + threadIdx.x; q < p.items;
@@ -1603,7 +1674,8 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
     const quant_rows q{ws.hf, false, true, g.ip, g.inter, g.ip, w.act_group == 0, nullptr,
                        reinterpret_cast<std::uint8_t*>(ws.h), ws.hs};
     *step = "quantize_tiles";
-    err = launch_pdl(quantize_tiles, dim3(tiles_max), dim3(256), 0, stream, q, static_cast<const int*>(ws.tile_info));
+    err = launch_pdl(w.act_group == 0 ? quantize_tiles<true> : quantize_tiles<false>, dim3(tiles_max), dim3(256), 0,
+                     stream, q, static_cast<const int*>(ws.tile_info));
     if (err != cudaSuccess) return err;
     p2.SA = ws.hs;
     p2.SW = w.t2;
@@ -1762,8 +1834,10 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
     const long long item_blocks = (item_threads + kItemThreads - 1) / kItemThreads;
     const int grid = 1 + static_cast<int>(item_blocks < 65535 ? item_blocks : 65535);
     *step = "decode_prep";
-    err = launch_pdl(decode_prep, dim3(grid), dim3(kSortThreads), fuse_route && route_smem > sort_smem ? route_smem : sort_smem,
-                     stream, p);
+    // per-row scales of fewer rows than a block has warps: the warps of block 1 share each row
+    const bool shared_rows = quant && qin.per_row && items < kSortWarps;
+    err = launch_pdl(shared_rows ? decode_prep<true> : decode_prep<false>, dim3(grid), dim3(kSortThreads),
+                     fuse_route && route_smem > sort_smem ? route_smem : sort_smem, stream, p);
   } else {
     if (a.route != nullptr) {
       *step = "route_kernel";
@@ -1782,8 +1856,8 @@ cudaError_t launch_forward(const geometry& g, const weights_view& w, const works
     if (err != cudaSuccess) return err;
     if (quant) {
       *step = "quantize_rows";
-      err = launch_pdl(quantize_rows, dim3(grid_for(item_threads, kItemThreads)), dim3(kItemThreads), 0, stream, qin,
-                       items);
+      err = launch_pdl(quantize_rows<false>, dim3(grid_for(item_threads, kItemThreads)), dim3(kItemThreads), 0, stream,
+                       qin, items);
     } else {
       *step = "make_inputs";
       err = launch_pdl(make_inputs, dim3(grid_for(items, kItemThreads)), dim3(kItemThreads), 0, stream, in, items);
@@ -1805,7 +1879,9 @@ cudaError_t launch_quantize_e4m3(const void* src, bool src_bf16, long long ld_sr
                      nullptr, codes, scales};
   const long long items = quant_items(r, rows);
   if (items == 0) return cudaSuccess;
-  return launch_pdl(quantize_rows, dim3(grid_for(items * 32, 256)), dim3(256), 0, stream, r, items);
+  const bool shared_rows = r.per_row && items < 256 / 32;
+  return launch_pdl(shared_rows ? quantize_rows<true> : quantize_rows<false>, dim3(grid_for(items * 32, 256)),
+                    dim3(256), 0, stream, r, items);
 }
 
 __global__ void masked_slots(const std::int32_t* __restrict__ masked_m, int experts, int capacity,

@@ -477,73 +477,82 @@ TEST(CudaExperts, MatchesReferenceFp8) {
 // The device quantizer against the CPU's (polymoe/quantize/fp8.hpp): codes and scales bit for bit,
 // in groups of 128 and per row, from float32 and bfloat16 rows with a row stride (a multiple of 4:
 // the vector loads; odd: one value at a time); all-zero, tiny (subnormal codes), huge, non-finite
-// and single-value groups.
+// and single-value groups. Fewer rows than a block has warps take another path per row (the warps
+// share a row's groups): 1, 2 and 3 rows of the same special rows, and 1100 columns (9 groups).
 TEST(CudaQuantizeE4m3, BitExactWithTheCpu) {
   REQUIRE_GPU();
   namespace kq = polymoe::quantize;
   std::mt19937 rng(31);
+  const std::pair<index_t, index_t> row_sets[] = {{9, 0}, {1, 7}, {2, 1}, {3, 4}};  // rows, first of the 9
   for (const bool bf16 : {false, true})
-    for (const index_t cols : {index_t{1}, index_t{128}, index_t{200}, index_t{300}})
+    for (const index_t cols : {index_t{1}, index_t{128}, index_t{200}, index_t{300}, index_t{1100}})
       for (const index_t group : {index_t{128}, index_t{0}})
-        for (const index_t pad : {index_t{3}, index_t{4}}) {
-          SCOPED_TRACE(detail::concat("bf16=", bf16, " cols=", cols, " group=", group, " row stride=cols+", pad));
-          const index_t rows = 9, ld = cols % 4 == 0 ? cols + pad : cols + 3, cp = cuda::e4m3_columns(cols), G = cp / 128;
-          Matrix x = randn(rows, ld, 1.0f, rng);
-          for (index_t c = 0; c < ld; ++c) {
-            x(1, c) = 0.0f;                  // all zero
-            x(2, c) *= 0x1p-20f;             // subnormal codes
-            x(3, c) *= 0x1p60f;              // huge
-            x(5, c) = c % 2 ? -0.0f : 0.0f;  // signed zeros
-          }
-          x(4, cols - 1) = INFINITY;  // non-finite: its group
-          x(6, cols / 2) = NAN;
-          x(7, 0) = 3.0f;             // one value far above the rest
-          if (bf16)
-            for (index_t i = 0; i < x.size(); ++i) x.data()[i] = codecs::bf16_to_float(codecs::float_to_bf16(x.data()[i]));
-          // expected: the CPU quantizer on each group of the row
-          std::vector<std::uint8_t> want(static_cast<std::size_t>(rows * cp), 0);
-          std::vector<float> want_s(static_cast<std::size_t>(rows * G));
-          for (index_t r = 0; r < rows; ++r) {
-            const index_t gl = group == 0 ? cols : group;
-            for (index_t g0 = 0; g0 < cols; g0 += gl) {
-              const index_t n = std::min(gl, cols - g0);
-              const float a = kq::amax_if_finite(&x(r, g0), n);
-              const float sc = std::isnan(a) ? NAN : kq::e4m3_scale(a);
-              if (!std::isnan(a)) kq::quantize_e4m3(&x(r, g0), n, sc, want.data() + r * cp + g0);
-              for (index_t b = g0 / 128; b < (group == 0 ? G : g0 / 128 + 1); ++b) want_s[static_cast<std::size_t>(r * G + b)] = sc;
+        for (const index_t pad : {index_t{3}, index_t{4}})
+          for (const auto& [rows, first] : row_sets) {
+            SCOPED_TRACE(detail::concat("bf16=", bf16, " cols=", cols, " group=", group, " row stride=cols+", pad,
+                                        " rows ", first, "-", first + rows - 1));
+            const index_t ld = cols % 4 == 0 ? cols + pad : cols + 3, cp = cuda::e4m3_columns(cols), G = cp / 128;
+            Matrix x9 = randn(9, ld, 1.0f, rng);
+            for (index_t c = 0; c < ld; ++c) {
+              x9(1, c) = 0.0f;                  // all zero
+              x9(2, c) *= 0x1p-20f;             // subnormal codes
+              x9(3, c) *= 0x1p60f;              // huge
+              x9(5, c) = c % 2 ? -0.0f : 0.0f;  // signed zeros
+            }
+            x9(4, cols - 1) = INFINITY;  // non-finite: its group
+            x9(6, cols / 2) = NAN;
+            x9(7, 0) = 3.0f;             // one value far above the rest
+            if (bf16)
+              for (index_t i = 0; i < x9.size(); ++i)
+                x9.data()[i] = codecs::bf16_to_float(codecs::float_to_bf16(x9.data()[i]));
+            const Matrix x = x9.middleRows(first, rows);
+            // expected: the CPU quantizer on each group of the row
+            std::vector<std::uint8_t> want(static_cast<std::size_t>(rows * cp), 0);
+            std::vector<float> want_s(static_cast<std::size_t>(rows * G));
+            for (index_t r = 0; r < rows; ++r) {
+              const index_t gl = group == 0 ? cols : group;
+              for (index_t g0 = 0; g0 < cols; g0 += gl) {
+                const index_t n = std::min(gl, cols - g0);
+                const float a = kq::amax_if_finite(&x(r, g0), n);
+                const float sc = std::isnan(a) ? NAN : kq::e4m3_scale(a);
+                if (!std::isnan(a)) kq::quantize_e4m3(&x(r, g0), n, sc, want.data() + r * cp + g0);
+                for (index_t b = g0 / 128; b < (group == 0 ? G : g0 / 128 + 1); ++b)
+                  want_s[static_cast<std::size_t>(r * G + b)] = sc;
+              }
+            }
+            const int d = cuda::current_device();
+            cuda::device_array<float> src32(static_cast<std::size_t>(rows * ld)), scales(want_s.size());
+            cuda::device_array<std::uint16_t> src16(static_cast<std::size_t>(rows * ld));
+            cuda::device_array<std::uint8_t> codes(want.size());
+            device_view src;
+            if (bf16) {
+              std::vector<std::uint16_t> b(static_cast<std::size_t>(rows * ld));
+              for (std::size_t i = 0; i < b.size(); ++i) b[i] = codecs::float_to_bf16(x.data()[i]);
+              src16.upload(b);
+              src = device_view::of_bf16(src16.data(), rows, cols, d);
+            } else {
+              src32.upload({x.data(), static_cast<std::size_t>(x.size())});
+              src = device_view::of(src32.data(), rows, cols, d);
+            }
+            src.row_stride = ld;
+            cuda::quantize_e4m3(src, codes.data(), scales.data(), group, nullptr);
+            cuda::synchronize(nullptr);
+            std::vector<std::uint8_t> got(want.size());
+            std::vector<float> got_s(want_s.size());
+            codes.download(got);
+            scales.download(got_s);
+            for (index_t r = 0; r < rows; ++r) {
+              for (index_t c = 0; c < cp; ++c)
+                ASSERT_EQ(int(got[r * cp + c]), int(want[r * cp + c])) << "code of row " << r << " column " << c;
+              for (index_t b = 0; b < G; ++b) {
+                const float gs = got_s[r * G + b], ws = want_s[r * G + b];
+                if (std::isnan(ws)) EXPECT_TRUE(std::isnan(gs)) << "scale of row " << r << " group " << b;
+                else
+                  EXPECT_EQ(std::memcmp(&gs, &ws, 4), 0)
+                      << "scale of row " << r << " group " << b << ": " << gs << " vs " << ws;
+              }
             }
           }
-          const int d = cuda::current_device();
-          cuda::device_array<float> src32(static_cast<std::size_t>(rows * ld)), scales(want_s.size());
-          cuda::device_array<std::uint16_t> src16(static_cast<std::size_t>(rows * ld));
-          cuda::device_array<std::uint8_t> codes(want.size());
-          device_view src;
-          if (bf16) {
-            std::vector<std::uint16_t> b(static_cast<std::size_t>(rows * ld));
-            for (std::size_t i = 0; i < b.size(); ++i) b[i] = codecs::float_to_bf16(x.data()[i]);
-            src16.upload(b);
-            src = device_view::of_bf16(src16.data(), rows, cols, d);
-          } else {
-            src32.upload({x.data(), static_cast<std::size_t>(x.size())});
-            src = device_view::of(src32.data(), rows, cols, d);
-          }
-          src.row_stride = ld;
-          cuda::quantize_e4m3(src, codes.data(), scales.data(), group, nullptr);
-          cuda::synchronize(nullptr);
-          std::vector<std::uint8_t> got(want.size());
-          std::vector<float> got_s(want_s.size());
-          codes.download(got);
-          scales.download(got_s);
-          for (index_t r = 0; r < rows; ++r) {
-            for (index_t c = 0; c < cp; ++c)
-              ASSERT_EQ(int(got[r * cp + c]), int(want[r * cp + c])) << "code of row " << r << " column " << c;
-            for (index_t b = 0; b < G; ++b) {
-              const float gs = got_s[r * G + b], ws = want_s[r * G + b];
-              if (std::isnan(ws)) EXPECT_TRUE(std::isnan(gs)) << "scale of row " << r << " group " << b;
-              else EXPECT_EQ(std::memcmp(&gs, &ws, 4), 0) << "scale of row " << r << " group " << b << ": " << gs << " vs " << ws;
-            }
-          }
-        }
 }
 
 TEST(CudaQuantizeE4m3, BadInput) {
