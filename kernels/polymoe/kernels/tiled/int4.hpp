@@ -5,15 +5,20 @@
 //
 // A panel is int8's panel of the same layout (int8_slot: VNNI, or tiles for kernel::tiled_amx with
 // AMX) with two lines to a line: line j of the packed panel holds line 2j of the int8 image in its
-// low nibbles and line 2j + 1 in its high nibbles (the stored two's-complement codes), so a panel
-// is half of int8's bytes, and a line unpacks with a shift, a mask and a 16-entry table look-up.
-// K is padded to whole groups (VNNI) or whole tile rows of 64 (tiles) with code 0.
+// low nibbles and line 2j + 1 in its high nibbles, each code w as w + 8 (0..15), so a panel is half
+// of int8's bytes, and a line unpacks to the int8 image with a shift, a mask and a 16-entry table
+// look-up, or to w + 8 with the shift and the mask alone (decode, below). K is padded to whole
+// groups (VNNI) or whole tile rows of 64 (tiles) with code 0.
 //
 // Each group g of 32 k has its own scale per column, so an int32 sum cannot run across groups:
 //   acc_g[c] = sum_{k in g} (q[k] + 128) · w[k][c] − comp_g[c],   comp_g[c] = 128 · sum_{k in g} w[k][c]
 //   y[c] = s_row · sum_g acc_g[c] · s_g[c]
 // acc_g is exact in int32 and in fp32 (|acc_g| <= 32 · 128 · 8 < 2^24); the groups are scaled and
 // summed in fp32, group after group, into the block's fp32 accumulators.
+//   Decode (one or two rows) takes the same acc_g another way, without comp: the products of the
+//   unsigned w + 8 and the signed q (vpdpbusd's operands the other way round), less 8 · Σ q:
+//     acc_g[c] = sum_{k in g} (w[k][c] + 8) · q[k] − 8 · sum_{k in g} q[k]
+//   so it reads the packed codes and the scales only, and unpacks a line with a shift and a mask.
 //   VNNI: a slab of groups is unpacked into an L1 buffer in int8's VNNI layout; each group of 3
 //     rows of the block then runs int8's products over the slab's groups, its fp32 sums kept in
 //     registers across the slab (loading and storing them at each group cost about a third of a
@@ -103,13 +108,18 @@ Int4PackedExperts pack_int4(const ExpertShape& s, Q13 q13, S13 s13, Q2 q2, S2 s2
   p.c2 = AlignedBuffer<std::int32_t>(n(E * p.panels2 * gI * panel_cols), huge_pages);
   p.s13 = AlignedBuffer<float>(n(E * p.panels13 * gH * panel_cols), huge_pages);
   p.s2 = AlignedBuffer<float>(n(E * p.panels2 * gI * panel_cols), huge_pages);
-  // Column c of a panel: codes (zero-initialised) at int8's slot, halved; padding groups keep scale 0.
+  // Column c of a panel: codes at int8's slot, halved (the padding's: code 0, nibble 8); padding
+  // groups keep scale 0.
+  std::memset(p.w13.data(), 0x88, p.w13.size());
+  std::memset(p.w2.data(), 0x88, p.w2.size());
   const auto fill = [amx](std::uint8_t* codes, std::int32_t* comp, float* scale, index_t K, index_t c, auto q,
                           auto sc) {
     for (index_t k = 0; k < K; ++k) {
       const std::int8_t v = q(k);
       const index_t at = int8_slot(k, c, amx), line = at / 64;
-      codes[line / 2 * 64 + at % 64] |= static_cast<std::uint8_t>((v & 0xF) << (line % 2 * 4));
+      const int shift = static_cast<int>(line % 2 * 4);
+      std::uint8_t& b = codes[line / 2 * 64 + at % 64];
+      b = static_cast<std::uint8_t>((b & (0xF0 >> shift)) | (v + 8) << shift);
       comp[k / int4_group_k * panel_cols + c] += 128 * v;
     }
     for (index_t g = 0; g * int4_group_k < K; ++g) scale[g * panel_cols + c] = sc(g);
@@ -136,13 +146,13 @@ inline void unpack_int4_line(const std::uint8_t* codes, index_t line, std::int8_
   const std::uint8_t* src = codes + line / 2 * 64;
   const int shift = static_cast<int>(line % 2) * 4;
 #if POLYMOE_TILED_AVX512
-  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1));
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
   __m512i v = _mm512_load_si512(src);
   if (shift) v = _mm512_srli_epi16(v, 4);
   v = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
   _mm512_store_si512(dst, _mm512_shuffle_epi8(table, v));
 #else
-  for (index_t i = 0; i < 64; ++i) dst[i] = quantize::int4_from_nibble(static_cast<std::uint8_t>(src[i] >> shift));
+  for (index_t i = 0; i < 64; ++i) dst[i] = static_cast<std::int8_t>(((src[i] >> shift) & 0xF) - 8);
 #endif
 }
 
@@ -211,28 +221,30 @@ inline void scale_i4_group(const __m512i (&sum)[MR][4], const I4Panel& panel, in
 }
 
 /// The decode path of block_times_i4panel (M = 1 or 2 rows, a panel of either layout): each group's
-/// nibbles unpacked in registers straight into the products, its int32 sums scaled into the fp32
-/// accumulators in registers: no unpacked slab, no int32 block in memory. The same integers and the
-/// same fp32 operations in the same order as the slab path, so the same bits.
+/// codes unpacked in registers to w + 8 (a shift and a mask) straight into the products with the
+/// signed q (the row's bytes with the top bit flipped), less 8 · Σ q of the row's group: the slab
+/// path's int32 sums (acc_g above) without reading comp, scaled into the fp32 accumulators in
+/// registers with the same operations in the same order, so the same bits.
 template <int M, bool Tiles>
 inline void decode_i4(const std::uint8_t* const* a, index_t G, const I4Panel& panel, float* acc) noexcept {
   static_assert(M >= 1 && M <= decode_rows);
-  // the nibble's two's-complement value in each 16-byte lane (a load: GCC 12 sees the broadcast
-  // intrinsic's undefined upper lanes as uninitialized here)
-  alignas(64) static constexpr std::int8_t values[64] = {0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1,
-                                                         0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1,
-                                                         0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1,
-                                                         0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1};
-  const __m512i table = _mm512_load_si512(values);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const float* scale = panel.scale;
   __m512 f[M][4];
   for (index_t g = 0; g < G; ++g) {
     // the packed bytes stream in memory order, a group (1 KiB) at a time on average in either
     // layout: fetch those 4 KiB ahead, as tile_i8's decode does int8's
     prefetch_lines(panel.codes, g * int4_group_bytes / 2 + 4096, (g + 1) * int4_group_bytes / 2 + 4096);
-    __m512i sum[M][4];
-    for (int r = 0; r < M; ++r)
+    __m512i sum[M][4], corr[M];
+    for (int r = 0; r < M; ++r) {
+      // Σ q = Σ (q + 128) − 128 · 32 over the group's bytes of the row
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[r] + g * int4_group_k));
+      const __m256i s4 = _mm256_sad_epu8(x, _mm256_setzero_si256());
+      const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+      const auto sq = static_cast<std::int32_t>(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 128 * int4_group_k;
+      corr[r] = _mm512_set1_epi32(8 * sq);
       for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_setzero_si512();
+    }
 #pragma GCC unroll 8
     for (int q = 0; q < int4_group_k / int8_quad; ++q) {
       const index_t quad = g * (int4_group_k / int8_quad) + q;
@@ -245,18 +257,27 @@ inline void decode_i4(const std::uint8_t* const* a, index_t G, const I4Panel& pa
         const index_t line = int8_slot(quad * int8_quad, v * 16, Tiles) / 64;
         __m512i p = _mm512_load_si512(panel.codes + line / 2 * 64);
         if (Tiles ? (q & 1) : (v & 1)) p = _mm512_srli_epi16(p, 4);
-        w[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(p, nibble));
+        w[v] = _mm512_and_si512(p, nibble);
       }
 #pragma GCC unroll 2
       for (int r = 0; r < M; ++r) {
-        std::int32_t x4;
+        std::uint32_t x4;
         std::memcpy(&x4, a[r] + quad * int8_quad, sizeof x4);
-        const __m512i x = _mm512_set1_epi32(x4);
+        const __m512i x = _mm512_set1_epi32(static_cast<std::int32_t>(x4 ^ 0x80808080u));  // q, signed
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_dpbusd_epi32(sum[r][v], x, w[v]);
+        for (int v = 0; v < 4; ++v) sum[r][v] = _mm512_dpbusd_epi32(sum[r][v], w[v], x);
       }
     }
-    scale_i4_group<M>(sum, panel, g, f, g == 0);
+    // as scale_i4_group, with the row's 8 · Σ q in place of the columns' comp
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512 sc = _mm512_load_ps(scale + g * panel_cols + 16 * v);
+#pragma GCC unroll 2
+      for (int r = 0; r < M; ++r) {
+        const __m512 x = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_sub_epi32(sum[r][v], corr[r]));
+        f[r][v] = g == 0 ? _mm512_mul_ps(x, sc) : _mm512_fmadd_ps(x, sc, f[r][v]);
+      }
+    }
   }
   for (int r = 0; r < M; ++r)
     for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * panel_cols + 16 * v, f[r][v]);
