@@ -332,19 +332,41 @@ __device__ __forceinline__ void quant_amax(const quant_rows& r, long long row, i
   bad = __reduce_or_sync(0xffffffffu, bad);
 }
 
-// Those groups' codes and scales, from the amax of their row (quant_amax's, over all its warps).
+// The scale of a group (or row) of amax a (bits), NaN when a value is not finite.
+__device__ __forceinline__ float quant_scale(unsigned a, unsigned bad) {
+  const float amax = __uint_as_float(a);
+  return bad ? __uint_as_float(0x7fc00000u) : amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+}
+// The codes of four values, with scale s (0 when a value of the group is not finite).
+__device__ __forceinline__ unsigned quant_codes(const float (&v)[4], float s, unsigned bad) {
+  unsigned codes = 0;
+  if (!bad)
+    codes = e4m3x2(__fdiv_rn(v[0], s), __fdiv_rn(v[1], s)) | e4m3x2(__fdiv_rn(v[2], s), __fdiv_rn(v[3], s)) << 16;
+  return codes;
+}
+
+// Those groups' codes and scales, from the amax of their row (quant_amax's, over all its warps):
+// codes at q + row · ldq + column, the scale of group g at scale[row · row_step + g · group_step].
+__device__ __forceinline__ void quant_store_to(const quant_rows& r, long long row, int g0, int g1, int step,
+                                               unsigned a, unsigned bad, int lane, std::uint8_t* q, long long ldq,
+                                               float* scale, long long row_step, int group_step) {
+  const float s = quant_scale(a, bad);
+  for (int g = g0; g < g1; g += step) {
+    float v[4];
+    quant_load4(r, row, g * 128 + lane * 4, v);
+    *reinterpret_cast<unsigned*>(q + row * ldq + g * 128 + lane * 4) = quant_codes(v, s, bad);
+    if (lane == 0) scale[row * row_step + g * group_step] = s;
+  }
+}
+// ... into the quantized rows of r: codes [rows, cp], scales [rows, cp/128].
 __device__ __forceinline__ void quant_store(const quant_rows& r, long long row, int g0, int g1, int step, unsigned a,
                                             unsigned bad, int lane) {
-  const float amax = __uint_as_float(a);
-  const float s = bad ? __uint_as_float(0x7fc00000u) : amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  const float s = quant_scale(a, bad);
   const int groups = r.cp / 128;
   for (int g = g0; g < g1; g += step) {
     float v[4];
     quant_load4(r, row, g * 128 + lane * 4, v);
-    unsigned codes = 0;
-    if (!bad)
-      codes = e4m3x2(__fdiv_rn(v[0], s), __fdiv_rn(v[1], s)) | e4m3x2(__fdiv_rn(v[2], s), __fdiv_rn(v[3], s)) << 16;
-    *reinterpret_cast<unsigned*>(r.q + row * r.cp + g * 128 + lane * 4) = codes;
+    *reinterpret_cast<unsigned*>(r.q + row * r.cp + g * 128 + lane * 4) = quant_codes(v, s, bad);
     if (lane == 0) r.scale[row * groups + g] = s;
   }
 }
@@ -719,6 +741,9 @@ struct gemm_params {
   long long ldy;
   const int* y_row;      ///< [T·k] the row of y of each pair (pair mode), or null: y's rows are the sorted rows
   const float* weights;  ///< [T·k] routing weights, or null when they multiplied the input
+  // GEMM 2 of E4M3 quantizing its own rows (own_rows): hf [pairs, ldh] fp32 of qcols columns
+  int qcols;
+  bool q_per_row;  ///< one scale a row, else one per 128 columns
 };
 
 // WK warps share each (row, column) warp tile, each taking WK-th of every stage's k steps; their
@@ -899,22 +924,78 @@ __device__ __forceinline__ void store_tile(const gemm_params& p, const float (&a
   }
 }
 
-template <class S, bool GEMM1, wfmt WF>
+// GEMM 2's own rows (E4M3): rows 0 .. rows - 1 of the row tile at sorted row `base`, from p.hf,
+// as quantize_tiles quantizes them (the same codes and scales), into A [BM, ldq bytes] and its
+// scales [K/128, BM] in shared memory; rows rows .. BM - 1 zero. Per-row scales: each row's groups
+// are shared by W / rows warps where the block has more warps than rows (their amax meet in
+// shared memory), else a warp a row; per-128 scales: a warp a (row, group).
+template <class S>
+__device__ void own_rows(const gemm_params& p, long long base, int rows, std::uint8_t* q, int ldq, float* sc) {
+  constexpr int W = S::threads / 32;
+  static_assert(W <= 32 && (W & (W - 1)) == 0, "W / rows warps a row divides the warps");
+  __shared__ unsigned part[W];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int groups = p.K / 128;
+  for (int i = tid; i < (S::BM - rows) * (ldq / 16); i += S::threads)
+    reinterpret_cast<uint4*>(q + rows * ldq)[i] = make_uint4(0u, 0u, 0u, 0u);
+  for (int i = tid; i < groups * S::BM; i += S::threads)
+    if (i % S::BM >= rows) sc[i] = 0.0f;
+  quant_rows r{};
+  r.src = p.hf + base * p.ldh;
+  r.vec = true;
+  r.ld = p.ldh;
+  r.cols = p.qcols;
+  r.cp = p.K;
+  if (!p.q_per_row) {
+    for (int it = warp; it < rows * groups; it += W) {
+      const int row = it / groups, g = it % groups;
+      unsigned a, bad;
+      quant_amax(r, row, g, g + 1, 1, lane, a, bad);
+      quant_store_to(r, row, g, g + 1, 1, a, bad, lane, q, ldq, sc, 1, S::BM);
+    }
+    return;
+  }
+  const int P = rows < W ? W / rows : 1, team = warp / P, m = warp % P;
+  for (int r0 = 0; r0 < rows; r0 += W / P) {  // one pass when P > 1 (the barrier below)
+    const int row = r0 + team;
+    const bool active = row < rows;
+    unsigned a = 0, bad = 0;
+    if (active) quant_amax(r, row, m, groups, P, lane, a, bad);
+    if (P > 1) {
+      if (lane == 0) part[warp] = a | bad << 31;  // a: a float's bits, below 2^31
+      __syncthreads();
+      unsigned t = 0;
+      for (int j = 0; j < P; ++j) t = max(t, part[team * P + j]);
+      a = t & 0x7fffffffu, bad = t >> 31;
+    }
+    if (active) quant_store_to(r, row, m, groups, P, a, bad, lane, q, ldq, sc, 1, S::BM);
+  }
+}
+
+// OWN (GEMM 2 of E4M3, one k set): the block quantizes its row tile's intermediate rows (fp32,
+// p.hf) itself, into shared memory that holds all of K (own_rows), and loads only the weights:
+// no launch of quantize_tiles between the GEMMs, for batches of few rows, where that launch and
+// its wait are a tenth of the forward. Each column tile's block repeats the same quantization.
+template <class S, bool GEMM1, wfmt WF, bool OWN = false>
 __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(const gemm_params p) {
   constexpr bool Q4 = WF == wfmt::mxfp4 || WF == wfmt::nvfp4;
   constexpr bool Q8 = WF == wfmt::e4m3;
+  static_assert(!OWN || (Q8 && !GEMM1 && S::WK == 1), "own rows: GEMM 2 of E4M3, one k set");
   static_assert(!Q4 || (S::BK % 64 == 0 && (S::BN * S::QCPR) % S::threads == 0), "4-bit stages of whole 64-k units");
   static_assert(!Q8 || S::BK == 64, "E4M3 stages of one 128-k block");
   constexpr int SB = WF == wfmt::mxfp4 ? 2 : 4;  // scale_bytes(WF), a host function
   extern __shared__ __align__(16) unsigned char smem_raw[];
   std::uint16_t* sA = reinterpret_cast<std::uint16_t*>(smem_raw);
-  std::uint16_t* sB = sA + S::STAGES * S::BM * S::LDS;
+  // OWN: A is [BM, lda] 2-byte units, all of K (lda = K/2 + 8: rows 16 bytes past a multiple of
+  // 128, as LDS is), and its scales [K/128, BM] follow the weights' stages
+  const int lda = OWN ? p.K / 2 + 8 : S::LDS;
+  std::uint16_t* sB = sA + (OWN ? S::BM * lda : S::STAGES * S::BM * S::LDS);
   // 4-bit: packed rows [STAGES, BN, LDB] bytes, then scale codes [STAGES, KC, BN, SB]
   unsigned char* sQ = reinterpret_cast<unsigned char*>(sB);
   unsigned char* sS = sQ + S::STAGES * S::BN * S::LDB;
   // E4M3: the scales of each stage's 128 k, [STAGES, BM] of A's rows then [STAGES, BN/8] of W's
   float* sSA = reinterpret_cast<float*>(sB + S::STAGES * S::BN * S::LDS);
-  float* sSW = sSA + S::STAGES * S::BM;
+  float* sSW = sSA + (OWN ? p.K / 128 : S::STAGES) * S::BM;
 
   // GEMM 1 reads the tile map of the kernel just before it. GEMM 2 reads it before waiting for
   // GEMM 1: the map was complete when GEMM 1's blocks passed their own wait, before any of them let
@@ -1005,6 +1086,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     griddep_wait();  // the rows are GEMM 1's output
     griddep_launch();
   }
+  if constexpr (OWN) own_rows<S>(p, base, rows, reinterpret_cast<std::uint8_t*>(sA), 2 * lda, sSA);
 
   const std::uint16_t* a_src[S::A_PER];
   bool a_ok[S::A_PER];
@@ -1026,6 +1108,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
       sa_src = p.SA + (GEMM1 ? static_cast<long long>(p.sorted_pair[base + tid] / p.k) : base + tid) * nkb;
   }
   auto load_a = [&](int stage, int kt) {
+    if constexpr (OWN) return;
     std::uint16_t* a = sA + stage * S::BM * S::LDS;
     const int k0 = kt * S::BK;
 #pragma unroll
@@ -1081,7 +1164,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
     const int next = kt + S::STAGES - 1;
     if (next < KT) load_stage(next % S::STAGES, next);
     cp_async_commit();
-    const std::uint16_t* a = sA + (kt % S::STAGES) * S::BM * S::LDS;
+    const std::uint16_t* a = OWN ? sA + kt * S::BK : sA + (kt % S::STAGES) * S::BM * S::LDS;
     const std::uint16_t* b = sB + (kt % S::STAGES) * S::BN * S::LDS;
     const unsigned char* bq = sQ + (kt % S::STAGES) * S::BN * S::LDB;
     const unsigned char* bs = sS + (kt % S::STAGES) * S::KC * S::BN * SB;
@@ -1094,7 +1177,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
       unsigned bf[S::NI][2];
 #pragma unroll
       for (int mi = 0; mi < S::MI; ++mi)
-        ldmatrix_x4(af[mi], a + (wm * S::WTM + mi * 16 + (lane & 15)) * S::LDS + kk * 16 + (lane >> 4) * 8);
+        ldmatrix_x4(af[mi], a + (wm * S::WTM + mi * 16 + (lane & 15)) * lda + kk * 16 + (lane >> 4) * 8);
       if constexpr (Q4) {
         // B fragment: column n = lane/4 of each n8 block, k = 2q, 2q+1, 2q+8, 2q+9 (q = lane%4)
         const int j = kk / 4, s = kk % 4;
@@ -1135,7 +1218,7 @@ __global__ void __launch_bounds__(S::threads, min_blocks<S, WF>()) grouped_gemm(
             else mma_e4m3(part[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
           }
         if (kq == KW - 1) {  // this warp's part of the stage's 128 k: its sums times their row's and n8 block's scales
-          const float* sa = sSA + (kt % S::STAGES) * S::BM + wm * S::WTM + (lane >> 2);
+          const float* sa = sSA + (OWN ? kt : kt % S::STAGES) * S::BM + wm * S::WTM + (lane >> 2);
           const float* sw = sSW + (kt % S::STAGES) * (S::BN / 8) + wn * (S::WTN / 8);
           float wsc[S::NI];
 #pragma unroll
@@ -1557,6 +1640,18 @@ constexpr size_t smem_of() {
   else return S::smem_q(scale_bytes(WF));
 }
 
+// GEMM 2 quantizing its own rows (E4M3, the small tiles): A holds all of K. Used where that takes
+// no more shared memory than the small tiles' A stages (K up to 768): as many blocks a
+// multiprocessor as GEMM 2 after quantize_tiles (docs/decisions.md#cuda-e4m3-own-rows).
+using own_tiles = small_tiles;
+constexpr size_t kOwnSmemMax = smem_of<own_tiles, wfmt::e4m3>();
+constexpr size_t own_smem(int K) {
+  using S = own_tiles;
+  return sizeof(std::uint16_t) * (static_cast<size_t>(S::BM) * (K / 2 + 8) + S::STAGES * S::BN * S::LDS) +
+         sizeof(float) * (static_cast<size_t>(K / 128) * S::BM + S::STAGES * (S::BN / 8));
+}
+static_assert(own_smem(768) <= kOwnSmemMax && own_smem(896) > kOwnSmemMax);
+
 template <class S, bool GEMM1, wfmt WF>
 cudaError_t prepare_gemm_shape() {
   constexpr size_t smem = smem_of<S, WF>();
@@ -1587,6 +1682,11 @@ cudaError_t prepare_wide() {
 
 template <wfmt WF>
 cudaError_t prepare_format() {
+  if constexpr (WF == wfmt::e4m3) {
+    const cudaError_t err = cudaFuncSetAttribute(grouped_gemm<own_tiles, false, WF, true>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kOwnSmemMax));
+    if (err != cudaSuccess) return err;
+  }
   cudaError_t err = prepare_gemm<tiles::tiny, true, WF>();
   if (err == cudaSuccess) err = prepare_gemm<tiles::tiny, false, WF>();
   if (err == cudaSuccess) err = prepare_gemm<tiles::small, true, WF>();
@@ -1604,10 +1704,11 @@ cudaError_t prepare_format() {
 // one row tile run together, so its input rows come from DRAM once and serve every column tile
 // from L2 (with row tiles on x, each column tile read all the rows again: the intermediate of GEMM 2
 // is larger than L2), while the few row tiles of an expert in flight share its weights in L2.
-template <class S, bool GEMM1, wfmt WF>
+template <class S, bool GEMM1, wfmt WF, bool OWN = false>
 cudaError_t launch_gemm(const gemm_params& p, int tiles_max, cudaStream_t stream) {
   const dim3 grid = p.rows_on_y ? dim3(p.N / S::BN, tiles_max) : dim3(tiles_max, p.N / S::BN);
-  return launch_pdl(grouped_gemm<S, GEMM1, WF>, grid, dim3(S::threads), smem_of<S, WF>(), stream, p);
+  return launch_pdl(grouped_gemm<S, GEMM1, WF, OWN>, grid, dim3(S::threads), OWN ? own_smem(p.K) : smem_of<S, WF>(),
+                    stream, p);
 }
 
 template <tiles T, bool GEMM1, wfmt WF>
@@ -1635,6 +1736,11 @@ long long pairs_computed(const forward_args& a) {
   const long long pairs = static_cast<long long>(a.tokens) * a.k;
   return a.pair_bound > 0 && a.pair_bound < pairs ? a.pair_bound : pairs;
 }
+
+// E4M3: GEMM 2 on the small tiles quantizes its own rows (no quantize_tiles launch) up to this
+// many pairs: the decode batches, whose row tiles hold a few rows each; each of a row tile's column
+// blocks repeats its quantization (docs/decisions.md#cuda-e4m3-own-rows).
+constexpr long long kOwnRowsPairs = 32;
 
 template <tiles TILES, wfmt WF>
 cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_view& ws, const forward_args& a,
@@ -1670,13 +1776,22 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   if (err != cudaSuccess) return err;
 
   gemm_params p2 = p;
+  bool own = false;
   if constexpr (WF == wfmt::e4m3) {  // the intermediate rows of each row tile to E4M3
-    const quant_rows q{ws.hf, false, true, g.ip, g.inter, g.ip, w.act_group == 0, nullptr,
-                       reinterpret_cast<std::uint8_t*>(ws.h), ws.hs};
-    *step = "quantize_tiles";
-    err = launch_pdl(w.act_group == 0 ? quantize_tiles<true> : quantize_tiles<false>, dim3(tiles_max), dim3(256), 0,
-                     stream, q, static_cast<const int*>(ws.tile_info));
-    if (err != cudaSuccess) return err;
+    own = TILES == tiles::small && pairs_computed(a) <= kOwnRowsPairs && own_smem(g.ip) <= kOwnSmemMax;
+    if (own) {  // by GEMM 2 itself
+      p2.hf = ws.hf;
+      p2.ldh = g.ip;
+      p2.qcols = g.inter;
+      p2.q_per_row = w.act_group == 0;
+    } else {
+      const quant_rows q{ws.hf, false, true, g.ip, g.inter, g.ip, w.act_group == 0, nullptr,
+                         reinterpret_cast<std::uint8_t*>(ws.h), ws.hs};
+      *step = "quantize_tiles";
+      err = launch_pdl(w.act_group == 0 ? quantize_tiles<true> : quantize_tiles<false>, dim3(tiles_max), dim3(256), 0,
+                       stream, q, static_cast<const int*>(ws.tile_info));
+      if (err != cudaSuccess) return err;
+    }
     p2.SA = ws.hs;
     p2.SW = w.t2;
   }
@@ -1693,6 +1808,8 @@ cudaError_t run_gemms(const geometry& g, const weights_view& w, const workspace_
   p2.y_row = a.pair_rows;
   p2.weights = a.weight_on_input ? nullptr : a.weights;
   *step = "GEMM 2 (grouped_gemm)";
+  if constexpr (WF == wfmt::e4m3 && TILES == tiles::small)
+    if (own) return launch_gemm<own_tiles, false, WF, true>(p2, tiles_max, stream);
   return launch_tiles<TILES, false, WF>(p2, tiles_max, g.sms, stream);
 }
 

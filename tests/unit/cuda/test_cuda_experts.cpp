@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -472,6 +473,50 @@ TEST(CudaExperts, MatchesReferenceFp8Block) {
 TEST(CudaExperts, MatchesReferenceFp8) {
   REQUIRE_GPU();
   check_e4m3<quant::fp8>(700);
+}
+
+// E4M3 on the small tiles: a decode batch (up to 32 pairs) has GEMM 2 quantize its own input rows,
+// a larger one quantizes them in a launch of its own. A row's result does not depend on the rows
+// batched with it on one tile shape, so the first tokens of a batch of 64 give the bits of those
+// tokens alone. Every token's slot 0 goes to expert 1, whose row tile then holds 1-4 rows (rows
+// sharing a block's warps, and a warp a row); the others hold one. I = 200: a row of 2 groups of
+// 128, the second part padding; I = 768: 6 groups; a row with an infinity (its codes 0, its
+// scale NaN) and one of zeros.
+template <class Q>
+void check_own_rows(std::uint32_t seed) {
+  for (const index_t I : {200, 768}) {
+    Case c{16, 256, I, 8, 64};
+    c.ids_pattern = 1;
+    SCOPED_TRACE(describe(c));
+    Problem<Q> p = make_problem<Q>(c, seed++);
+    p.hidden.row(5).setZero();
+    p.hidden(9, 3) = std::numeric_limits<float>::infinity();
+    cuda::Experts experts(p.w, p.mlp);
+    experts.set_tiles(cuda::TileChoice::small);
+    Matrix all = Matrix::Constant(c.T, c.H, std::nanf(""));
+    experts.forward_routed(p.hidden, p.ids, p.weights, all);
+    for (const index_t t : {1, 2, 3, 4}) {
+      for (const index_t first : {index_t{0}, index_t{4}, index_t{8}}) {
+        const Matrix hidden = p.hidden.middleRows(first, t), weights = p.weights.middleRows(first, t);
+        const IdMatrix ids = p.ids.middleRows(first, t);
+        Matrix out = Matrix::Constant(t, c.H, std::nanf(""));
+        experts.forward_routed(hidden, ids, weights, out);
+        index_t diff = 0;
+        for (index_t i = 0; i < t; ++i)
+          for (index_t r = 0; r < c.H; ++r)
+            if (std::memcmp(&out(i, r), &all(first + i, r), sizeof(float)) != 0 && diff++ < 3)
+              ADD_FAILURE() << Q::name << " tokens " << first << ".." << first + t - 1 << ": out[" << i << ", " << r
+                            << "] = " << out(i, r) << ", in the batch of 64 " << all(first + i, r);
+        EXPECT_EQ(diff, 0) << Q::name << " T=" << t << " from token " << first;
+      }
+    }
+  }
+}
+
+TEST(CudaExperts, E4m3DecodeRowsAreTheBatchsBits) {
+  REQUIRE_GPU();
+  check_own_rows<quant::fp8>(800);
+  check_own_rows<quant::fp8_block>(810);
 }
 
 // The device quantizer against the CPU's (polymoe/quantize/fp8.hpp): codes and scales bit for bit,
