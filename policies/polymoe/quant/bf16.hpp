@@ -27,8 +27,12 @@ struct bf16 {
 
   static std::vector<std::uint16_t> encode(const Matrix& m) {
     std::vector<std::uint16_t> out(static_cast<std::size_t>(m.size()));
-    const float* src = m.data();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = codecs::float_to_bf16(src[i]);
+    const index_t cols = m.cols();
+    for_each_part(m.rows(), 64, [&](index_t r) {
+      const float* src = m.data() + r * cols;
+      std::uint16_t* dst = out.data() + r * cols;
+      for (index_t c = 0; c < cols; ++c) dst[c] = codecs::float_to_bf16(src[c]);
+    });
     return out;
   }
   static void decode(const std::uint16_t* src, MatrixRef dst) {

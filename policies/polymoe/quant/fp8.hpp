@@ -66,14 +66,14 @@ struct fp8 {
               std::vector<float>(static_cast<std::size_t>(s.experts)),
               std::vector<float>(static_cast<std::size_t>(s.experts))};
     namespace kq = polymoe::quantize;
-    for (index_t e = 0; e < s.experts; ++e) {
+    for_each_part(s.experts, 1, [&](index_t e) {
       const float* a = f.w13.data() + e * n13;
       const float* b = f.w2.data() + e * n2;
       w.w13_scale[e] = kq::e4m3_scale(kq::amax(a, n13));
       w.w2_scale[e] = kq::e4m3_scale(kq::amax(b, n2));
       kq::quantize_e4m3(a, n13, w.w13_scale[e], w.w13.data() + e * n13);
       kq::quantize_e4m3(b, n2, w.w2_scale[e], w.w2.data() + e * n2);
-    }
+    });
     return w;
   }
   static void dequantize(const weights& w, index_t e, MatrixRef w13, MatrixRef w2) {

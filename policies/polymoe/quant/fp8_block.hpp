@@ -98,7 +98,7 @@ struct fp8_block {
               std::vector<std::uint8_t>(static_cast<std::size_t>(f.w2.size())),
               std::vector<float>(static_cast<std::size_t>(s.experts * parts * part_scales)),
               std::vector<float>(static_cast<std::size_t>(s.experts * part_scales))};
-    for (index_t e = 0; e < s.experts; ++e) {
+    for_each_part(s.experts, 1, [&](index_t e) {
       for (index_t p = 0; p < parts; ++p) {
         const index_t row0 = e * s.rows13() + p * I;
         polymoe::quantize::quantize_e4m3_blocks(f.w13.data() + row0 * H, I, H, H, block, w.w13.data() + row0 * H,
@@ -106,7 +106,7 @@ struct fp8_block {
       }
       polymoe::quantize::quantize_e4m3_blocks(f.w2.data() + e * H * I, H, I, I, block, w.w2.data() + e * H * I,
                                               w.w2_scale_inv.data() + e * part_scales);
-    }
+    });
     return w;
   }
   static void dequantize(const weights& w, index_t e, MatrixRef w13, MatrixRef w2) {

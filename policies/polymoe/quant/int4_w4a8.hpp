@@ -85,8 +85,9 @@ struct int4_w4a8 {
     const index_t nb = row_bytes(m.cols()), ng = groups_per_row(m.cols());
     packed.assign(static_cast<std::size_t>(m.rows() * nb), 0);
     scales.assign(static_cast<std::size_t>(m.rows() * ng), 0.0f);
-    for (index_t r = 0; r < m.rows(); ++r)
+    for_each_part(m.rows(), 64, [&](index_t r) {
       polymoe::quantize::quantize_int4_row(m.row(r).data(), m.cols(), packed.data() + r * nb, scales.data() + r * ng);
+    });
   }
   static void decode(const std::vector<std::uint8_t>& packed, const std::vector<float>& scales, index_t row0,
                      MatrixRef out) {

@@ -65,11 +65,11 @@ struct int8_w8a8 {
   static void encode(const Matrix& m, std::vector<std::int8_t>& q, std::vector<float>& scale) {
     q.resize(static_cast<std::size_t>(m.size()));
     scale.resize(static_cast<std::size_t>(m.rows()));
-    for (index_t r = 0; r < m.rows(); ++r) {
+    for_each_part(m.rows(), 64, [&](index_t r) {
       const float* x = m.row(r).data();
       scale[r] = polymoe::quantize::int8_scale(polymoe::quantize::amax(x, m.cols()));
       polymoe::quantize::quantize_int8(x, m.cols(), scale[r], q.data() + r * m.cols());
-    }
+    });
   }
   static void decode(const std::int8_t* q, const float* scale, index_t row0, MatrixRef out) {
     for (index_t r = 0; r < out.rows(); ++r)

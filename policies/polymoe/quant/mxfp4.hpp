@@ -108,9 +108,10 @@ struct mxfp4 {
     const index_t nb = blocks_per_row(m.cols());
     blocks.assign(static_cast<std::size_t>(m.rows() * nb * 16), 0);
     scales.assign(static_cast<std::size_t>(m.rows() * nb), 0);
-    for (index_t r = 0; r < m.rows(); ++r)
+    for_each_part(m.rows(), 64, [&](index_t r) {
       polymoe::quantize::quantize_mxfp4_row(m.row(r).data(), m.cols(), blocks.data() + r * nb * 16,
                                             scales.data() + r * nb);
+    });
   }
   static void decode(const std::vector<std::uint8_t>& blocks, const std::vector<std::uint8_t>& scales, index_t row0,
                      MatrixRef out) {

@@ -96,13 +96,13 @@ struct nvfp4 {
     packed.assign(static_cast<std::size_t>(m.rows() * nb * 8), 0);
     scales.assign(static_cast<std::size_t>(m.rows() * nb), 0);
     scale_2.assign(static_cast<std::size_t>(experts), 1.0f);
-    for (index_t e = 0; e < experts; ++e) {
+    for_each_part(experts, 1, [&](index_t e) {
       scale_2[e] = polymoe::quantize::nvfp4_scale_2(polymoe::quantize::amax(m.data() + e * rows * m.cols(),
                                                                             rows * m.cols()));
       for (index_t r = e * rows; r < (e + 1) * rows; ++r)
         polymoe::quantize::quantize_nvfp4_row(m.row(r).data(), m.cols(), scale_2[e], packed.data() + r * nb * 8,
                                               scales.data() + r * nb);
-    }
+    });
   }
   static void decode(const std::vector<std::uint8_t>& packed, const std::vector<std::uint8_t>& scales, float scale_2,
                      index_t row0, MatrixRef out) {

@@ -6,8 +6,18 @@
 #include <string_view>
 
 #include <polymoe/core/expert_weights.hpp>
+#include <polymoe/kernels/parallel.hpp>
 
 namespace polymoe::quant {
+
+/// body(i) for every i in [0, n), in parallel, `grain` at a time: the encoders' loops over rows or
+/// experts, each of which reads and writes its own values only (the same bytes as a loop in order).
+template <class Body>
+void for_each_part(index_t n, index_t grain, const Body& body) {
+  kernels::parallel_for(tbb::blocked_range<index_t>(0, n, grain), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i != r.end(); ++i) body(i);
+  });
+}
 
 struct ExpertStore {
   ExpertShape shape_;

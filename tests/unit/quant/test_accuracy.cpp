@@ -4,6 +4,12 @@
 // quotes (run: ./build/tests/test_quant --gtest_filter='QuantAccuracy.*').
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <boost/mp11/algorithm.hpp>
+#include <tbb/global_control.h>
 
 #include <gtest/gtest.h>
 
@@ -58,6 +64,50 @@ TEST(QuantAccuracy, RelativeRmsErrorAgainstFp32) {
   check<quant::nvfp4_w4a4>(0.35);
   check<quant::mxfp4_w4a16>(0.3);
   check<quant::nvfp4_w4a16>(0.25);
+}
+
+}  // namespace
+
+// The encoders run their rows (or experts) in parallel: on one thread and on all they give the
+// same store (compared through dequantize, bit for bit), and every row of a store larger than one
+// parallel chunk is encoded (each row's error well below the row itself: a row left out would be 0).
+namespace {
+
+template <class Q>
+void check_parallel_encoder() {
+  SCOPED_TRACE(std::string(Q::name));
+  std::mt19937 rng(77);
+  const ExpertShape s{8, 200, 136, true, false};
+  ExpertWeights f(s);
+  f.w13 = test::random_matrix(rng, f.w13.rows(), f.w13.cols());
+  f.w2 = test::random_matrix(rng, f.w2.rows(), f.w2.cols());
+  typename Q::weights one;
+  {
+    tbb::global_control gc(tbb::global_control::max_allowed_parallelism, 1);
+    one = Q::quantize(f);
+  }
+  const typename Q::weights all = Q::quantize(f);
+  Matrix a13(s.rows13(), s.hidden), a2(s.hidden, s.intermediate), b13 = a13, b2 = a2;
+  for (index_t e = 0; e < s.experts; ++e) {
+    Q::dequantize(one, e, a13, a2);
+    Q::dequantize(all, e, b13, b2);
+    ASSERT_EQ(std::memcmp(a13.data(), b13.data(), sizeof(float) * a13.size()), 0) << "w13 of expert " << e;
+    ASSERT_EQ(std::memcmp(a2.data(), b2.data(), sizeof(float) * a2.size()), 0) << "w2 of expert " << e;
+    const auto check_rows = [&](const Matrix& got, const Matrix& want, index_t row0, const char* name) {
+      for (index_t r = 0; r < got.rows(); ++r) {
+        const double err = (got.row(r) - want.row(row0 + r)).norm(), norm = want.row(row0 + r).norm();
+        ASSERT_LT(err, 0.3 * norm) << name << " row " << r << " of expert " << e;
+      }
+    };
+    check_rows(b13, f.w13, e * s.rows13(), "w13");
+    check_rows(b2, f.w2, e * s.hidden, "w2");
+  }
+}
+
+TEST(QuantEncoders, ParallelRowsAreTheRowsOfOneThread) {
+  namespace mp = boost::mp11;
+  mp::mp_for_each<mp::mp_transform<mp::mp_identity, pairing::quants_of<core_table>>>(
+      [](auto id) { check_parallel_encoder<typename decltype(id)::type>(); });
 }
 
 }  // namespace
