@@ -475,24 +475,25 @@ TEST(CudaExperts, MatchesReferenceFp8) {
   check_e4m3<quant::fp8>(700);
 }
 
-// E4M3 on the small tiles: a decode batch (up to 32 pairs) has GEMM 2 quantize its own input rows,
-// a larger one quantizes them in a launch of its own. A row's result does not depend on the rows
-// batched with it on one tile shape, so the first tokens of a batch of 64 give the bits of those
-// tokens alone. Every token's slot 0 goes to expert 1, whose row tile then holds 1-4 rows (rows
-// sharing a block's warps, and a warp a row); the others hold one. I = 200: a row of 2 groups of
-// 128, the second part padding; I = 768: 6 groups; a row with an infinity (its codes 0, its
-// scale NaN) and one of zeros.
+// A decode batch (up to 32 pairs) is sorted by one warp in registers, and for E4M3 on the small
+// tiles GEMM 2 quantizes its own input rows; a batch of 64 tokens (512 pairs) takes the block's
+// counting sort (and quantize_tiles). A row's result does not depend on the rows batched with it
+// on one tile shape, so the first tokens of a batch of 64 give the bits of those tokens alone.
+// Every token's slot 0 goes to expert 1, whose row tile then holds 1-4 rows (rows sharing a
+// block's warps, and a warp a row); the others hold one. I = 200: a row of 2 groups of 128, the
+// second part padding; I = 768: 6 groups; a row with an infinity (its codes 0, its scale NaN) and
+// one of zeros.
 template <class Q>
-void check_own_rows(std::uint32_t seed) {
-  for (const index_t I : {200, 768}) {
+void check_decode_rows(std::uint32_t seed, cuda::TileChoice tiles, std::initializer_list<index_t> inters) {
+  for (const index_t I : inters) {
     Case c{16, 256, I, 8, 64};
     c.ids_pattern = 1;
-    SCOPED_TRACE(describe(c));
+    SCOPED_TRACE(describe(c) + " tiles " + std::to_string(static_cast<int>(tiles)));
     Problem<Q> p = make_problem<Q>(c, seed++);
     p.hidden.row(5).setZero();
     p.hidden(9, 3) = std::numeric_limits<float>::infinity();
     cuda::Experts experts(p.w, p.mlp);
-    experts.set_tiles(cuda::TileChoice::small);
+    experts.set_tiles(tiles);
     Matrix all = Matrix::Constant(c.T, c.H, std::nanf(""));
     experts.forward_routed(p.hidden, p.ids, p.weights, all);
     for (const index_t t : {1, 2, 3, 4}) {
@@ -515,8 +516,21 @@ void check_own_rows(std::uint32_t seed) {
 
 TEST(CudaExperts, E4m3DecodeRowsAreTheBatchsBits) {
   REQUIRE_GPU();
-  check_own_rows<quant::fp8>(800);
-  check_own_rows<quant::fp8_block>(810);
+  check_decode_rows<quant::fp8>(800, cuda::TileChoice::small, {200, 768});
+  check_decode_rows<quant::fp8_block>(810, cuda::TileChoice::small, {200, 768});
+}
+
+// The same for every scheme of kernel::cuda's row and every tile shape.
+TEST(CudaExperts, DecodeRowsAreTheBatchsBits) {
+  REQUIRE_GPU();
+  std::uint32_t seed = 820;
+  boost::mp11::mp_for_each<
+      boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::kernel_schemes<cuda_table, kernel::cuda>>>(
+      [&](auto id) {
+        for (const auto tiles : {cuda::TileChoice::tiny, cuda::TileChoice::small, cuda::TileChoice::large,
+                                 cuda::TileChoice::wide})
+          check_decode_rows<typename decltype(id)::type>(seed += 2, tiles, {200});
+      });
 }
 
 // The device quantizer against the CPU's (polymoe/quantize/fp8.hpp): codes and scales bit for bit,
@@ -733,9 +747,9 @@ TEST(CudaExperts, PairRowsAreEachSlotsOwnRow) {
 void cuda_check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorName(e); }
 
 template <class Q>
-void check_deterministic_and_graph_replay() {
-  SCOPED_TRACE(std::string(Q::name));
-  const Case c{64, 256, 192, 8, 300};
+void check_deterministic_and_graph_replay(index_t T) {
+  SCOPED_TRACE(std::string(Q::name) + " T=" + std::to_string(T));
+  const Case c{64, 256, 192, 8, T};
   Problem<Q> p = make_problem<Q>(c, 7);
   std::mt19937 rng(8);
   const Matrix logits = randn(c.T, c.E, 1.0f, rng);
@@ -786,7 +800,10 @@ TEST(CudaExperts, DeterministicAndGraphReplay) {
   // every scheme of kernel::cuda's row
   boost::mp11::mp_for_each<
       boost::mp11::mp_transform<boost::mp11::mp_identity, pairing::kernel_schemes<cuda_table, kernel::cuda>>>(
-      [](auto id) { check_deterministic_and_graph_replay<typename decltype(id)::type>(); });
+      [](auto id) {
+        // a batch, and a decode one (routing, sort and input rows in one launch)
+        for (const index_t T : {300, 3}) check_deterministic_and_graph_replay<typename decltype(id)::type>(T);
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
