@@ -11,16 +11,7 @@ shift || true
 deps=/opt/deps
 [ -d $deps/usr/include/eigen3 ] || bash .dev/deps/unpack.sh $deps > /dev/null
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# the transformers fixtures: .dev/fixtures (a copy of ../shared/fixtures, carried to a device
-# machine, whose ../shared may hold empty files), else ../shared/fixtures
-fixtures=
-for d in "$PWD/.dev/fixtures" "$PWD/../shared/fixtures"; do
-  [ -s "$d/hf/mixtral/config.json" ] && { fixtures=$d; break; }
-done
-[ -n "$fixtures" ] || {
-  fixtures=$PWD/../shared/fixtures
-  echo "device-check: no transformers fixtures here (cp -r ../shared/fixtures .dev/ and carry .dev): their tests will fail"
-}
+fixtures=$(scripts/fixtures-dir.sh device-check)
 export POLYMOE_FIXTURES_DIR=$fixtures POLYMOE_TEST_DATA_DIR=$PWD/tests/data
 gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)

@@ -30,16 +30,7 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 export PATH=$(dirname "$nvcc"):$PATH
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 "$nvcc" --version | tail -1
-# the transformers fixtures: .dev/fixtures (a copy of ../shared/fixtures, carried to a device
-# machine, whose ../shared may hold empty files), else ../shared/fixtures
-fixtures=
-for d in "$PWD/.dev/fixtures" "$PWD/../shared/fixtures"; do
-  [ -s "$d/hf/mixtral/config.json" ] && { fixtures=$d; break; }
-done
-[ -n "$fixtures" ] || {
-  fixtures=$PWD/../shared/fixtures
-  echo "gpu-check: no transformers fixtures here (cp -r ../shared/fixtures .dev/ and carry .dev): their tests will fail"
-}
+fixtures=$(scripts/fixtures-dir.sh gpu-check)
 cmake_args+=(-DPOLYMOE_FIXTURES_DIR="$fixtures")
 gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
