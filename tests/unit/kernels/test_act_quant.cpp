@@ -1,6 +1,7 @@
 // The tiled kernels' vectorized activation quantizers (kernels/tiled/act_quant.hpp) against the
-// scalar codecs and quantizers of polymoe/quantize, bit for bit: E2M1 and E4M3 rounding, and NVFP4 W4A4 rows
-// as fp32 values (kernel::tiled) and as e2m1 · e4m3 values with the row's scale_2 (the AMX tiles).
+// scalar codecs and quantizers of polymoe/quantize, bit for bit: E2M1 and E4M3 rounding, E4M3 rows
+// (the fp8 schemes' inputs), and NVFP4 W4A4 rows as fp32 values (kernel::tiled) and as e2m1 · e4m3
+// values with the row's scale_2 (the AMX tiles).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -18,6 +19,8 @@
 #include <polymoe/codecs/e2m1.hpp>
 #include <polymoe/codecs/e4m3.hpp>
 #include <polymoe/quantize/nvfp4.hpp>
+#include <polymoe/quant/fp8.hpp>
+#include <polymoe/quant/fp8_block.hpp>
 #include <polymoe/kernels/tiled/act_quant.hpp>
 
 using namespace polymoe;
@@ -71,6 +74,50 @@ TEST(ActQuant, Nvfp4RowsAreTheSchemesBitForBit) {
     for (std::size_t i = 0; i < row.size(); ++i)
       ASSERT_EQ(bits(got[i]), bits(want[i])) << "n=" << row.size() << " i=" << i << " x=" << row[i] << " got "
                                              << got[i] << " want " << want[i];
+  }
+}
+
+/// Rows that reach every branch of the E4M3 row quantizer, for groups of 128 and of a whole row:
+/// lengths with and without a partial last vector and group; Gaussian rows; rows whose groups span
+/// 2^-140 .. 2^120 (subnormal values and scales, x / s near 448 and saturating); a group with an
+/// infinity, one with a NaN and one of zeros (of both signs) between ordinary groups; one value far
+/// above the rest of its group.
+std::vector<std::vector<float>> e4m3_rows() {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  std::vector<std::vector<float>> rows;
+  for (const int n : {1, 7, 16, 17, 127, 128, 129, 300, 2048}) {
+    std::vector<float> r(static_cast<std::size_t>(n));
+    for (auto& v : r) v = nd(rng);
+    rows.push_back(r);
+    for (std::size_t i = 0; i < r.size(); ++i)
+      r[i] = nd(rng) * std::exp2(static_cast<float>(static_cast<int>((i / 128 * 37 + rng() % 9) % 261) - 140));
+    rows.push_back(r);
+  }
+  std::vector<float> r(5 * 128 + 40);
+  for (auto& v : r) v = nd(rng);
+  r[130] = std::numeric_limits<float>::infinity();
+  r[300] = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t i = 384; i < 512; ++i) r[i] = i % 2 ? -0.0f : 0.0f;
+  r[520] = 1e4f;  // the rest of its group rounds to the smallest E4M3 steps, or to zero
+  rows.push_back(r);
+  return rows;
+}
+
+TEST(ActQuant, E4m3RowsAreTheSchemesBitForBit) {
+  // e4m3_inputs (what kernel::tiled runs for quant::fp8 and quant::fp8_block) against the schemes'
+  // quantize_activation (quantize::fake_quantize_e4m3, one value at a time).
+  const auto check = [](const std::vector<float>& row, auto act, auto scheme, const char* name) {
+    std::vector<float> want = row, got = row;
+    scheme(std::span<float>(want));
+    act(std::span<float>(got));
+    for (std::size_t i = 0; i < row.size(); ++i)
+      ASSERT_EQ(bits(got[i]), bits(want[i])) << name << " n=" << row.size() << " i=" << i << " x=" << row[i]
+                                             << " got " << got[i] << " want " << want[i];
+  };
+  for (const std::vector<float>& row : e4m3_rows()) {
+    check(row, kt::e4m3_inputs<0>::row, quant::fp8::quantize_activation, "fp8");
+    check(row, kt::e4m3_inputs<quant::fp8_block::block>::row, quant::fp8_block::quantize_activation, "fp8_block");
   }
 }
 

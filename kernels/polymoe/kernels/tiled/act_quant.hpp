@@ -1,5 +1,6 @@
-// Activation quantizers of the tiled kernels, sixteen values to a register: E4M3 rounding (the W8A8
-// fp8 schemes) and NVFP4 W4A4 rows (quant::nvfp4_w4a4: a per-row scale_2 = amax / (6 · 448), then
+// Activation quantizers of the tiled kernels, sixteen values to a register: E4M3 rows (the W8A8
+// fp8 schemes: quant::fp8 one group a row, quant::fp8_block groups of 128, quantize/fp8.hpp's
+// fake_quantize_e4m3 operation for operation) and NVFP4 W4A4 rows (quant::nvfp4_w4a4: a per-row scale_2 = amax / (6 · 448), then
 // blocks of 16 E2M1 values under an E4M3 block scale, quantize/nvfp4.hpp's arithmetic
 // operation for operation).
 //
@@ -20,6 +21,7 @@
 
 #include <polymoe/codecs/e2m1.hpp>
 #include <polymoe/codecs/e4m3.hpp>
+#include <polymoe/quantize/fp8.hpp>
 #include <polymoe/quantize/nvfp4.hpp>
 #include <polymoe/kernels/tiled/epilogue.hpp>
 
@@ -94,6 +96,25 @@ inline float nvfp4_row_scale(Load load, index_t n, bool& finite) noexcept {
   return finite && a > 0.0f ? quantize::nvfp4_scale_2(a) : 0.0f;
 }
 
+/// quantize::fake_quantize_e4m3 of a row in place, groups of `group` values, bit for bit: a group's
+/// values x / s rounded to E4M3 (saturating) times s, s = amax / 448; groups holding an infinity or
+/// a NaN, and all-zero groups, left as they are.
+inline void fake_quantize_e4m3_row(std::span<float> row, index_t group) noexcept {
+  float* x = row.data();
+  const auto n = static_cast<index_t>(row.size());
+  for (index_t g0 = 0; g0 < n; g0 += group) {
+    const index_t g1 = std::min(n, g0 + group);
+    const auto load = [&](index_t i) { return _mm512_maskz_loadu_ps(simd::tail_mask(g1 - i), x + i); };
+    bool finite = true;
+    const float a = simd::amax_of(load, g0, g1, finite);
+    if (!finite || a == 0.0f) continue;
+    const __m512 s = _mm512_set1_ps(quantize::e4m3_scale(a));
+    for (index_t i = g0; i < g1; i += 16)
+      _mm512_mask_storeu_ps(x + i, simd::tail_mask(g1 - i),
+                            _mm512_mul_ps(simd::round_e4m3(_mm512_div_ps(load(i), s)), s));
+  }
+}
+
 /// quant::nvfp4_w4a4's activation quantization of a row in place (quantize::fake_quantize_nvfp4,
 /// bit for bit): rows with a non-finite value, and zero rows, left as they are.
 inline void fake_quantize_nvfp4_row(std::span<float> row) noexcept {
@@ -132,13 +153,26 @@ inline float quantize_nvfp4_tile_row(const float* src, float wt, index_t n, inde
 
 #else
 
-/// Without AVX-512: the scheme's own quantizer.
+/// Without AVX-512: the schemes' own quantizers.
+inline void fake_quantize_e4m3_row(std::span<float> row, index_t group) noexcept {
+  quantize::fake_quantize_e4m3(row, group);
+}
 inline void fake_quantize_nvfp4_row(std::span<float> row) noexcept { quantize::fake_quantize_nvfp4(row); }
 
 #endif
 
+/// quant::fp8's (Group 0: one group a row) and quant::fp8_block's (Group 128) inputs in the tiled
+/// kernels: each GEMM input row quantized as the scheme's quantize_activation does, vectorized.
+template <index_t Group>
+struct e4m3_inputs {
+  static constexpr bool round_bf16 = false, per_row = true;
+  static void row(std::span<float> r) noexcept {
+    fake_quantize_e4m3_row(r, Group > 0 ? Group : std::max<index_t>(1, static_cast<index_t>(r.size())));
+  }
+};
+
 /// quant::nvfp4_w4a4's inputs in the tiled kernels: each GEMM input row quantized as the scheme's
-/// quantize_activation does (forward.hpp's quantized_inputs, vectorized).
+/// quantize_activation does, vectorized.
 struct nvfp4_w4a4_inputs {
   static constexpr bool round_bf16 = false, per_row = true;
   static void row(std::span<float> r) noexcept { fake_quantize_nvfp4_row(r); }

@@ -30,7 +30,7 @@ POLYMOE_TILED_LEVEL_BEGIN
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]) for weights of format F (mxfp4_format,
 /// nvfp4_format or fp8_format) decoded onto the bf16 tiles: Act is the scheme's input treatment
-/// (quantized_inputs<Q> for fp8 W8A8, nvfp4_w4a4_inputs for NVFP4 W4A4, bf16_inputs for W4A16,
+/// (e4m3_inputs for fp8 W8A8, nvfp4_w4a4_inputs for NVFP4 W4A4, bf16_inputs for W4A16,
 /// keep_inputs for weight-only schemes with fp32 activations), ActGroup the W8A8 activation group
 /// (128; 0: one group per row). Blocks of the format's threshold rows or more on the tiles when the
 /// layer was prepared with them (tuning::amx_min_rows overrides the threshold), the others on

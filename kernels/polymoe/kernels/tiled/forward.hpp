@@ -93,7 +93,7 @@ void forward_skeleton(const DispatchOutput<format::standard>& d, const ExpertSha
 }
 
 /// out[t] = sum_j w[t,j] · expert_{id[t,j]}(x[t]). Act says what the scheme does to each GEMM
-/// input row (keep_inputs, bf16_inputs, quantized_inputs<Q>); Packed is PackedExperts<W> or
+/// input row (keep_inputs, bf16_inputs, e4m3_inputs, nvfp4_w4a4_inputs); Packed is PackedExperts<W> or
 /// QPackedExperts<F>. `tune`: the kernel's tuning; `phases`: where the forward records its phase
 /// times (nullptr: nowhere). The GEMMs run as phases (GEMM 1 with its activation, the scheme's
 /// rounding of the activations, GEMM 2).

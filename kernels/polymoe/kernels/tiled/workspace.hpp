@@ -1,7 +1,7 @@
 // What one layer's forward keeps between calls (Workspace: sorted pairs, GEMM inputs, the
 // intermediate and y, grown to the largest batch and reused), the kernel's prepared weights, the
-// row-block geometry, and how each scheme treats a GEMM input row (keep_inputs, bf16_inputs,
-// quantized_inputs).
+// row-block geometry, and how the unquantized schemes treat a GEMM input row (keep_inputs,
+// bf16_inputs).
 #include <polymoe/kernels/tiled/level_check.hpp>  // compiled once per level: no #pragma once
 #if defined(POLYMOE_TILED_GUARD_WORKSPACE) == defined(POLYMOE_TILED_TOGGLE)
 #ifdef POLYMOE_TILED_GUARD_WORKSPACE
@@ -119,8 +119,9 @@ struct Prepared {
 };
 
 /// What a scheme does to the GEMM inputs (the activation quantization of its quant policy):
-/// keep them (fp32 and weight-only schemes), round them to bf16 (fused into the epilogue), or
-/// quantize each row as the quant policy's quantize_activation does.
+/// keep them (fp32 and weight-only schemes), or round them to bf16 (fused into the epilogue); the
+/// schemes that quantize each row (`row`, as the quant policy's quantize_activation) have theirs in
+/// act_quant.hpp.
 struct keep_inputs {
   static constexpr bool round_bf16 = false, per_row = false;
   static void row(std::span<float>) noexcept {}
@@ -128,11 +129,6 @@ struct keep_inputs {
 struct bf16_inputs {
   static constexpr bool round_bf16 = true, per_row = false;
   static void row(std::span<float>) noexcept {}
-};
-template <class Q>
-struct quantized_inputs {
-  static constexpr bool round_bf16 = false, per_row = true;
-  static void row(std::span<float> r) noexcept { Q::quantize_activation(r); }
 };
 
 POLYMOE_TILED_LEVEL_END

@@ -93,7 +93,7 @@ struct scheme<quant::bf16> {
 template <>
 struct scheme<quant::fp8> {
   using packed = kt::QPackedExperts<kt::fp8_format>;
-  using inputs = kt::quantized_inputs<quant::fp8>;
+  using inputs = kt::e4m3_inputs<0>;  // quant::fp8::quantize_activation: one group a row
   static packed pack(const quant::fp8::weights& w, bool huge_pages) {
     const ExpertShape s = w.shape();
     const index_t H = s.hidden, I = s.intermediate, R = s.rows13();
@@ -111,7 +111,7 @@ struct scheme<quant::fp8> {
 template <>
 struct scheme<quant::fp8_block> {
   using packed = kt::QPackedExperts<kt::fp8_format>;
-  using inputs = kt::quantized_inputs<quant::fp8_block>;
+  using inputs = kt::e4m3_inputs<quant::fp8_block::block>;
   static_assert(kt::fp8_format::group == quant::fp8_block::block && quant::fp8_block::block % kt::panel_cols == 0,
                 "a panel must lie inside one 128-column scale block");
   static packed pack(const quant::fp8_block::weights& w, bool huge_pages) {
