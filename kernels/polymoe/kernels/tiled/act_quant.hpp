@@ -1,8 +1,8 @@
 // Activation quantizers of the tiled kernels, sixteen values to a register: E4M3 rows (the W8A8
 // fp8 schemes: quant::fp8 one group a row, quant::fp8_block groups of 128, quantize/fp8.hpp's
-// fake_quantize_e4m3 operation for operation) and NVFP4 W4A4 rows (quant::nvfp4_w4a4: a per-row scale_2 = amax / (6 · 448), then
-// blocks of 16 E2M1 values under an E4M3 block scale, quantize/nvfp4.hpp's arithmetic
-// operation for operation).
+// fake_quantize_e4m3 operation for operation) and NVFP4 W4A4 rows (quant::nvfp4_w4a4: a per-row
+// scale_2 = amax / (6 · 448), then blocks of 16 E2M1 values under an E4M3 block scale,
+// quantize/nvfp4.hpp's arithmetic operation for operation).
 //
 // An NVFP4 activation is e2m1 · e4m3 · scale_2, multiplied left to right. Its first product has at
 // most six significant bits and is a normal bf16 number or zero, so the tiles take the row as those
